@@ -1,0 +1,36 @@
+// dsv4: one binary, several jobs.
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+namespace dsv4::app {
+int cmd_verify(int argc, char** argv);
+int cmd_mkmodel(int argc, char** argv);
+}  // namespace dsv4::app
+
+namespace {
+
+void usage() {
+  std::fprintf(stderr,
+               "usage: dsv4 <command> [options]\n"
+               "commands:\n"
+               "  verify   compare the forward pass with a golden reference case\n"
+               "           (no --model: self-check of the embedded default model)\n"
+               "  mkmodel  write a synthetic DeepSeek-V4 checkpoint\n"
+               "run 'dsv4 <command> --help' for its options\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
+    usage();
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string cmd = argv[1];
+  if (cmd == "verify") return dsv4::app::cmd_verify(argc, argv);
+  if (cmd == "mkmodel") return dsv4::app::cmd_mkmodel(argc, argv);
+  std::fprintf(stderr, "dsv4: unknown command '%s'\n", cmd.c_str());
+  usage();
+  return 2;
+}

@@ -1,0 +1,132 @@
+#include "base/dtype.h"
+
+#include <cmath>
+#include <cstring>
+
+namespace dsv4 {
+
+size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::kF32: case DType::kI32: return 4;
+    case DType::kBF16: case DType::kF16: return 2;
+    case DType::kF8E4M3: case DType::kF8E8M0: case DType::kI8: case DType::kU8: return 1;
+    case DType::kI64: return 8;
+  }
+  return 0;
+}
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::kF32: return "F32";
+    case DType::kBF16: return "BF16";
+    case DType::kF16: return "F16";
+    case DType::kF8E4M3: return "F8_E4M3";
+    case DType::kF8E8M0: return "F8_E8M0";
+    case DType::kI8: return "I8";
+    case DType::kU8: return "U8";
+    case DType::kI32: return "I32";
+    case DType::kI64: return "I64";
+  }
+  return "?";
+}
+
+bool dtype_from_name(const std::string& name, DType* out) {
+  static const struct { const char* name; DType type; } kTable[] = {
+      {"F32", DType::kF32},      {"BF16", DType::kBF16},    {"F16", DType::kF16},
+      {"F8_E4M3", DType::kF8E4M3}, {"F8_E8M0", DType::kF8E8M0}, {"I8", DType::kI8},
+      {"U8", DType::kU8},        {"I32", DType::kI32},      {"I64", DType::kI64},
+  };
+  for (const auto& e : kTable) {
+    if (name == e.name) {
+      *out = e.type;
+      return true;
+    }
+  }
+  return false;
+}
+
+float bf16_to_f32(uint16_t v) {
+  uint32_t bits = static_cast<uint32_t>(v) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t f32_to_bf16(float v) {
+  uint32_t bits;
+  std::memcpy(&bits, &v, 4);
+  if (std::isnan(v)) return 0x7FC0;
+  uint32_t rounding = 0x7FFF + ((bits >> 16) & 1);
+  return static_cast<uint16_t>((bits + rounding) >> 16);
+}
+
+float f16_to_f32(uint16_t v) {
+  uint32_t sign = (v >> 15) & 1, exp = (v >> 10) & 0x1F, mant = v & 0x3FF;
+  float mag;
+  if (exp == 0) mag = std::ldexp(static_cast<float>(mant), -24);
+  else if (exp == 31) mag = mant ? NAN : INFINITY;
+  else mag = std::ldexp(static_cast<float>(mant | 0x400), static_cast<int>(exp) - 25);
+  return sign ? -mag : mag;
+}
+
+float e4m3_to_f32(uint8_t v) {
+  uint32_t sign = v >> 7, exp = (v >> 3) & 0xF, mant = v & 7;
+  float mag;
+  if (exp == 15 && mant == 7) mag = NAN;
+  else if (exp == 0) mag = std::ldexp(static_cast<float>(mant), -9);
+  else mag = std::ldexp(static_cast<float>(mant | 8), static_cast<int>(exp) - 10);
+  return sign ? -mag : mag;
+}
+
+float e8m0_to_f32(uint8_t v) {
+  if (v == 0xFF) return NAN;
+  return std::ldexp(1.0f, static_cast<int>(v) - 127);
+}
+
+float e2m1_to_f32(uint8_t nibble) {
+  static const float kValues[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  float mag = kValues[nibble & 7];
+  return (nibble & 8) ? -mag : mag;
+}
+
+float round_to_minifloat(float x, int mantissa_bits, int min_exponent) {
+  if (x == 0.0f || !std::isfinite(x)) return x;
+  int exp;
+  std::frexp(x, &exp);  // |x| in [2^(exp-1), 2^exp)
+  int e = exp - 1;
+  if (e < min_exponent) e = min_exponent;
+  float quantum = std::ldexp(1.0f, e - mantissa_bits);
+  return std::nearbyint(x / quantum) * quantum;  // default rounding mode: ties to even
+}
+
+uint8_t f32_to_e4m3(float v) {
+  if (std::isnan(v)) return 0x7F;
+  float r = round_to_e4m3(std::fmax(-kE4M3Max, std::fmin(kE4M3Max, v)));
+  uint8_t sign = std::signbit(r) ? 0x80 : 0;
+  float a = std::fabs(r);
+  if (a == 0.0f) return sign;
+  int exp;
+  std::frexp(a, &exp);
+  int e = exp - 1;
+  if (e < -6) return sign | static_cast<uint8_t>(std::lround(a * 512.0f));  // subnormal: m * 2^-9
+  int mant = static_cast<int>(std::lround(std::ldexp(a, -e) * 8.0f)) - 8;
+  return sign | static_cast<uint8_t>(((e + 7) << 3) | mant);
+}
+
+uint8_t f32_to_e2m1(float v) {
+  float r = round_to_e2m1(std::fmax(-kE2M1Max, std::fmin(kE2M1Max, v)));
+  uint8_t sign = std::signbit(r) ? 8 : 0;
+  float a = std::fabs(r);
+  for (uint8_t code = 0; code < 8; ++code) {
+    if (e2m1_to_f32(code) == a) return sign | code;
+  }
+  return sign;  // unreachable: the rounded value is on the grid
+}
+
+float pow2_ceil(float x) {
+  int exp;
+  float m = std::frexp(x, &exp);  // x = m * 2^exp, m in [0.5, 1)
+  return m == 0.5f ? x : std::ldexp(1.0f, exp);
+}
+
+}  // namespace dsv4

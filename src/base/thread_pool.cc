@@ -1,0 +1,85 @@
+#include "base/thread_pool.h"
+
+#include <algorithm>
+#include <cstdlib>
+
+namespace dsv4 {
+namespace {
+thread_local bool t_inside_pool = false;
+}
+
+ThreadPool::ThreadPool(int num_threads) {
+  for (int i = 1; i < num_threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  for (auto& w : workers_) w.join();
+}
+
+ThreadPool& ThreadPool::global() {
+  static ThreadPool pool([] {
+    const char* env = std::getenv("DSV4_NUM_THREADS");
+    int n = env ? std::atoi(env) : static_cast<int>(std::thread::hardware_concurrency());
+    return std::max(1, n);
+  }());
+  return pool;
+}
+
+void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+  if (n <= 0) return;
+  grain = std::max<int64_t>(1, grain);
+  int64_t max_chunks = (n + grain - 1) / grain;
+  int64_t chunks = std::min<int64_t>(max_chunks, static_cast<int64_t>(num_threads()) * 4);
+  if (chunks <= 1 || workers_.empty() || t_inside_pool) {
+    fn(0, n);
+    return;
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  job_ = &fn;
+  job_n_ = n;
+  job_chunk_ = (n + chunks - 1) / chunks;
+  num_chunks_ = (n + job_chunk_ - 1) / job_chunk_;
+  next_chunk_ = 0;
+  chunks_done_ = 0;
+  ++generation_;
+  wake_.notify_all();
+  // The caller works too.
+  t_inside_pool = true;
+  while (next_chunk_ < num_chunks_) {
+    int64_t c = next_chunk_++;
+    lock.unlock();
+    fn(c * job_chunk_, std::min(n, (c + 1) * job_chunk_));
+    lock.lock();
+    ++chunks_done_;
+  }
+  t_inside_pool = false;
+  done_.wait(lock, [&] { return chunks_done_ == num_chunks_; });
+  job_ = nullptr;
+}
+
+void ThreadPool::worker_loop(int) {
+  t_inside_pool = true;
+  uint64_t seen = 0;
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    wake_.wait(lock, [&] { return stop_ || (generation_ != seen && job_ && next_chunk_ < num_chunks_); });
+    if (stop_) return;
+    seen = generation_;
+    while (job_ && next_chunk_ < num_chunks_) {
+      int64_t c = next_chunk_++;
+      const auto* fn = job_;
+      int64_t n = job_n_, chunk = job_chunk_;
+      lock.unlock();
+      (*fn)(c * chunk, std::min(n, (c + 1) * chunk));
+      lock.lock();
+      if (++chunks_done_ == num_chunks_) done_.notify_all();
+    }
+  }
+}
+
+}  // namespace dsv4

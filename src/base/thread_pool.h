@@ -1,0 +1,47 @@
+// The one parallel primitive: parallel_for over [0, n) on a fixed pool.
+// Ops split work with it; nothing else in src/ starts threads for compute.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace dsv4 {
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(int num_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int num_threads() const { return static_cast<int>(workers_.size()) + 1; }
+
+  // Calls fn(begin, end) on disjoint ranges covering [0, n), at least `grain`
+  // items per call; the calling thread takes part. Nested calls run inline.
+  void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+
+  // The process-wide pool (DSV4_NUM_THREADS or the hardware count).
+  static ThreadPool& global();
+
+ private:
+  void worker_loop(int index);
+
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable wake_, done_;
+  const std::function<void(int64_t, int64_t)>* job_ = nullptr;
+  int64_t job_n_ = 0, job_chunk_ = 0;
+  int64_t next_chunk_ = 0, num_chunks_ = 0, chunks_done_ = 0;
+  uint64_t generation_ = 0;
+  bool stop_ = false;
+};
+
+inline void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+  ThreadPool::global().parallel_for(n, grain, fn);
+}
+
+}  // namespace dsv4

@@ -1,0 +1,103 @@
+#include <cmath>
+
+#include "kernels/kernels.h"
+
+namespace dsv4::kernels {
+
+float dot(const float* a, const float* b, int64_t n) {
+  float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+  for (int64_t i = 0; i < n; ++i) acc += a[i] * b[i];
+  return acc;
+}
+
+void matmul_nt(const float* x, int64_t m, int64_t k, const float* w, int64_t n_begin, int64_t n_end,
+               float* y, int64_t ldy) {
+  // Four weight rows at a time so each x row is read once per four outputs.
+  int64_t j = n_begin;
+  for (; j + 4 <= n_end; j += 4) {
+    const float* w0 = w + j * k;
+    const float* w1 = w0 + k;
+    const float* w2 = w1 + k;
+    const float* w3 = w2 + k;
+    for (int64_t i = 0; i < m; ++i) {
+      const float* xi = x + i * k;
+      float a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+#pragma omp simd reduction(+ : a0, a1, a2, a3)
+      for (int64_t t = 0; t < k; ++t) {
+        a0 += xi[t] * w0[t];
+        a1 += xi[t] * w1[t];
+        a2 += xi[t] * w2[t];
+        a3 += xi[t] * w3[t];
+      }
+      float* yi = y + i * ldy + j;
+      yi[0] = a0;
+      yi[1] = a1;
+      yi[2] = a2;
+      yi[3] = a3;
+    }
+  }
+  for (; j < n_end; ++j) {
+    for (int64_t i = 0; i < m; ++i) y[i * ldy + j] = dot(x + i * k, w + j * k, k);
+  }
+}
+
+void rms_norm(const float* x, const float* weight, int64_t n, float eps, float* out) {
+  float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+  for (int64_t i = 0; i < n; ++i) ss += x[i] * x[i];
+  float r = 1.0f / std::sqrt(ss / static_cast<float>(n) + eps);
+  if (weight) {
+    for (int64_t i = 0; i < n; ++i) out[i] = weight[i] * (x[i] * r);
+  } else {
+    for (int64_t i = 0; i < n; ++i) out[i] = x[i] * r;
+  }
+}
+
+void hadamard(float* x, int64_t n) {
+  for (int64_t h = 1; h < n; h *= 2) {
+    for (int64_t i = 0; i < n; i += 2 * h) {
+      for (int64_t j = i; j < i + h; ++j) {
+        float a = x[j], b = x[j + h];
+        x[j] = a + b;
+        x[j + h] = a - b;
+      }
+    }
+  }
+  float s = 1.0f / std::sqrt(static_cast<float>(n));
+  for (int64_t i = 0; i < n; ++i) x[i] *= s;
+}
+
+void rope(float* x, const float* cos, const float* sin, int64_t pairs, bool inverse) {
+  for (int64_t i = 0; i < pairs; ++i) {
+    float c = cos[i], s = inverse ? -sin[i] : sin[i];
+    float re = x[2 * i], im = x[2 * i + 1];
+    x[2 * i] = re * c - im * s;
+    x[2 * i + 1] = re * s + im * c;
+  }
+}
+
+void sink_attention(const float* q, const float* const* keys, int64_t num_keys, int64_t dim, float sink,
+                    float scale, float* scores, float* out) {
+  float mx = -INFINITY;
+  for (int64_t j = 0; j < num_keys; ++j) {
+    scores[j] = dot(q, keys[j], dim) * scale;
+    mx = std::fmax(mx, scores[j]);
+  }
+  float sum = 0.0f;
+  for (int64_t j = 0; j < num_keys; ++j) {
+    scores[j] = std::exp(scores[j] - mx);
+    sum += scores[j];
+  }
+  // The sink is one more logit whose value row is zero: denominator only.
+  float denom = sum + std::exp(sink - mx);
+  for (int64_t d = 0; d < dim; ++d) out[d] = 0.0f;
+  for (int64_t j = 0; j < num_keys; ++j) {
+    float p = scores[j] / denom;
+    const float* k = keys[j];
+#pragma omp simd
+    for (int64_t d = 0; d < dim; ++d) out[d] += p * k[d];
+  }
+}
+
+}  // namespace dsv4::kernels

@@ -1,0 +1,35 @@
+#include <cmath>
+
+#include "base/dtype.h"
+#include "kernels/kernels.h"
+
+namespace dsv4::kernels {
+namespace {
+
+// Shared shape of the reference's act_quant / fp4_act_quant round trip.
+template <float (*Round)(float)>
+void quant_dequant(float* x, int64_t n, int64_t block, float max_value, float min_amax, bool round) {
+  for (int64_t b = 0; b < n; b += block) {
+    float amax = 0.0f;
+    for (int64_t i = b; i < b + block; ++i) amax = std::fmax(amax, std::fabs(x[i]));
+    amax = std::fmax(amax, min_amax);
+    // As the reference: amax * (1/max), then 2^ceil(log2(.)) in float32.
+    float scale = std::ldexp(1.0f, static_cast<int>(std::ceil(std::log2(amax * (1.0f / max_value)))));
+    for (int64_t i = b; i < b + block; ++i) {
+      float q = std::fmax(-max_value, std::fmin(max_value, x[i] / scale));
+      x[i] = (round ? Round(q) : q) * scale;
+    }
+  }
+}
+
+}  // namespace
+
+void fp8_quant_dequant(float* x, int64_t n, int64_t block, bool round) {
+  quant_dequant<round_to_e4m3>(x, n, block, kE4M3Max, 1e-4f, round);
+}
+
+void fp4_quant_dequant(float* x, int64_t n, int64_t block, bool round) {
+  quant_dequant<round_to_e2m1>(x, n, block, kE2M1Max, 6.0f * std::ldexp(1.0f, -126), round);
+}
+
+}  // namespace dsv4::kernels

@@ -1,0 +1,44 @@
+// Pointer+size kernels. The generic versions here are the oracle the x86
+// variants are tested against. No shape checks, no allocation, no threads:
+// ops (src/ops) validate shapes and split work with parallel_for.
+#pragma once
+
+#include <cstdint>
+
+namespace dsv4::kernels {
+
+// sum_i a[i] * b[i]
+float dot(const float* a, const float* b, int64_t n);
+
+// y[i, j] = sum_k x[i, k] * w[j, k] for rows i in [0, m) and output columns
+// j in [n_begin, n_end). y has row stride ldy.
+void matmul_nt(const float* x, int64_t m, int64_t k, const float* w, int64_t n_begin, int64_t n_end,
+               float* y, int64_t ldy);
+
+// out = x / sqrt(mean(x^2) + eps) * weight (weight may be null: no scale).
+void rms_norm(const float* x, const float* weight, int64_t n, float eps, float* out);
+
+// In place quantize-dequantize of blocks of `block` values: each block gets a
+// power-of-two scale (2^ceil(log2(amax / max))), values are divided by it,
+// clamped to +-max (448 for FP8 e4m3, 6 for FP4 e2m1), rounded to the format
+// when `round` (ties to even), and scaled back. Without `round` this is the
+// reference's pure-PyTorch in-place QAT step, which only clamps.
+void fp8_quant_dequant(float* x, int64_t n, int64_t block, bool round);
+void fp4_quant_dequant(float* x, int64_t n, int64_t block, bool round);
+
+// In place normalized Walsh-Hadamard transform (n a power of two), scaled by
+// n^-1/2, equal to x @ H_n / sqrt(n) with Sylvester's H_n.
+void hadamard(float* x, int64_t n);
+
+// Rotates interleaved pairs (x[2i], x[2i+1]) by angle i: cos[i], sin[i];
+// inverse rotates by the negative angle.
+void rope(float* x, const float* cos, const float* sin, int64_t pairs, bool inverse);
+
+// One query head against gathered keys: softmax(q.k * scale) with an extra
+// sink logit in the denominator only; out = sum_j p_j * key_j.
+// keys[j] points at a row of `dim` floats (values are the keys).
+void sink_attention(const float* q, const float* const* keys, int64_t num_keys, int64_t dim, float sink,
+                    float scale, float* scores_scratch, float* out);
+
+
+}  // namespace dsv4::kernels

@@ -1,0 +1,169 @@
+#include "model/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "base/check.h"
+#include "base/thread_pool.h"
+#include "kernels/kernels.h"
+#include "model/compressor.h"
+#include "model/indexer.h"
+
+namespace dsv4 {
+namespace {
+
+using Buffer = std::vector<float>;
+
+// RoPE on the last rope_dim dims of `count` vectors of size `stride`, the
+// vector v at position pos_of(v).
+template <class PosOf>
+void rope_tail(const Rope& rope, float* x, int64_t count, int64_t stride, int rope_dim, PosOf pos_of, bool inverse) {
+  parallel_for(count, 16, [&](int64_t v0, int64_t v1) {
+    Buffer cos(rope_dim / 2), sin(rope_dim / 2);
+    for (int64_t v = v0; v < v1; ++v) {
+      rope.angles(pos_of(v), cos.data(), sin.data());
+      kernels::rope(x + v * stride + stride - rope_dim, cos.data(), sin.data(), rope_dim / 2, inverse);
+    }
+  });
+}
+
+// Per-row position of a packed batch.
+std::vector<int64_t> row_positions(const std::vector<SeqChunk>& chunks, int64_t rows) {
+  std::vector<int64_t> pos(rows);
+  for (const auto& ch : chunks)
+    for (int64_t i = 0; i < ch.num_tokens; ++i) pos[ch.row_begin + i] = ch.start_pos + i;
+  return pos;
+}
+
+// Runs a compressor's projections over all rows and pools each chunk into
+// its sequence's rows.
+void run_compressor(const CompressorWeights& w, const LayerContext& ctx, const float* x, int64_t rows,
+                    const std::vector<SeqChunk>& chunks, bool index_keys) {
+  const ModelConfig& c = ctx.config;
+  const int64_t width = w.wkv.out;
+  Buffer kv(rows * width), score(rows * width);
+  linear_forward(w.wkv, x, rows, kv.data());
+  linear_forward(w.wgate, x, rows, score.data());
+  parallel_for(static_cast<int64_t>(chunks.size()), 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t ci = c0; ci < c1; ++ci) {
+      const SeqChunk& ch = chunks[ci];
+      LayerState& ls = ch.state->layers[ctx.state_layer];
+      compress_tokens(w, ctx.rope, c.rope_head_dim, c.norm_eps, ctx.qat_round, kv.data() + ch.row_begin * width,
+                      score.data() + ch.row_begin * width, ch.start_pos, ch.num_tokens,
+                      index_keys ? &ls.index_compressor : &ls.compressor, index_keys ? &ls.index_keys : &ls.compressed);
+    }
+  });
+}
+
+}  // namespace
+
+void init_attention_state(const AttentionWeights& w, const ModelConfig& c, LayerState* st) {
+  st->window.assign(static_cast<size_t>(c.window_size) * c.head_dim, 0.0f);
+  st->compressed.clear();
+  st->index_keys.clear();
+  if (w.compressor) init_compressor_state(*w.compressor, &st->compressor);
+  if (w.indexer) init_compressor_state(w.indexer->compressor, &st->index_compressor);
+}
+
+void attention_forward(const AttentionWeights& w, const LayerContext& ctx, const std::vector<SeqChunk>& chunks,
+                       const float* x, int64_t rows, float* out) {
+  const ModelConfig& c = ctx.config;
+  const Rope& rope = ctx.rope;
+  const int heads = c.n_heads, hd = c.head_dim, rd = c.rope_head_dim, win = c.window_size;
+  const std::vector<int64_t> pos = row_positions(chunks, rows);
+
+  // Queries: wq_a -> q_norm -> wq_b, then a weightless RMS norm per head.
+  Buffer qr(rows * c.q_lora_rank), q(rows * heads * hd);
+  linear_forward(w.wq_a, x, rows, qr.data());
+  for (int64_t r = 0; r < rows; ++r)
+    kernels::rms_norm(&qr[r * c.q_lora_rank], w.q_norm.data(), c.q_lora_rank, c.norm_eps, &qr[r * c.q_lora_rank]);
+  linear_forward(w.wq_b, qr.data(), rows, q.data());
+  parallel_for(rows * heads, 16, [&](int64_t v0, int64_t v1) {
+    for (int64_t v = v0; v < v1; ++v) kernels::rms_norm(&q[v * hd], nullptr, hd, c.norm_eps, &q[v * hd]);
+  });
+  rope_tail(rope, q.data(), rows * heads, hd, rd, [&](int64_t v) { return pos[v / heads]; }, false);
+
+  // The single KV head: norm, RoPE, and FP8 rounding of the non-RoPE dims.
+  Buffer kv(rows * hd);
+  linear_forward(w.wkv, x, rows, kv.data());
+  for (int64_t r = 0; r < rows; ++r) kernels::rms_norm(&kv[r * hd], w.kv_norm.data(), hd, c.norm_eps, &kv[r * hd]);
+  rope_tail(rope, kv.data(), rows, hd, rd, [&](int64_t r) { return pos[r]; }, false);
+  for (int64_t r = 0; r < rows; ++r) kernels::fp8_quant_dequant(&kv[r * hd], hd - rd, 64, ctx.qat_round);
+
+  // Compressed history (rows finished by this chunk are visible to it).
+  if (w.compressor) run_compressor(*w.compressor, ctx, x, rows, chunks, false);
+
+  // Indexer queries and head weights.
+  Buffer iq, iw;
+  const int ih = c.index_n_heads, id = c.index_head_dim;
+  if (w.indexer) {
+    iq.resize(rows * ih * id);
+    iw.resize(rows * ih);
+    linear_forward(w.indexer->wq_b, qr.data(), rows, iq.data());
+    rope_tail(rope, iq.data(), rows * ih, id, rd, [&](int64_t v) { return pos[v / ih]; }, false);
+    parallel_for(rows * ih, 16, [&](int64_t v0, int64_t v1) {
+      for (int64_t v = v0; v < v1; ++v) {
+        kernels::hadamard(&iq[v * id], id);
+        kernels::fp4_quant_dequant(&iq[v * id], id, 32, ctx.qat_round);
+      }
+    });
+    linear_forward(w.indexer->weights_proj, x, rows, iw.data());
+    const float wscale = (1.0f / std::sqrt(static_cast<float>(id))) * (1.0f / std::sqrt(static_cast<float>(ih)));
+    for (float& v : iw) v *= wscale;
+    run_compressor(w.indexer->compressor, ctx, x, rows, chunks, true);
+  }
+
+  // Sparse attention per chunk: window keys then compressed rows.
+  Buffer o(rows * heads * hd);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  for (const SeqChunk& ch : chunks) {
+    LayerState& ls = ch.state->layers[ctx.state_layer];
+    std::vector<std::vector<int32_t>> picked;
+    if (w.indexer) {
+      IndexerShape shape{ih, id, c.index_topk, w.ratio};
+      indexer_select(shape, iq.data() + ch.row_begin * ih * id, iw.data() + ch.row_begin * ih, ls.index_keys.data(),
+                     ch.start_pos, ch.num_tokens, ch.prefill_len, &picked);
+    }
+    auto key_at = [&](int64_t p) -> const float* {
+      return p < ch.start_pos ? &ls.window[(p % win) * hd] : &kv[(ch.row_begin + p - ch.start_pos) * hd];
+    };
+    parallel_for(ch.num_tokens * heads, 4, [&](int64_t v0, int64_t v1) {
+      std::vector<const float*> keys;
+      Buffer scores;
+      for (int64_t v = v0; v < v1; ++v) {
+        const int64_t i = v / heads, h = v % heads, t = ch.start_pos + i;
+        keys.clear();
+        for (int64_t p = std::max<int64_t>(0, t - win + 1); p <= t; ++p) keys.push_back(key_at(p));
+        if (w.ratio) {
+          if (w.indexer) {
+            for (int32_t j : picked[i]) keys.push_back(&ls.compressed[j * hd]);
+          } else {
+            for (int64_t j = 0; j < (t + 1) / w.ratio; ++j) keys.push_back(&ls.compressed[j * hd]);
+          }
+        }
+        scores.resize(keys.size());
+        const int64_t row = ch.row_begin + i;
+        kernels::sink_attention(&q[(row * heads + h) * hd], keys.data(), keys.size(), hd, w.attn_sink[h], scale,
+                                scores.data(), &o[(row * heads + h) * hd]);
+      }
+    });
+    // Only now the ring may take this chunk's keys: earlier queries read it.
+    for (int64_t p = std::max(ch.start_pos, ch.start_pos + ch.num_tokens - win); p < ch.start_pos + ch.num_tokens; ++p)
+      std::memcpy(&ls.window[(p % win) * hd], key_at(p), sizeof(float) * hd);
+  }
+
+  // De-rotate the output, then the grouped low-rank projection.
+  rope_tail(rope, o.data(), rows * heads, hd, rd, [&](int64_t v) { return pos[v / heads]; }, true);
+  const int64_t g = c.o_groups, group_in = static_cast<int64_t>(heads) * hd / g, olr = c.o_lora_rank;
+  Buffer og(rows * g * olr), ogroup(rows * olr), xin(rows * group_in);
+  for (int64_t gi = 0; gi < g; ++gi) {
+    for (int64_t r = 0; r < rows; ++r)
+      std::memcpy(&xin[r * group_in], &o[(r * g + gi) * group_in], sizeof(float) * group_in);
+    matmul(xin.data(), rows, group_in, w.wo_a.w.data() + gi * olr * group_in, olr, ogroup.data());
+    for (int64_t r = 0; r < rows; ++r) std::memcpy(&og[(r * g + gi) * olr], &ogroup[r * olr], sizeof(float) * olr);
+  }
+  linear_forward(w.wo_b, og.data(), rows, out);
+}
+
+}  // namespace dsv4

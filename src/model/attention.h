@@ -1,0 +1,30 @@
+// DeepSeek-V4 attention: low-rank queries, one shared KV head, a sliding
+// window of raw keys plus compressed rows (all of them at ratio 128, the
+// indexer's top-k at ratio 4), an attention sink, and grouped low-rank output.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/config.h"
+#include "model/forward_batch.h"
+#include "model/rope.h"
+#include "model/weights.h"
+
+namespace dsv4 {
+
+void init_attention_state(const AttentionWeights& w, const ModelConfig& c, LayerState* st);
+
+struct LayerContext {
+  const ModelConfig& config;
+  const Rope& rope;     // plain for window layers, YaRN for compressed ones
+  int state_layer = 0;  // which LayerState of each sequence this block uses
+  bool qat_round = false;
+};
+
+// x: [rows, dim] (after attn_norm) -> out: [rows, dim]. Reads and extends
+// each chunk's sequence state at ctx.state_layer.
+void attention_forward(const AttentionWeights& w, const LayerContext& ctx, const std::vector<SeqChunk>& chunks,
+                       const float* x, int64_t rows, float* out);
+
+}  // namespace dsv4

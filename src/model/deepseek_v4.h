@@ -1,0 +1,61 @@
+// The DeepSeek-V4 forward: embedding, hyper-connected blocks (attention and
+// MoE), the hc head and the MTP blocks, over packed chunks of any number of
+// sequences at any positions.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "base/status.h"
+#include "model/config.h"
+#include "model/forward_batch.h"
+#include "model/rope.h"
+#include "model/weights.h"
+
+namespace dsv4 {
+
+struct ModelOptions {
+  // The reference's in-place QAT steps (KV non-RoPE dims through FP8 per 64,
+  // indexer queries and keys through FP4 per 32) only clamp in its
+  // pure-PyTorch kernels, which the golden cases come from. true rounds to
+  // the formats as well, like a real cast.
+  bool qat_rounding = false;
+};
+
+class DeepseekV4 {
+ public:
+  // Reads DIR/config.json and the checkpoint's weights.
+  static StatusOr<std::unique_ptr<DeepseekV4>> load(const std::string& dir, const ModelOptions& options = {});
+  DeepseekV4(ModelConfig config, std::unique_ptr<ModelWeights> weights, const ModelOptions& options = {});
+
+  const ModelConfig& config() const { return config_; }
+  const ModelWeights& weights() const { return *weights_; }
+
+  SequenceState new_sequence() const;
+  SequenceState new_mtp_sequence(int mtp_index) const;
+
+  // Runs every chunk's tokens through the main model and advances the
+  // chunks' states. logits: at each chunk's last token; hidden: every row's
+  // streams entering the head when want_hidden.
+  Status forward(const ForwardBatch& batch, ForwardOutput* out, bool want_hidden = false) const;
+
+  // MTP block `mtp_index`: batch holds the MTP input ids with MTP states,
+  // hidden the main model's streams for the same rows [rows, hc, dim].
+  Status forward_mtp(int mtp_index, const ForwardBatch& batch, const float* hidden, ForwardOutput* out) const;
+
+ private:
+  Status check_batch(const ForwardBatch& batch) const;
+  void embed(const ForwardBatch& batch, float* out) const;
+  void block(const BlockWeights& b, int state_layer, const ForwardBatch& batch, float* h) const;
+  void head(const HcHeadWeights& hc, const std::vector<float>& norm, const ForwardBatch& batch, const float* h,
+            ForwardOutput* out) const;
+  const Rope& rope_for(int ratio) const { return ratio ? compress_rope_ : window_rope_; }
+
+  ModelConfig config_;
+  ModelOptions options_;
+  std::unique_ptr<ModelWeights> weights_;
+  Rope window_rope_;    // plain RoPE for sliding-window layers
+  Rope compress_rope_;  // YaRN for compressed layers
+};
+
+}  // namespace dsv4

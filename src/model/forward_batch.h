@@ -1,0 +1,50 @@
+// The plain structs the model is driven with: which sequences, which
+// positions, which tokens. The model owns no requests; callers own the states.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/sequence_state.h"
+
+namespace dsv4 {
+
+// One sequence's share of a forward: tokens at positions
+// [start_pos, start_pos + num_tokens), rows [row_begin, row_begin + num_tokens).
+struct SeqChunk {
+  SequenceState* state = nullptr;
+  int64_t start_pos = 0;
+  int64_t num_tokens = 0;
+  int64_t row_begin = 0;
+  // Length of the prompt this chunk prefills (0 for generated tokens); only
+  // the indexer's tie order depends on it (see indexer.h).
+  int64_t prefill_len = 0;
+};
+
+// Receives named intermediate tensors (layer_out.N, final_hidden) so a golden
+// comparison can say where two implementations part.
+class ForwardTrace {
+ public:
+  virtual ~ForwardTrace() = default;
+  virtual void record(const std::string& name, const float* rows, int64_t num_rows, int64_t row_size) = 0;
+};
+
+struct ForwardBatch {
+  std::vector<int32_t> token_ids;  // all chunks' tokens, packed in chunk order
+  std::vector<SeqChunk> chunks;
+  ForwardTrace* trace = nullptr;
+
+  void add(SequenceState* state, const int32_t* tokens, int64_t n, int64_t prefill_len = 0) {
+    chunks.push_back({state, state->length, n, static_cast<int64_t>(token_ids.size()), prefill_len});
+    token_ids.insert(token_ids.end(), tokens, tokens + n);
+  }
+  int64_t num_rows() const { return static_cast<int64_t>(token_ids.size()); }
+};
+
+struct ForwardOutput {
+  std::vector<float> logits;  // [chunks, vocab]: at each chunk's last position
+  std::vector<float> hidden;  // [rows, hc, dim]: the streams entering the head (input of MTP)
+};
+
+}  // namespace dsv4

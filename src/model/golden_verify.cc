@@ -1,0 +1,253 @@
+#include "model/golden_verify.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <sstream>
+
+#include "model/deepseek_v4.h"
+#include "model/safetensors.h"
+#include "model/safetensors_writer.h"
+
+namespace dsv4 {
+namespace {
+
+// Collects traced rows per name across chunks, then reorders them into the
+// golden's [B, S, ...] layout.
+class TraceCollector : public ForwardTrace {
+ public:
+  void record(const std::string& name, const float* rows, int64_t num_rows, int64_t row_size) override {
+    auto& v = data_[name];
+    v.insert(v.end(), rows, rows + num_rows * row_size);
+  }
+  std::map<std::string, std::vector<float>> data_;
+};
+
+StatusOr<const TensorInfo*> golden_tensor(const SafetensorsFile& g, const std::string& name, DType dtype) {
+  const TensorInfo* t = g.find(name);
+  if (!t) return not_found(g.path() + ": golden tensor '" + name + "' is missing");
+  if (t->dtype != dtype) return invalid_argument(g.path() + ": golden tensor '" + name + "' has dtype " + dtype_name(t->dtype));
+  return t;
+}
+
+std::vector<int64_t> read_i64(const TensorInfo* t) {
+  std::vector<int64_t> v(t->numel());
+  std::memcpy(v.data(), t->data, t->nbytes);
+  return v;
+}
+
+std::vector<float> read_f32(const TensorInfo* t) {
+  std::vector<float> v(t->numel());
+  std::memcpy(v.data(), t->data, t->nbytes);
+  return v;
+}
+
+double rel_l2(const float* a, const float* g, int64_t n) {
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    double d = static_cast<double>(a[i]) - g[i];
+    num += d * d;
+    den += static_cast<double>(g[i]) * g[i];
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+int64_t argmax(const float* x, int64_t n) { return std::max_element(x, x + n) - x; }
+
+}  // namespace
+
+bool VerifyReport::pass() const {
+  for (const auto& t : tensors)
+    if (!t.pass()) return false;
+  return greedy_total == 0 || greedy_match >= std::ceil(greedy_required * greedy_total - 1e-9);
+}
+
+const TensorCheck* VerifyReport::find(const std::string& name) const {
+  for (const auto& t : tensors)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+std::string VerifyReport::format() const {
+  std::ostringstream s;
+  char line[160];
+  std::snprintf(line, sizeof line, "  %-18s %12s %10s  %s\n", "tensor", "rel L2", "bound", "");
+  s << line;
+  for (const auto& t : tensors) {
+    char bound[32] = "-";
+    if (t.bound >= 0) std::snprintf(bound, sizeof bound, "%.0e", t.bound);
+    std::snprintf(line, sizeof line, "  %-18s %12.3e %10s  %s\n", t.name.c_str(), t.rel_l2, bound,
+                  t.bound < 0 ? "(info)" : t.pass() ? "ok" : "FAIL");
+    s << line;
+  }
+  std::snprintf(line, sizeof line, "  %-18s %d/%d match (need %.0f%%)\n", "greedy tokens", greedy_match, greedy_total,
+                greedy_required * 100);
+  s << line;
+  s << (pass() ? "PASS" : "FAIL") << "\n";
+  return s.str();
+}
+
+bool model_is_quantized(const DeepseekV4& model) {
+  for (const auto& b : model.weights().blocks)
+    if (b.attn.wq_a.quantizes_input() || b.ffn.shared.w1.quantizes_input() ||
+        (!b.ffn.experts.empty() && b.ffn.experts[0].w1.quantizes_input()))
+      return true;
+  return false;
+}
+
+StatusOr<VerifyReport> verify_golden(const DeepseekV4& model, const VerifyOptions& opt) {
+  const ModelConfig& c = model.config();
+  DSV4_ASSIGN_OR_RETURN(auto golden, SafetensorsFile::open(opt.golden_path));
+  DSV4_ASSIGN_OR_RETURN(const TensorInfo* prompt_t, golden_tensor(*golden, "prompt_ids", DType::kI64));
+  DSV4_ASSIGN_OR_RETURN(const TensorInfo* decode_t, golden_tensor(*golden, "decode_ids", DType::kI64));
+  if (prompt_t->shape.size() != 2 || decode_t->shape.size() != 2 || decode_t->shape[1] != prompt_t->shape[0])
+    return invalid_argument(opt.golden_path + ": prompt_ids must be [B,S] and decode_ids [T,B]");
+  const int64_t B = prompt_t->shape[0], S = prompt_t->shape[1], T = decode_t->shape[0], V = c.vocab_size;
+  const int64_t flat = static_cast<int64_t>(c.hc_mult) * c.dim;
+  const std::vector<int64_t> prompt = read_i64(prompt_t), decode = read_i64(decode_t);
+  const int64_t chunk = opt.chunk > 0 ? opt.chunk : S;
+
+  std::map<std::string, std::vector<float>> computed;
+  std::map<std::string, std::vector<int64_t>> shapes;
+
+  // Prefill: chunk k of every prompt in one packed batch.
+  std::vector<SequenceState> states;
+  for (int64_t b = 0; b < B; ++b) states.push_back(model.new_sequence());
+  TraceCollector trace;
+  std::vector<std::vector<float>> hidden(B);
+  std::vector<float> prefill_logits(B * V);
+  for (int64_t s0 = 0; s0 < S; s0 += chunk) {
+    const int64_t n = std::min(chunk, S - s0);
+    ForwardBatch batch;
+    batch.trace = &trace;
+    for (int64_t b = 0; b < B; ++b) {
+      std::vector<int32_t> ids(prompt.begin() + b * S + s0, prompt.begin() + b * S + s0 + n);
+      batch.add(&states[b], ids.data(), n, /*prefill_len=*/S);
+    }
+    ForwardOutput out;
+    DSV4_RETURN_IF_ERROR(model.forward(batch, &out, /*want_hidden=*/true));
+    for (int64_t b = 0; b < B; ++b) {
+      hidden[b].insert(hidden[b].end(), out.hidden.begin() + b * n * flat, out.hidden.begin() + (b + 1) * n * flat);
+      if (s0 + n == S) std::copy_n(&out.logits[b * V], V, &prefill_logits[b * V]);
+    }
+  }
+  // Traces arrive per forward as [B, n] blocks; reorder to [B, S].
+  for (auto& [name, rows] : trace.data_) {
+    std::vector<float> ordered(B * S * flat);
+    int64_t at = 0;
+    for (int64_t s0 = 0; s0 < S; s0 += chunk) {
+      const int64_t n = std::min(chunk, S - s0);
+      for (int64_t b = 0; b < B; ++b, at += n * flat)
+        std::copy_n(&rows[at], n * flat, &ordered[(b * S + s0) * flat]);
+    }
+    computed[name] = std::move(ordered);
+    shapes[name] = {B, S, c.hc_mult, c.dim};
+  }
+  computed["prefill_logits"] = prefill_logits;
+  shapes["prefill_logits"] = {B, V};
+
+  // Decode with the reference's ids (teacher forcing).
+  std::vector<float> decode_logits(T * B * V);
+  for (int64_t t = 0; t < T; ++t) {
+    ForwardBatch batch;
+    for (int64_t b = 0; b < B; ++b) {
+      int32_t id = static_cast<int32_t>(decode[t * B + b]);
+      batch.add(&states[b], &id, 1);
+    }
+    ForwardOutput out;
+    DSV4_RETURN_IF_ERROR(model.forward(batch, &out));
+    std::copy(out.logits.begin(), out.logits.end(), &decode_logits[t * B * V]);
+  }
+  computed["decode_logits"] = decode_logits;
+  shapes["decode_logits"] = {T, B, V};
+
+  // MTP block 0 on our own final streams.
+  const TensorInfo* mtp_ids_t = golden->find("mtp_ids");
+  if (mtp_ids_t && !model.weights().mtp.empty()) {
+    const std::vector<int64_t> mtp_ids = read_i64(mtp_ids_t);
+    std::vector<SequenceState> mtp_states;
+    for (int64_t b = 0; b < B; ++b) mtp_states.push_back(model.new_mtp_sequence(0));
+    std::vector<float> mtp_logits(B * V);
+    for (int64_t s0 = 0; s0 < S; s0 += chunk) {
+      const int64_t n = std::min(chunk, S - s0);
+      ForwardBatch batch;
+      std::vector<float> h;
+      for (int64_t b = 0; b < B; ++b) {
+        std::vector<int32_t> ids(mtp_ids.begin() + b * S + s0, mtp_ids.begin() + b * S + s0 + n);
+        batch.add(&mtp_states[b], ids.data(), n, /*prefill_len=*/S);
+        h.insert(h.end(), hidden[b].begin() + s0 * flat, hidden[b].begin() + (s0 + n) * flat);
+      }
+      ForwardOutput out;
+      DSV4_RETURN_IF_ERROR(model.forward_mtp(0, batch, h.data(), &out));
+      if (s0 + n == S) mtp_logits = out.logits;
+    }
+    computed["mtp_logits"] = mtp_logits;
+    shapes["mtp_logits"] = {B, V};
+  }
+
+  // Compare.
+  VerifyReport report;
+  std::vector<std::string> order;
+  for (int i = 0; i < c.n_layers; ++i) order.push_back("layer_out." + std::to_string(i));
+  for (const char* n : {"final_hidden", "prefill_logits", "decode_logits", "mtp_logits"}) order.push_back(n);
+  for (const auto& name : order) {
+    auto it = computed.find(name);
+    const TensorInfo* g = golden->find(name);
+    if (it == computed.end() || !g) continue;
+    if (g->dtype != DType::kF32 || g->numel() != static_cast<int64_t>(it->second.size()))
+      return invalid_argument(opt.golden_path + ": golden tensor '" + name + "' has shape " + g->shape_string() +
+                              ", which does not fit the model");
+    std::vector<float> gv = read_f32(g);
+    TensorCheck tc;
+    tc.name = name;
+    tc.rel_l2 = rel_l2(it->second.data(), gv.data(), gv.size());
+    if (!opt.quantized) {
+      tc.bound = 1e-4;
+    } else {
+      static const std::map<std::string, double> kBounds = {
+          {"layer_out.0", 1e-4}, {"prefill_logits", 0.2}, {"decode_logits", 0.1}, {"mtp_logits", 0.3}};
+      auto b = kBounds.find(name);
+      tc.bound = b == kBounds.end() ? -1.0 : b->second;
+    }
+    report.tensors.push_back(tc);
+  }
+
+  // Greedy tokens: f32 cases must match the reference's choices exactly;
+  // quantized ones must agree with its argmax on >= 85% of decode steps.
+  if (!opt.quantized) {
+    report.greedy_required = 1.0;
+    for (int64_t b = 0; b < B; ++b) {
+      report.greedy_total++;
+      report.greedy_match += argmax(&prefill_logits[b * V], V) == decode[b];
+    }
+    const TensorInfo* gl = golden->find("decode_logits");
+    std::vector<float> glv = gl ? read_f32(gl) : std::vector<float>();
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t b = 0; b < B; ++b) {
+        int64_t want = t + 1 < T ? decode[(t + 1) * B + b] : (glv.empty() ? -1 : argmax(&glv[(t * B + b) * V], V));
+        if (want < 0) continue;
+        report.greedy_total++;
+        report.greedy_match += argmax(&decode_logits[(t * B + b) * V], V) == want;
+      }
+  } else {
+    report.greedy_required = 0.85;
+    const TensorInfo* gl = golden->find("decode_logits");
+    if (gl) {
+      std::vector<float> glv = read_f32(gl);
+      for (int64_t i = 0; i < T * B; ++i) {
+        report.greedy_total++;
+        report.greedy_match += argmax(&decode_logits[i * V], V) == argmax(&glv[i * V], V);
+      }
+    }
+  }
+
+  if (!opt.dump_path.empty()) {
+    SafetensorsWriter w;
+    for (const auto& [name, values] : computed) w.add_f32(name, shapes[name], values);
+    DSV4_RETURN_IF_ERROR(w.write(opt.dump_path));
+  }
+  return report;
+}
+
+}  // namespace dsv4

@@ -1,0 +1,127 @@
+#include "model/hyper_connection.h"
+
+#include <cmath>
+
+#include "base/thread_pool.h"
+#include "kernels/kernels.h"
+#include "ops/linear.h"
+
+namespace dsv4 {
+namespace {
+
+float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
+// mixes[r, m] = (fn[m] . h[r]) / rms(h[r]) over the flattened hc*dim stream.
+std::vector<float> stream_mixes(const std::vector<float>& fn, int64_t num_mixes, const ModelConfig& c, const float* h,
+                                int64_t rows) {
+  const int64_t flat = static_cast<int64_t>(c.hc_mult) * c.dim;
+  std::vector<float> mixes(rows * num_mixes);
+  matmul(h, rows, flat, fn.data(), num_mixes, mixes.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* x = h + r * flat;
+    float ss = kernels::dot(x, x, flat);
+    float rs = 1.0f / std::sqrt(ss / static_cast<float>(flat) + c.norm_eps);
+    for (int64_t m = 0; m < num_mixes; ++m) mixes[r * num_mixes + m] *= rs;
+  }
+  return mixes;
+}
+
+void weighted_stream_sum(const float* pre, const ModelConfig& c, const float* h, float* x) {
+  for (int d = 0; d < c.dim; ++d) x[d] = 0.0f;
+  for (int s = 0; s < c.hc_mult; ++s) {
+    const float* hs = h + static_cast<int64_t>(s) * c.dim;
+    for (int d = 0; d < c.dim; ++d) x[d] += pre[s] * hs[d];
+  }
+}
+
+}  // namespace
+
+void sinkhorn(float* comb, int hc, int iters, float eps) {
+  auto normalize_rows = [&] {
+    for (int i = 0; i < hc; ++i) {
+      float sum = 0.0f;
+      for (int j = 0; j < hc; ++j) sum += comb[i * hc + j];
+      for (int j = 0; j < hc; ++j) comb[i * hc + j] /= (sum + eps);
+    }
+  };
+  auto normalize_cols = [&] {
+    for (int j = 0; j < hc; ++j) {
+      float sum = 0.0f;
+      for (int i = 0; i < hc; ++i) sum += comb[i * hc + j];
+      for (int i = 0; i < hc; ++i) comb[i * hc + j] /= (sum + eps);
+    }
+  };
+  for (int i = 0; i < hc; ++i) {
+    float* row = comb + i * hc;
+    float mx = row[0];
+    for (int j = 1; j < hc; ++j) mx = std::fmax(mx, row[j]);
+    float sum = 0.0f;
+    for (int j = 0; j < hc; ++j) sum += (row[j] = std::exp(row[j] - mx));
+    for (int j = 0; j < hc; ++j) row[j] = row[j] / sum + eps;
+  }
+  normalize_cols();
+  for (int it = 1; it < iters; ++it) {
+    normalize_rows();
+    normalize_cols();
+  }
+}
+
+HcMix hc_pre(const HyperConnWeights& w, const ModelConfig& c, const float* h, int64_t rows, float* x) {
+  const int hc = c.hc_mult;
+  const int64_t mix = c.mix_hc(), flat = static_cast<int64_t>(hc) * c.dim;
+  std::vector<float> mixes = stream_mixes(w.fn, mix, c, h, rows);
+  HcMix out;
+  out.post.resize(rows * hc);
+  out.comb.resize(rows * hc * hc);
+  parallel_for(rows, 8, [&](int64_t r0, int64_t r1) {
+    std::vector<float> pre(hc);
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* m = &mixes[r * mix];
+      for (int s = 0; s < hc; ++s) {
+        pre[s] = sigmoid(m[s] * w.scale[0] + w.base[s]) + c.hc_eps;
+        out.post[r * hc + s] = 2.0f * sigmoid(m[hc + s] * w.scale[1] + w.base[hc + s]);
+      }
+      float* comb = &out.comb[r * hc * hc];
+      for (int e = 0; e < hc * hc; ++e) comb[e] = m[2 * hc + e] * w.scale[2] + w.base[2 * hc + e];
+      sinkhorn(comb, hc, c.hc_sinkhorn_iters, c.hc_eps);
+      weighted_stream_sum(pre.data(), c, h + r * flat, x + r * c.dim);
+    }
+  });
+  return out;
+}
+
+void hc_post(const HcMix& mix, const ModelConfig& c, const float* x, int64_t rows, float* h) {
+  const int hc = c.hc_mult;
+  const int64_t dim = c.dim;
+  parallel_for(rows, 8, [&](int64_t r0, int64_t r1) {
+    std::vector<float> res(hc * dim);
+    for (int64_t r = r0; r < r1; ++r) {
+      float* hr = h + r * hc * dim;
+      std::copy_n(hr, hc * dim, res.data());
+      const float* comb = &mix.comb[r * hc * hc];
+      for (int j = 0; j < hc; ++j) {
+        float* out = hr + j * dim;
+        const float p = mix.post[r * hc + j];
+        for (int64_t d = 0; d < dim; ++d) out[d] = p * x[r * dim + d];
+        for (int i = 0; i < hc; ++i) {
+          const float cij = comb[i * hc + j];
+          const float* ri = &res[i * dim];
+          for (int64_t d = 0; d < dim; ++d) out[d] += cij * ri[d];
+        }
+      }
+    }
+  });
+}
+
+void hc_head(const HcHeadWeights& w, const ModelConfig& c, const float* h, int64_t rows, float* x) {
+  const int hc = c.hc_mult;
+  const int64_t flat = static_cast<int64_t>(hc) * c.dim;
+  std::vector<float> mixes = stream_mixes(w.fn, hc, c, h, rows);
+  std::vector<float> pre(hc);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int s = 0; s < hc; ++s) pre[s] = sigmoid(mixes[r * hc + s] * w.scale[0] + w.base[s]) + c.hc_eps;
+    weighted_stream_sum(pre.data(), c, h + r * flat, x + r * c.dim);
+  }
+}
+
+}  // namespace dsv4

@@ -1,0 +1,33 @@
+// Manifold-constrained hyper-connections (mHC): the residual stream is hc
+// copies of the hidden state. Before a sublayer they are mixed down to one
+// input (pre weights); after it the output is spread back (post weights) and
+// the copies are remixed by a Sinkhorn-normalized (doubly stochastic) matrix.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/config.h"
+#include "model/weights.h"
+
+namespace dsv4 {
+
+// Alternating row/column normalization of an hc x hc matrix of logits, as
+// the reference: row softmax + eps, column normalize, then iters-1 rounds.
+void sinkhorn(float* comb, int hc, int iters, float eps);
+
+struct HcMix {
+  std::vector<float> post;  // [rows, hc]
+  std::vector<float> comb;  // [rows, hc, hc]; out[j] = sum_i comb[i][j] * residual[i]
+};
+
+// h: [rows, hc, dim] -> x: [rows, dim], and the mix hc_post needs.
+HcMix hc_pre(const HyperConnWeights& w, const ModelConfig& c, const float* h, int64_t rows, float* x);
+
+// h (residual in, new streams out): h[j] = post[j] * x + sum_i comb[i][j] * h[i].
+void hc_post(const HcMix& mix, const ModelConfig& c, const float* x, int64_t rows, float* h);
+
+// The head's reduction of the streams to one vector per row: sigmoid weights.
+void hc_head(const HcHeadWeights& w, const ModelConfig& c, const float* h, int64_t rows, float* x);
+
+}  // namespace dsv4

@@ -1,0 +1,40 @@
+#include "model/indexer.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "base/thread_pool.h"
+#include "kernels/kernels.h"
+#include "ops/topk.h"
+
+namespace dsv4 {
+
+void indexer_select(const IndexerShape& s, const float* q, const float* weights, const float* keys,
+                    int64_t start_pos, int64_t n, int64_t prefill_len, std::vector<std::vector<int32_t>>* selected) {
+  selected->assign(n, {});
+  parallel_for(n, 1, [&](int64_t i0, int64_t i1) {
+    std::vector<float> score;
+    std::vector<int32_t> top;
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t pos = start_pos + i, visible = (pos + 1) / s.ratio;
+      const int64_t ranked = pos < prefill_len ? prefill_len / s.ratio : visible;
+      score.assign(ranked, -INFINITY);
+      for (int64_t j = 0; j < visible; ++j) {
+        float acc = 0.0f;
+        for (int h = 0; h < s.heads; ++h) {
+          float dotv = kernels::dot(q + (i * s.heads + h) * s.head_dim, keys + j * s.head_dim, s.head_dim);
+          acc += std::max(dotv, 0.0f) * weights[i * s.heads + h];
+        }
+        score[j] = acc;
+      }
+      const int64_t k = std::min<int64_t>(s.topk, ranked);
+      top.resize(k);
+      topk_like_torch(score.data(), ranked, k, top.data());
+      auto& out = (*selected)[i];
+      for (int32_t j : top)
+        if (j < visible) out.push_back(j);  // future rows were only padding
+    }
+  });
+}
+
+}  // namespace dsv4

@@ -1,0 +1,30 @@
+// The lightning indexer's selection: ReLU-weighted query/key scores over the
+// compressed rows a query may see, and the top-k of them.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace dsv4 {
+
+struct IndexerShape {
+  int heads = 0;
+  int head_dim = 0;
+  int topk = 0;
+  int ratio = 4;
+};
+
+// q: [n, heads, head_dim] (rotated), weights: [n, heads], keys:
+// [num_keys, head_dim]. The query at position pos = start_pos + i sees rows
+// [0, (pos + 1) / ratio); selected[i] gets the best min(topk, visible).
+//
+// Exact score ties are broken as the reference breaks them, which depends on
+// how long the score row it ranks is. Its one-shot prefill of a prompt of
+// length P ranks P / ratio entries (future rows at -inf); its decode ranks the
+// visible rows. So positions below prefill_len rank as in the one-shot prefill
+// of a prefill_len-token prompt, later ones as in decode: the choice then
+// does not depend on how a prompt is split into chunks.
+void indexer_select(const IndexerShape& shape, const float* q, const float* weights, const float* keys,
+                    int64_t start_pos, int64_t n, int64_t prefill_len, std::vector<std::vector<int32_t>>* selected);
+
+}  // namespace dsv4

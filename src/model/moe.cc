@@ -1,0 +1,107 @@
+#include "model/moe.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "base/thread_pool.h"
+#include "ops/topk.h"
+
+namespace dsv4 {
+namespace {
+
+float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
+
+// x: [n, dim] -> out: [n, dim]; row weights (may be null) scale the hidden
+// activations before w2, as the reference does.
+void expert_forward(const ExpertWeights& e, float limit, const float* x, int64_t n, const float* row_weights,
+                    float* out) {
+  const int64_t inter = e.w1.out;
+  std::vector<float> gate(n * inter), up(n * inter);
+  linear_forward(e.w1, x, n, gate.data());
+  linear_forward(e.w3, x, n, up.data());
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t k = 0; k < inter; ++k) {
+      float g = gate[r * inter + k], u = up[r * inter + k];
+      if (limit > 0) {
+        u = std::clamp(u, -limit, limit);
+        g = std::min(g, limit);
+      }
+      float h = g / (1.0f + std::exp(-g)) * u;
+      gate[r * inter + k] = row_weights ? row_weights[r] * h : h;
+    }
+  }
+  linear_forward(e.w2, gate.data(), n, out);
+}
+
+}  // namespace
+
+Routing route_tokens(const MoEWeights& w, const ModelConfig& c, const float* x, const int32_t* token_ids, int64_t rows) {
+  const int E = c.n_routed_experts, k = c.n_activated_experts;
+  Routing rt;
+  rt.experts.resize(rows * k);
+  rt.weights.resize(rows * k);
+  std::vector<float> logits(rows * E);
+  matmul(x, rows, c.dim, w.gate.data(), E, logits.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    float* s = &logits[r * E];
+    if (c.score_func == ScoreFunc::kSoftmax) {
+      float mx = *std::max_element(s, s + E), sum = 0.0f;
+      for (int e = 0; e < E; ++e) sum += (s[e] = std::exp(s[e] - mx));
+      for (int e = 0; e < E; ++e) s[e] /= sum;
+    } else if (c.score_func == ScoreFunc::kSigmoid) {
+      for (int e = 0; e < E; ++e) s[e] = 1.0f / (1.0f + std::exp(-s[e]));
+    } else {
+      for (int e = 0; e < E; ++e) s[e] = std::sqrt(softplus(s[e]));
+    }
+    int32_t* idx = &rt.experts[r * k];
+    if (w.hash) {
+      std::copy_n(&w.tid2eid[static_cast<int64_t>(token_ids[r]) * k], k, idx);
+    } else {
+      // The bias steers selection only; weights come from the plain scores.
+      std::vector<float> biased(E);
+      for (int e = 0; e < E; ++e) biased[e] = s[e] + w.gate_bias[e];
+      topk_like_torch(biased.data(), E, k, idx);
+    }
+    float* wt = &rt.weights[r * k];
+    float sum = 0.0f;
+    for (int j = 0; j < k; ++j) sum += (wt[j] = s[idx[j]]);
+    for (int j = 0; j < k; ++j) {
+      if (c.score_func != ScoreFunc::kSoftmax) wt[j] /= sum;
+      wt[j] *= c.route_scale;
+    }
+  }
+  return rt;
+}
+
+void moe_forward(const MoEWeights& w, const ModelConfig& c, const float* x, const int32_t* token_ids, int64_t rows,
+                 float* out) {
+  const int64_t dim = c.dim, k = c.n_activated_experts;
+  Routing rt = route_tokens(w, c, x, token_ids, rows);
+  std::vector<float> y(rows * dim, 0.0f);
+  // Experts in index order, each over the rows that picked it.
+  std::vector<int64_t> rows_of;
+  std::vector<float> xin, wts, yout;
+  for (int e = 0; e < c.n_routed_experts; ++e) {
+    rows_of.clear();
+    wts.clear();
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < k; ++j)
+        if (rt.experts[r * k + j] == e) {
+          rows_of.push_back(r);
+          wts.push_back(rt.weights[r * k + j]);
+        }
+    if (rows_of.empty()) continue;
+    const int64_t n = static_cast<int64_t>(rows_of.size());
+    xin.resize(n * dim);
+    yout.resize(n * dim);
+    for (int64_t i = 0; i < n; ++i) std::copy_n(x + rows_of[i] * dim, dim, &xin[i * dim]);
+    expert_forward(w.experts[e], c.swiglu_limit, xin.data(), n, wts.data(), yout.data());
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t d = 0; d < dim; ++d) y[rows_of[i] * dim + d] += yout[i * dim + d];
+  }
+  expert_forward(w.shared, c.swiglu_limit, x, rows, nullptr, out);
+  for (int64_t i = 0; i < rows * dim; ++i) out[i] += y[i];
+}
+
+}  // namespace dsv4

@@ -1,0 +1,273 @@
+#include "model/weights.h"
+
+#include <cstring>
+#include <string>
+
+#include "base/dtype.h"
+#include "base/thread_pool.h"
+#include "model/checkpoint.h"
+
+namespace dsv4 {
+namespace {
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Reads tensors by name with shape and dtype checks; every error names the
+// tensor and the file it came from.
+class Loader {
+ public:
+  explicit Loader(const Checkpoint& ckpt) : ckpt_(ckpt) {}
+
+  StatusOr<const TensorInfo*> tensor(const std::string& name, const std::vector<int64_t>& shape) {
+    DSV4_ASSIGN_OR_RETURN(const TensorInfo* t, ckpt_.get(name));
+    if (t->shape != shape) {
+      return invalid_argument("tensor '" + name + "' in " + *t->file + " has shape " + t->shape_string() +
+                              ", expected " + shape_str(shape));
+    }
+    return t;
+  }
+
+  Status wrong_dtype(const TensorInfo* t, const char* expected) {
+    return invalid_argument("tensor '" + t->name + "' in " + *t->file + " has dtype " + dtype_name(t->dtype) +
+                            ", expected " + expected);
+  }
+
+  StatusOr<std::vector<float>> floats(const std::string& name, const std::vector<int64_t>& shape) {
+    DSV4_ASSIGN_OR_RETURN(const TensorInfo* t, tensor(name, shape));
+    std::vector<float> out(t->numel());
+    DSV4_RETURN_IF_ERROR(to_f32(t, out.data()));
+    return out;
+  }
+
+  StatusOr<std::vector<int32_t>> ints(const std::string& name, const std::vector<int64_t>& shape, int64_t limit) {
+    DSV4_ASSIGN_OR_RETURN(const TensorInfo* t, tensor(name, shape));
+    std::vector<int32_t> out(t->numel());
+    for (int64_t i = 0; i < t->numel(); ++i) {
+      int64_t v;
+      if (t->dtype == DType::kI64) {
+        std::memcpy(&v, t->data + 8 * i, 8);
+      } else if (t->dtype == DType::kI32) {
+        int32_t v32;
+        std::memcpy(&v32, t->data + 4 * i, 4);
+        v = v32;
+      } else {
+        return wrong_dtype(t, "I32 or I64");
+      }
+      if (v < 0 || v >= limit) {
+        return invalid_argument("tensor '" + name + "' in " + *t->file + " holds " + std::to_string(v) +
+                                " at element " + std::to_string(i) + ", outside [0, " + std::to_string(limit) + ")");
+      }
+      out[i] = static_cast<int32_t>(v);
+    }
+    return out;
+  }
+
+  // prefix.weight in BF16/F16/F32, FP8 e4m3 with a 128x128 block prefix.scale,
+  // or FP4 e2m1 (two per byte, low nibble first) with a per-32 prefix.scale.
+  StatusOr<Linear> linear(const std::string& prefix, int64_t out, int64_t in) {
+    Linear l;
+    l.out = out;
+    l.in = in;
+    l.w.resize(out * in);
+    const std::string wname = prefix + ".weight";
+    DSV4_ASSIGN_OR_RETURN(const TensorInfo* t, ckpt_.get(wname));
+    const bool quantized = t->dtype == DType::kF8E4M3 || t->dtype == DType::kI8 || t->dtype == DType::kU8;
+    if (quantized && in % 128) {
+      return invalid_argument("quantized tensor '" + wname + "' in " + *t->file +
+                              " needs an input size divisible by 128, got " + std::to_string(in));
+    }
+    if (t->dtype == DType::kF8E4M3) {
+      DSV4_RETURN_IF_ERROR(tensor(wname, {out, in}).status());
+      DSV4_ASSIGN_OR_RETURN(const TensorInfo* s, tensor(prefix + ".scale", {ceil_div(out, 128), ceil_div(in, 128)}));
+      std::vector<float> scale(s->numel());
+      DSV4_RETURN_IF_ERROR(to_f32(s, scale.data()));
+      const int64_t sc = ceil_div(in, 128);
+      parallel_for(out, 16, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r)
+          for (int64_t c = 0; c < in; ++c)
+            l.w[r * in + c] = e4m3_to_f32(t->data[r * in + c]) * scale[(r / 128) * sc + c / 128];
+      });
+      l.format = WeightFormat::kFp8Block;
+    } else if (t->dtype == DType::kI8 || t->dtype == DType::kU8) {
+      if (in % 32) return invalid_argument("FP4 tensor '" + wname + "' needs an input size divisible by 32");
+      DSV4_RETURN_IF_ERROR(tensor(wname, {out, in / 2}).status());
+      DSV4_ASSIGN_OR_RETURN(const TensorInfo* s, tensor(prefix + ".scale", {out, in / 32}));
+      std::vector<float> scale(s->numel());
+      DSV4_RETURN_IF_ERROR(to_f32(s, scale.data()));
+      parallel_for(out, 16, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r)
+          for (int64_t c = 0; c < in; ++c) {
+            uint8_t byte = t->data[r * (in / 2) + c / 2];
+            uint8_t nibble = (c & 1) ? (byte >> 4) : (byte & 0xF);
+            l.w[r * in + c] = e2m1_to_f32(nibble) * scale[r * (in / 32) + c / 32];
+          }
+      });
+      l.format = WeightFormat::kFp4Block;
+    } else {
+      DSV4_RETURN_IF_ERROR(tensor(wname, {out, in}).status());
+      DSV4_RETURN_IF_ERROR(to_f32(t, l.w.data()));
+    }
+    return l;
+  }
+
+ private:
+  Status to_f32(const TensorInfo* t, float* out) {
+    const int64_t n = t->numel();
+    switch (t->dtype) {
+      case DType::kF32: std::memcpy(out, t->data, 4 * n); break;
+      case DType::kBF16:
+        for (int64_t i = 0; i < n; ++i) {
+          uint16_t v;
+          std::memcpy(&v, t->data + 2 * i, 2);
+          out[i] = bf16_to_f32(v);
+        }
+        break;
+      case DType::kF16:
+        for (int64_t i = 0; i < n; ++i) {
+          uint16_t v;
+          std::memcpy(&v, t->data + 2 * i, 2);
+          out[i] = f16_to_f32(v);
+        }
+        break;
+      case DType::kF8E8M0:
+        for (int64_t i = 0; i < n; ++i) out[i] = e8m0_to_f32(t->data[i]);
+        break;
+      default: return wrong_dtype(t, "F32, BF16 or F16");
+    }
+    return Status::Ok();
+  }
+
+  const Checkpoint& ckpt_;
+};
+
+StatusOr<CompressorWeights> load_compressor(Loader& ld, const std::string& p, const ModelConfig& c, int ratio,
+                                            int head_dim, bool rotate) {
+  CompressorWeights w;
+  w.ratio = ratio;
+  w.head_dim = head_dim;
+  w.overlap = ratio == 4;
+  w.rotate = rotate;
+  const int64_t width = (w.overlap ? 2 : 1) * head_dim;
+  DSV4_ASSIGN_OR_RETURN(w.wkv, ld.linear(p + ".wkv", width, c.dim));
+  DSV4_ASSIGN_OR_RETURN(w.wgate, ld.linear(p + ".wgate", width, c.dim));
+  // The reference keeps these two in f32 and never rounds their input.
+  w.wkv.format = w.wgate.format = WeightFormat::kDense;
+  DSV4_ASSIGN_OR_RETURN(w.ape, ld.floats(p + ".ape", {ratio, width}));
+  DSV4_ASSIGN_OR_RETURN(w.norm, ld.floats(p + ".norm.weight", {head_dim}));
+  return w;
+}
+
+StatusOr<AttentionWeights> load_attention(Loader& ld, const std::string& p, const ModelConfig& c, int ratio) {
+  AttentionWeights a;
+  a.ratio = ratio;
+  const int64_t hd = c.head_dim, heads = c.n_heads;
+  DSV4_ASSIGN_OR_RETURN(a.attn_sink, ld.floats(p + ".attn_sink", {heads}));
+  DSV4_ASSIGN_OR_RETURN(a.wq_a, ld.linear(p + ".wq_a", c.q_lora_rank, c.dim));
+  DSV4_ASSIGN_OR_RETURN(a.q_norm, ld.floats(p + ".q_norm.weight", {c.q_lora_rank}));
+  DSV4_ASSIGN_OR_RETURN(a.wq_b, ld.linear(p + ".wq_b", heads * hd, c.q_lora_rank));
+  DSV4_ASSIGN_OR_RETURN(a.wkv, ld.linear(p + ".wkv", hd, c.dim));
+  DSV4_ASSIGN_OR_RETURN(a.kv_norm, ld.floats(p + ".kv_norm.weight", {hd}));
+  DSV4_ASSIGN_OR_RETURN(a.wo_a, ld.linear(p + ".wo_a", c.o_groups * c.o_lora_rank, heads * hd / c.o_groups));
+  a.wo_a.format = WeightFormat::kDense;  // dequantized once, input not rounded (reference)
+  DSV4_ASSIGN_OR_RETURN(a.wo_b, ld.linear(p + ".wo_b", c.dim, c.o_groups * c.o_lora_rank));
+  if (ratio) {
+    DSV4_ASSIGN_OR_RETURN(a.compressor, load_compressor(ld, p + ".compressor", c, ratio, c.head_dim, false));
+    if (ratio == 4) {
+      IndexerWeights ix;
+      DSV4_ASSIGN_OR_RETURN(ix.wq_b, ld.linear(p + ".indexer.wq_b", int64_t{c.index_n_heads} * c.index_head_dim, c.q_lora_rank));
+      DSV4_ASSIGN_OR_RETURN(ix.weights_proj, ld.linear(p + ".indexer.weights_proj", c.index_n_heads, c.dim));
+      ix.weights_proj.format = WeightFormat::kDense;  // bf16 in the reference
+      DSV4_ASSIGN_OR_RETURN(ix.compressor, load_compressor(ld, p + ".indexer.compressor", c, ratio, c.index_head_dim, true));
+      a.indexer = std::move(ix);
+    }
+  }
+  return a;
+}
+
+StatusOr<ExpertWeights> load_expert(Loader& ld, const std::string& p, const ModelConfig& c) {
+  ExpertWeights e;
+  DSV4_ASSIGN_OR_RETURN(e.w1, ld.linear(p + ".w1", c.moe_inter_dim, c.dim));
+  DSV4_ASSIGN_OR_RETURN(e.w2, ld.linear(p + ".w2", c.dim, c.moe_inter_dim));
+  DSV4_ASSIGN_OR_RETURN(e.w3, ld.linear(p + ".w3", c.moe_inter_dim, c.dim));
+  return e;
+}
+
+StatusOr<MoEWeights> load_moe(Loader& ld, const std::string& p, const ModelConfig& c, bool hash) {
+  MoEWeights m;
+  m.hash = hash;
+  DSV4_ASSIGN_OR_RETURN(m.gate, ld.floats(p + ".gate.weight", {c.n_routed_experts, c.dim}));
+  if (hash) {
+    DSV4_ASSIGN_OR_RETURN(m.tid2eid, ld.ints(p + ".gate.tid2eid", {c.vocab_size, c.n_activated_experts}, c.n_routed_experts));
+  } else {
+    DSV4_ASSIGN_OR_RETURN(m.gate_bias, ld.floats(p + ".gate.bias", {c.n_routed_experts}));
+  }
+  for (int e = 0; e < c.n_routed_experts; ++e) {
+    DSV4_ASSIGN_OR_RETURN(auto ex, load_expert(ld, p + ".experts." + std::to_string(e), c));
+    m.experts.push_back(std::move(ex));
+  }
+  DSV4_ASSIGN_OR_RETURN(m.shared, load_expert(ld, p + ".shared_experts", c));
+  return m;
+}
+
+StatusOr<HyperConnWeights> load_hc(Loader& ld, const std::string& p, const std::string& which, const ModelConfig& c) {
+  HyperConnWeights h;
+  DSV4_ASSIGN_OR_RETURN(h.fn, ld.floats(p + "hc_" + which + "_fn", {c.mix_hc(), int64_t{c.hc_mult} * c.dim}));
+  DSV4_ASSIGN_OR_RETURN(h.base, ld.floats(p + "hc_" + which + "_base", {c.mix_hc()}));
+  DSV4_ASSIGN_OR_RETURN(h.scale, ld.floats(p + "hc_" + which + "_scale", {3}));
+  return h;
+}
+
+StatusOr<HcHeadWeights> load_hc_head(Loader& ld, const std::string& p, const ModelConfig& c) {
+  HcHeadWeights h;
+  DSV4_ASSIGN_OR_RETURN(h.fn, ld.floats(p + "hc_head_fn", {c.hc_mult, int64_t{c.hc_mult} * c.dim}));
+  DSV4_ASSIGN_OR_RETURN(h.base, ld.floats(p + "hc_head_base", {c.hc_mult}));
+  DSV4_ASSIGN_OR_RETURN(h.scale, ld.floats(p + "hc_head_scale", {1}));
+  return h;
+}
+
+StatusOr<BlockWeights> load_block(Loader& ld, const std::string& p, const ModelConfig& c, int layer) {
+  BlockWeights b;
+  DSV4_ASSIGN_OR_RETURN(b.attn, load_attention(ld, p + "attn", c, c.compress_ratio(layer)));
+  DSV4_ASSIGN_OR_RETURN(b.ffn, load_moe(ld, p + "ffn", c, c.is_hash_layer(layer)));
+  DSV4_ASSIGN_OR_RETURN(b.attn_norm, ld.floats(p + "attn_norm.weight", {c.dim}));
+  DSV4_ASSIGN_OR_RETURN(b.ffn_norm, ld.floats(p + "ffn_norm.weight", {c.dim}));
+  DSV4_ASSIGN_OR_RETURN(b.hc_attn, load_hc(ld, p, "attn", c));
+  DSV4_ASSIGN_OR_RETURN(b.hc_ffn, load_hc(ld, p, "ffn", c));
+  return b;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::load(const ModelConfig& c, const Checkpoint& ckpt) {
+  Loader ld(ckpt);
+  auto w = std::make_unique<ModelWeights>();
+  DSV4_ASSIGN_OR_RETURN(w->embed, ld.floats("embed.weight", {c.vocab_size, c.dim}));
+  for (int i = 0; i < c.n_layers; ++i) {
+    DSV4_ASSIGN_OR_RETURN(auto b, load_block(ld, "layers." + std::to_string(i) + ".", c, i));
+    w->blocks.push_back(std::move(b));
+  }
+  DSV4_ASSIGN_OR_RETURN(w->norm, ld.floats("norm.weight", {c.dim}));
+  DSV4_ASSIGN_OR_RETURN(w->head, ld.floats("head.weight", {c.vocab_size, c.dim}));
+  DSV4_ASSIGN_OR_RETURN(w->hc_head, load_hc_head(ld, "", c));
+  for (int i = 0; i < c.n_mtp_layers; ++i) {
+    const std::string p = "mtp." + std::to_string(i) + ".";
+    MtpWeights m;
+    DSV4_ASSIGN_OR_RETURN(m.block, load_block(ld, p, c, c.n_layers + i));
+    DSV4_ASSIGN_OR_RETURN(m.e_proj, ld.linear(p + "e_proj", c.dim, c.dim));
+    DSV4_ASSIGN_OR_RETURN(m.h_proj, ld.linear(p + "h_proj", c.dim, c.dim));
+    DSV4_ASSIGN_OR_RETURN(m.enorm, ld.floats(p + "enorm.weight", {c.dim}));
+    DSV4_ASSIGN_OR_RETURN(m.hnorm, ld.floats(p + "hnorm.weight", {c.dim}));
+    DSV4_ASSIGN_OR_RETURN(m.norm, ld.floats(p + "norm.weight", {c.dim}));
+    DSV4_ASSIGN_OR_RETURN(m.hc_head, load_hc_head(ld, p, c));
+    w->mtp.push_back(std::move(m));
+  }
+  return w;
+}
+
+}  // namespace dsv4

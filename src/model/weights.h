@@ -1,0 +1,100 @@
+// The model's parameters, grouped the way the paper describes the blocks.
+// Names in comments are the checkpoint's tensor names below `layers.N.`.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "base/status.h"
+#include "model/config.h"
+#include "ops/linear.h"
+
+namespace dsv4 {
+
+class Checkpoint;
+
+struct CompressorWeights {  // attn.compressor / attn.indexer.compressor
+  int ratio = 0;
+  int head_dim = 0;
+  bool overlap = false;  // ratio 4: windows overlap their predecessor
+  bool rotate = false;   // indexer keys: Hadamard + FP4 instead of FP8
+  Linear wkv, wgate;     // [coff*head_dim, dim], f32 in the reference
+  std::vector<float> ape;   // [ratio, coff*head_dim]
+  std::vector<float> norm;  // [head_dim]
+};
+
+struct IndexerWeights {  // attn.indexer
+  Linear wq_b;          // [index_heads*index_head_dim, q_lora_rank]
+  Linear weights_proj;  // [index_heads, dim]
+  CompressorWeights compressor;
+};
+
+struct AttentionWeights {  // attn
+  int ratio = 0;
+  std::vector<float> attn_sink;  // [heads]
+  Linear wq_a;                   // [q_lora_rank, dim]
+  std::vector<float> q_norm;     // [q_lora_rank]
+  Linear wq_b;                   // [heads*head_dim, q_lora_rank]
+  Linear wkv;                    // [head_dim, dim]
+  std::vector<float> kv_norm;    // [head_dim]
+  Linear wo_a;                   // [groups*o_lora_rank, heads*head_dim/groups], used dequantized
+  Linear wo_b;                   // [dim, groups*o_lora_rank]
+  std::optional<CompressorWeights> compressor;
+  std::optional<IndexerWeights> indexer;
+};
+
+struct ExpertWeights {
+  Linear w1, w2, w3;  // gate [inter, dim], down [dim, inter], up [inter, dim]
+};
+
+struct MoEWeights {  // ffn
+  bool hash = false;
+  std::vector<float> gate;       // [experts, dim]
+  std::vector<float> gate_bias;  // [experts], score routing only
+  std::vector<int32_t> tid2eid;  // [vocab, topk], hash routing only
+  std::vector<ExpertWeights> experts;
+  ExpertWeights shared;
+};
+
+struct HyperConnWeights {  // hc_{attn,ffn}_{fn,base,scale}
+  std::vector<float> fn;     // [(2+hc)*hc, hc*dim]
+  std::vector<float> base;   // [(2+hc)*hc]
+  std::vector<float> scale;  // [3]
+};
+
+struct HcHeadWeights {  // hc_head_{fn,base,scale}
+  std::vector<float> fn;     // [hc, hc*dim]
+  std::vector<float> base;   // [hc]
+  std::vector<float> scale;  // [1]
+};
+
+struct BlockWeights {
+  AttentionWeights attn;
+  MoEWeights ffn;
+  std::vector<float> attn_norm, ffn_norm;  // [dim]
+  HyperConnWeights hc_attn, hc_ffn;
+};
+
+struct MtpWeights {  // mtp.N
+  BlockWeights block;
+  Linear e_proj, h_proj;  // [dim, dim]
+  std::vector<float> enorm, hnorm, norm;
+  HcHeadWeights hc_head;
+};
+
+struct ModelWeights {
+  std::vector<float> embed;  // [vocab, dim]
+  std::vector<BlockWeights> blocks;
+  std::vector<float> norm;   // [dim]
+  std::vector<float> head;   // [vocab, dim]
+  HcHeadWeights hc_head;
+  std::vector<MtpWeights> mtp;
+
+  // Loads and checks every tensor the config implies; errors name the tensor
+  // and its file.
+  static StatusOr<std::unique_ptr<ModelWeights>> load(const ModelConfig& config, const Checkpoint& ckpt);
+};
+
+}  // namespace dsv4
