@@ -1,0 +1,290 @@
+#include "model/synthetic.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+
+#include "base/dtype.h"
+#include "model/safetensors_writer.h"
+
+namespace dsv4 {
+namespace {
+
+// splitmix64 + Box-Muller: the same numbers on every platform.
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) : state_(seed * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull) {}
+  uint64_t next() {
+    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  double uniform() { return (next() >> 11) * (1.0 / 9007199254740992.0); }
+  float normal() {
+    double u1 = uniform(), u2 = uniform();
+    return static_cast<float>(std::sqrt(-2.0 * std::log(u1 + 1e-300)) * std::cos(2 * M_PI * u2));
+  }
+
+ private:
+  uint64_t state_;
+};
+
+int64_t numel(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+// Distributes tensors over shard writers and records the weight map.
+class ShardedOutput {
+ public:
+  ShardedOutput(const SyntheticOptions& o, const ModelConfig& c) : opt_(o), rng_(o.seed), writers_(std::max(1, o.shards)), cfg_(c) {}
+
+  // The shard a tensor goes to follows its layer, so a layer stays in one file.
+  int shard_of(const std::string& name) const {
+    if (writers_.size() == 1) return 0;
+    int layer = -1;
+    if (name.rfind("layers.", 0) == 0) layer = std::atoi(name.c_str() + 7);
+    if (name.rfind("mtp.", 0) == 0) layer = cfg_.n_layers;
+    if (layer < 0) return 0;
+    return static_cast<int>((static_cast<int64_t>(layer) * writers_.size()) / (cfg_.n_layers + 1));
+  }
+
+  std::vector<float> random(const std::vector<int64_t>& shape, float std, float mean = 0.0f) {
+    std::vector<float> v(numel(shape));
+    for (float& x : v) x = mean + std * rng_.normal();
+    return v;
+  }
+
+  void f32(const std::string& name, const std::vector<int64_t>& shape, const std::vector<float>& v) {
+    writers_[shard_of(name)].add_f32(name, shape, v);
+  }
+
+  void bf16(const std::string& name, const std::vector<int64_t>& shape, const std::vector<float>& v) {
+    std::vector<uint8_t> bytes(v.size() * 2);
+    for (size_t i = 0; i < v.size(); ++i) {
+      uint16_t b = f32_to_bf16(v[i]);
+      std::memcpy(&bytes[2 * i], &b, 2);
+    }
+    writers_[shard_of(name)].add(name, DType::kBF16, shape, std::move(bytes));
+  }
+
+  void i64(const std::string& name, const std::vector<int64_t>& shape, const std::vector<int64_t>& v) {
+    std::vector<uint8_t> bytes(v.size() * 8);
+    std::memcpy(bytes.data(), v.data(), bytes.size());
+    writers_[shard_of(name)].add(name, DType::kI64, shape, std::move(bytes));
+  }
+
+  // prefix.weight [out, in] (+ prefix.scale), random with std 1/sqrt(in).
+  // kind: 0 dense BF16, 1 FP8 128x128 blocks, 2 FP4 per-32 (routed experts).
+  void linear(const std::string& prefix, int64_t out, int64_t in, int kind) {
+    std::vector<float> w = random({out, in}, 1.0f / std::sqrt(static_cast<float>(in)));
+    if (opt_.weights == SyntheticWeights::kBf16 || kind == 0) {
+      bf16(prefix + ".weight", {out, in}, w);
+      return;
+    }
+    const int s = shard_of(prefix + ".weight");
+    if (kind == 1) {
+      const int64_t so = (out + 127) / 128, si = (in + 127) / 128;
+      std::vector<uint8_t> q(out * in), scale(so * si);
+      for (int64_t bo = 0; bo < so; ++bo)
+        for (int64_t bi = 0; bi < si; ++bi) {
+          float amax = 1e-12f;
+          for (int64_t r = bo * 128; r < std::min(out, bo * 128 + 128); ++r)
+            for (int64_t c = bi * 128; c < std::min(in, bi * 128 + 128); ++c) amax = std::fmax(amax, std::fabs(w[r * in + c]));
+          float sc = pow2_ceil(amax / kE4M3Max);
+          scale[bo * si + bi] = static_cast<uint8_t>(std::ilogb(sc) + 127);
+          for (int64_t r = bo * 128; r < std::min(out, bo * 128 + 128); ++r)
+            for (int64_t c = bi * 128; c < std::min(in, bi * 128 + 128); ++c) q[r * in + c] = f32_to_e4m3(w[r * in + c] / sc);
+        }
+      writers_[s].add(prefix + ".weight", DType::kF8E4M3, {out, in}, std::move(q));
+      writers_[s].add(prefix + ".scale", DType::kF8E8M0, {so, si}, std::move(scale));
+    } else {
+      std::vector<uint8_t> q(out * in / 2, 0), scale(out * in / 32);
+      for (int64_t r = 0; r < out; ++r)
+        for (int64_t b = 0; b < in / 32; ++b) {
+          float amax = 1e-12f;
+          for (int64_t c = b * 32; c < b * 32 + 32; ++c) amax = std::fmax(amax, std::fabs(w[r * in + c]));
+          float sc = pow2_ceil(amax / kE2M1Max);
+          scale[r * (in / 32) + b] = static_cast<uint8_t>(std::ilogb(sc) + 127);
+          for (int64_t c = b * 32; c < b * 32 + 32; ++c) {
+            uint8_t nib = f32_to_e2m1(w[r * in + c] / sc);
+            q[r * (in / 2) + c / 2] |= (c & 1) ? static_cast<uint8_t>(nib << 4) : nib;
+          }
+        }
+      writers_[s].add(prefix + ".weight", DType::kI8, {out, in / 2}, std::move(q));
+      writers_[s].add(prefix + ".scale", DType::kF8E8M0, {out, in / 32}, std::move(scale));
+    }
+  }
+
+  Rng& rng() { return rng_; }
+
+  Status write(const std::string& dir) {
+    if (writers_.size() == 1) return writers_[0].write(dir + "/model.safetensors");
+    nlohmann::json index;
+    index["metadata"] = {{"total_size", 0}};
+    uint64_t total = 0;
+    for (size_t i = 0; i < writers_.size(); ++i) {
+      char name[64];
+      std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", i + 1, writers_.size());
+      DSV4_RETURN_IF_ERROR(writers_[i].write(dir + "/" + name));
+      for (const auto& t : writers_[i].names()) index["weight_map"][t] = name;
+      total += writers_[i].total_bytes();
+    }
+    index["metadata"]["total_size"] = total;
+    std::ofstream(dir + "/model.safetensors.index.json") << index.dump(2);
+    return Status::Ok();
+  }
+
+ private:
+  const SyntheticOptions& opt_;
+  Rng rng_;
+  std::vector<SafetensorsWriter> writers_;
+  const ModelConfig& cfg_;
+};
+
+void write_block(ShardedOutput& out, const ModelConfig& c, const std::string& p, int layer) {
+  const int64_t dim = c.dim, hd = c.head_dim, heads = c.n_heads, ratio = c.compress_ratio(layer);
+  auto norm = [&](const std::string& name, int64_t n) { out.bf16(name, {n}, out.random({n}, 0.1f, 1.0f)); };
+  out.f32(p + "attn.attn_sink", {heads}, out.random({heads}, 1.0f));
+  out.linear(p + "attn.wq_a", c.q_lora_rank, dim, 1);
+  norm(p + "attn.q_norm.weight", c.q_lora_rank);
+  out.linear(p + "attn.wq_b", heads * hd, c.q_lora_rank, 1);
+  out.linear(p + "attn.wkv", hd, dim, 1);
+  norm(p + "attn.kv_norm.weight", hd);
+  out.linear(p + "attn.wo_a", int64_t{c.o_groups} * c.o_lora_rank, heads * hd / c.o_groups, 1);
+  out.linear(p + "attn.wo_b", dim, int64_t{c.o_groups} * c.o_lora_rank, 1);
+  auto compressor = [&](const std::string& q, int64_t head_dim) {
+    const int64_t width = (ratio == 4 ? 2 : 1) * head_dim;
+    out.linear(q + ".wkv", width, dim, 0);
+    out.linear(q + ".wgate", width, dim, 0);
+    out.f32(q + ".ape", {ratio, width}, out.random({ratio, width}, 0.5f));
+    norm(q + ".norm.weight", head_dim);
+  };
+  if (ratio) {
+    compressor(p + "attn.compressor", hd);
+    if (ratio == 4) {
+      out.linear(p + "attn.indexer.wq_b", int64_t{c.index_n_heads} * c.index_head_dim, c.q_lora_rank, 1);
+      out.linear(p + "attn.indexer.weights_proj", c.index_n_heads, dim, 0);
+      compressor(p + "attn.indexer.compressor", c.index_head_dim);
+    }
+  }
+  norm(p + "attn_norm.weight", dim);
+  norm(p + "ffn_norm.weight", dim);
+  out.bf16(p + "ffn.gate.weight", {c.n_routed_experts, dim}, out.random({c.n_routed_experts, dim}, 1.0f / std::sqrt(static_cast<float>(dim))));
+  if (c.is_hash_layer(layer)) {
+    // Each token hashes to k distinct experts.
+    std::vector<int64_t> ids;
+    for (int t = 0; t < c.vocab_size; ++t) {
+      std::vector<int64_t> picked;
+      while (static_cast<int>(picked.size()) < c.n_activated_experts) {
+        int64_t e = static_cast<int64_t>(out.rng().next() % c.n_routed_experts);
+        if (std::find(picked.begin(), picked.end(), e) == picked.end()) picked.push_back(e);
+      }
+      ids.insert(ids.end(), picked.begin(), picked.end());
+    }
+    out.i64(p + "ffn.gate.tid2eid", {c.vocab_size, c.n_activated_experts}, ids);
+  } else {
+    out.f32(p + "ffn.gate.bias", {c.n_routed_experts}, out.random({c.n_routed_experts}, 0.1f));
+  }
+  for (int e = 0; e < c.n_routed_experts; ++e) {
+    const std::string q = p + "ffn.experts." + std::to_string(e);
+    out.linear(q + ".w1", c.moe_inter_dim, dim, 2);
+    out.linear(q + ".w2", dim, c.moe_inter_dim, 2);
+    out.linear(q + ".w3", c.moe_inter_dim, dim, 2);
+  }
+  out.linear(p + "ffn.shared_experts.w1", c.moe_inter_dim, dim, 1);
+  out.linear(p + "ffn.shared_experts.w2", dim, c.moe_inter_dim, 1);
+  out.linear(p + "ffn.shared_experts.w3", c.moe_inter_dim, dim, 1);
+  const int64_t mix = c.mix_hc(), flat = int64_t{c.hc_mult} * dim;
+  for (const char* which : {"attn", "ffn"}) {
+    out.f32(p + "hc_" + which + "_fn", {mix, flat}, out.random({mix, flat}, 1.0f / std::sqrt(static_cast<float>(flat))));
+    out.f32(p + "hc_" + which + "_base", {mix}, out.random({mix}, 0.5f));
+    out.f32(p + "hc_" + which + "_scale", {3}, out.random({3}, 0.2f, 1.0f));
+  }
+}
+
+void write_hc_head(ShardedOutput& out, const ModelConfig& c, const std::string& p) {
+  const int64_t flat = int64_t{c.hc_mult} * c.dim;
+  out.f32(p + "hc_head_fn", {c.hc_mult, flat}, out.random({c.hc_mult, flat}, 1.0f / std::sqrt(static_cast<float>(flat))));
+  out.f32(p + "hc_head_base", {c.hc_mult}, out.random({c.hc_mult}, 0.5f));
+  out.f32(p + "hc_head_scale", {1}, out.random({1}, 0.2f, 1.0f));
+}
+
+const char* kDefaultPreset = R"({
+  "vocab_size": 512, "hidden_size": 128, "moe_intermediate_size": 128, "num_hidden_layers": 4,
+  "num_hash_layers": 2, "num_nextn_predict_layers": 1, "num_attention_heads": 4,
+  "n_routed_experts": 8, "n_shared_experts": 1, "num_experts_per_tok": 2, "scoring_func": "sqrtsoftplus",
+  "routed_scaling_factor": 1.5, "swiglu_limit": 10.0, "q_lora_rank": 128, "head_dim": 128,
+  "qk_rope_head_dim": 64, "rms_norm_eps": 1e-6, "o_groups": 2, "o_lora_rank": 64, "sliding_window": 16,
+  "compress_ratios": [0, 4, 16, 0, 0], "compress_rope_theta": 160000.0, "rope_theta": 10000.0,
+  "rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 256, "beta_fast": 32, "beta_slow": 1},
+  "index_n_heads": 4, "index_head_dim": 128, "index_topk": 8, "hc_mult": 4, "hc_sinkhorn_iters": 20,
+  "hc_eps": 1e-6, "max_position_embeddings": 4096, "bos_token_id": 0, "eos_token_id": 1
+})";
+
+const char* kSmallPreset = R"({
+  "vocab_size": 1024, "hidden_size": 256, "moe_intermediate_size": 128, "num_hidden_layers": 6,
+  "num_hash_layers": 3, "num_nextn_predict_layers": 1, "num_attention_heads": 4,
+  "n_routed_experts": 16, "n_shared_experts": 1, "num_experts_per_tok": 6, "scoring_func": "sqrtsoftplus",
+  "routed_scaling_factor": 1.5, "swiglu_limit": 10.0, "q_lora_rank": 128, "head_dim": 512,
+  "qk_rope_head_dim": 64, "rms_norm_eps": 1e-6, "o_groups": 2, "o_lora_rank": 64, "sliding_window": 128,
+  "compress_ratios": [0, 0, 4, 128, 4, 128, 0], "compress_rope_theta": 160000.0, "rope_theta": 10000.0,
+  "rope_scaling": {"type": "yarn", "factor": 16.0, "original_max_position_embeddings": 65536, "beta_fast": 32, "beta_slow": 1},
+  "index_n_heads": 4, "index_head_dim": 128, "index_topk": 16, "hc_mult": 4, "hc_sinkhorn_iters": 20,
+  "hc_eps": 1e-6, "max_position_embeddings": 8192, "bos_token_id": 0, "eos_token_id": 1
+})";
+
+}  // namespace
+
+StatusOr<ModelConfig> synthetic_config(const std::string& preset, const std::string& overrides_json) {
+  const char* base = preset == "default" ? kDefaultPreset : preset == "small" ? kSmallPreset : nullptr;
+  if (!base) return invalid_argument("unknown preset '" + preset + "' (known: default, small)");
+  nlohmann::json j = nlohmann::json::parse(base);
+  if (!overrides_json.empty()) {
+    nlohmann::json o;
+    try {
+      o = nlohmann::json::parse(overrides_json);
+    } catch (const std::exception& e) {
+      return invalid_argument(std::string("--config is not valid JSON: ") + e.what());
+    }
+    if (!o.is_object()) return invalid_argument("--config must be a JSON object of config.json fields");
+    j.merge_patch(o);
+  }
+  return ModelConfig::from_json_text(j.dump(), "preset '" + preset + "'");
+}
+
+Status write_synthetic_checkpoint(const ModelConfig& c, const SyntheticOptions& opt, const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return internal_error("cannot create directory '" + dir + "': " + ec.message());
+  if (opt.weights == SyntheticWeights::kFp8 && (c.dim % 128 || c.q_lora_rank % 128 || c.moe_inter_dim % 128 ||
+                                                 (int64_t{c.o_groups} * c.o_lora_rank) % 128))
+    return invalid_argument("fp8 weights need hidden_size, q_lora_rank, moe_intermediate_size and o_groups*o_lora_rank divisible by 128");
+  ShardedOutput out(opt, c);
+  out.bf16("embed.weight", {c.vocab_size, c.dim}, out.random({c.vocab_size, c.dim}, 1.0f));
+  for (int i = 0; i < c.n_layers; ++i) write_block(out, c, "layers." + std::to_string(i) + ".", i);
+  out.bf16("norm.weight", {c.dim}, out.random({c.dim}, 0.1f, 1.0f));
+  out.bf16("head.weight", {c.vocab_size, c.dim}, out.random({c.vocab_size, c.dim}, 1.0f / std::sqrt(static_cast<float>(c.dim))));
+  write_hc_head(out, c, "");
+  for (int i = 0; i < c.n_mtp_layers; ++i) {
+    const std::string p = "mtp." + std::to_string(i) + ".";
+    write_block(out, c, p, c.n_layers + i);
+    out.linear(p + "e_proj", c.dim, c.dim, 1);
+    out.linear(p + "h_proj", c.dim, c.dim, 1);
+    for (const char* n : {"enorm", "hnorm", "norm"}) out.bf16(p + n + ".weight", {c.dim}, out.random({c.dim}, 0.1f, 1.0f));
+    write_hc_head(out, c, p);
+  }
+  DSV4_RETURN_IF_ERROR(out.write(dir));
+  std::ofstream cfg(dir + "/config.json");
+  cfg << c.to_json_text() << "\n";
+  if (!cfg) return internal_error("cannot write " + dir + "/config.json");
+  return Status::Ok();
+}
+
+}  // namespace dsv4

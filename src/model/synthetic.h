@@ -1,0 +1,27 @@
+// Synthetic DeepSeek-V4 checkpoints in the released tensor names and formats,
+// for tests, benchmarks and the embedded default model: seeded, any size.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "base/status.h"
+#include "model/config.h"
+
+namespace dsv4 {
+
+enum class SyntheticWeights { kBf16, kFp8 };  // fp8: FP8 blocks + FP4 routed experts
+
+struct SyntheticOptions {
+  SyntheticWeights weights = SyntheticWeights::kBf16;
+  uint64_t seed = 0;
+  int shards = 2;  // >1 writes model-0000i-of-0000N.safetensors + an index
+};
+
+// A preset's config ("default": the embedded model, "small"), with a JSON
+// object of config.json fields merged over it.
+StatusOr<ModelConfig> synthetic_config(const std::string& preset, const std::string& overrides_json = "");
+
+Status write_synthetic_checkpoint(const ModelConfig& config, const SyntheticOptions& options, const std::string& dir);
+
+}  // namespace dsv4
