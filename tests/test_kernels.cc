@@ -1,0 +1,83 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "base/dtype.h"
+#include "kernels/kernels.h"
+
+namespace dsv4 {
+namespace {
+
+TEST(Kernels, HadamardMatchesSylvesterMatrix) {
+  const int n = 16;
+  std::vector<float> x(n), y(n, 0.0f);
+  for (int i = 0; i < n; ++i) x[i] = std::sin(1.0f + i);
+  // H[i][j] = (-1)^popcount(i & j) for Sylvester's construction.
+  for (int j = 0; j < n; ++j)
+    for (int i = 0; i < n; ++i) y[j] += x[i] * ((__builtin_popcount(i & j) & 1) ? -1.0f : 1.0f) / 4.0f;
+  kernels::hadamard(x.data(), n);
+  for (int i = 0; i < n; ++i) EXPECT_NEAR(x[i], y[i], 1e-6f);
+}
+
+TEST(Kernels, Fp8QuantDequantUsesPowerOfTwoScales) {
+  std::vector<float> x = {1.0f, -3.3f, 0.01f, 448.0f / 64};  // amax 7 -> scale 2^-6 (7/448 = 1/64)
+  std::vector<float> rounded = x, clamped = x;
+  kernels::fp8_quant_dequant(rounded.data(), 4, 4, true);
+  kernels::fp8_quant_dequant(clamped.data(), 4, 4, false);
+  const float scale = std::ldexp(1.0f, -6);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(rounded[i], round_to_e4m3(x[i] / scale) * scale);
+    EXPECT_EQ(clamped[i], x[i]);  // the reference's in-place step only clamps
+  }
+}
+
+TEST(Kernels, Fp4QuantDequantRoundsToTheGrid) {
+  std::vector<float> x(32);
+  for (int i = 0; i < 32; ++i) x[i] = 0.37f * (i - 16);
+  std::vector<float> y = x;
+  kernels::fp4_quant_dequant(y.data(), 32, 32, true);
+  const float scale = pow2_ceil(16 * 0.37f / 6.0f);  // amax 5.92 -> scale 1
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(y[i], round_to_e2m1(x[i] / scale) * scale);
+}
+
+TEST(Kernels, RopeInverseUndoesRope) {
+  std::vector<float> x = {1, 2, 3, 4, 5, 6}, orig = x;
+  float cos[3], sin[3];
+  for (int i = 0; i < 3; ++i) {
+    cos[i] = std::cos(0.3f * (i + 1));
+    sin[i] = std::sin(0.3f * (i + 1));
+  }
+  kernels::rope(x.data(), cos, sin, 3, false);
+  EXPECT_NEAR(x[0], 1 * cos[0] - 2 * sin[0], 1e-6f);
+  EXPECT_NEAR(x[1], 1 * sin[0] + 2 * cos[0], 1e-6f);
+  kernels::rope(x.data(), cos, sin, 3, true);
+  for (int i = 0; i < 6; ++i) EXPECT_NEAR(x[i], orig[i], 1e-5f);
+}
+
+TEST(Kernels, SinkOnlyEntersTheDenominator) {
+  std::vector<float> q = {1, 0}, k0 = {1, 0}, k1 = {0, 1};
+  const float* keys[2] = {k0.data(), k1.data()};
+  float scores[2], out[2];
+  kernels::sink_attention(q.data(), keys, 2, 2, /*sink=*/0.5f, 1.0f, scores, out);
+  const double e0 = std::exp(1.0), e1 = 1.0, es = std::exp(0.5);
+  EXPECT_NEAR(out[0], e0 / (e0 + e1 + es), 1e-6);
+  EXPECT_NEAR(out[1], e1 / (e0 + e1 + es), 1e-6);
+}
+
+TEST(Kernels, MatmulMatchesNaive) {
+  const int m = 3, k = 37, n = 10;
+  std::vector<float> x(m * k), w(n * k), y(m * n);
+  for (int i = 0; i < m * k; ++i) x[i] = std::cos(0.1f * i);
+  for (int i = 0; i < n * k; ++i) w[i] = std::sin(0.07f * i);
+  kernels::matmul_nt(x.data(), m, k, w.data(), 0, n, y.data(), n);
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < n; ++j) {
+      double ref = 0;
+      for (int t = 0; t < k; ++t) ref += double(x[i * k + t]) * w[j * k + t];
+      EXPECT_NEAR(y[i * n + j], ref, 1e-4);
+    }
+}
+
+}  // namespace
+}  // namespace dsv4

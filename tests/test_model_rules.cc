@@ -1,0 +1,194 @@
+// The small rules the forward is built from: YaRN frequencies, Sinkhorn,
+// top-k tie order, which compressed rows a query sees, and compression that
+// does not depend on how tokens are split into chunks.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "model/compressor.h"
+#include "model/config.h"
+#include "model/hyper_connection.h"
+#include "model/indexer.h"
+#include "model/rope.h"
+#include "ops/topk.h"
+
+namespace dsv4 {
+namespace {
+
+TEST(Rope, PlainFrequencies) {
+  RopeOptions o;
+  o.rope_dim = 8;
+  o.base = 10000.0f;
+  Rope r(o);
+  ASSERT_EQ(r.pairs(), 4);
+  for (int i = 0; i < 4; ++i) EXPECT_FLOAT_EQ(r.inv_freq()[i], 1.0f / std::pow(10000.0f, 2.0f * i / 8));
+  float c[4], s[4];
+  r.angles(3, c, s);
+  EXPECT_NEAR(c[1], std::cos(3.0 * r.inv_freq()[1]), 1e-6);
+  EXPECT_NEAR(s[1], std::sin(3.0 * r.inv_freq()[1]), 1e-6);
+}
+
+TEST(Rope, YarnBlendsBetweenCorrectionDims) {
+  // dim 64, base 160000, factor 16, original 65536, beta 32/1: the correction
+  // range is [floor(d(32)), ceil(d(1))] with d(r) = 64 ln(65536 / (2 pi r)) / (2 ln 160000).
+  RopeOptions o{64, 160000.0f, 65536, 16.0f, 32.0f, 1.0f};
+  Rope yarn(o);
+  RopeOptions plain_o{64, 160000.0f, 0, 1.0f, 32.0f, 1.0f};
+  Rope plain(plain_o);
+  auto d = [](double rot) { return 64 * std::log(65536 / (rot * 2 * M_PI)) / (2 * std::log(160000.0)); };
+  const int low = static_cast<int>(std::floor(d(32))), high = static_cast<int>(std::ceil(d(1)));
+  for (int i = 0; i < 32; ++i) {
+    double ramp = std::clamp((i - low) / double(high - low), 0.0, 1.0);
+    double expect = plain.inv_freq()[i] / 16.0 * ramp + plain.inv_freq()[i] * (1 - ramp);
+    EXPECT_NEAR(yarn.inv_freq()[i], expect, 1e-6 * plain.inv_freq()[i]) << i;
+  }
+  EXPECT_FLOAT_EQ(yarn.inv_freq()[0], plain.inv_freq()[0]);            // fast dims untouched
+  EXPECT_FLOAT_EQ(yarn.inv_freq()[31], plain.inv_freq()[31] / 16.0f);  // slow dims interpolated
+}
+
+TEST(HyperConnection, SinkhornIsNearlyDoublyStochastic) {
+  const int hc = 4;
+  std::vector<float> m(hc * hc);
+  for (int i = 0; i < hc * hc; ++i) m[i] = std::sin(1.7f * i) * 3;
+  sinkhorn(m.data(), hc, 20, 1e-6f);
+  for (int i = 0; i < hc; ++i) {
+    float row = 0, col = 0;
+    for (int j = 0; j < hc; ++j) {
+      row += m[i * hc + j];
+      col += m[j * hc + i];
+      EXPECT_GT(m[i * hc + j], 0.0f);
+    }
+    EXPECT_NEAR(row, 1.0f, 1e-3f);
+    EXPECT_NEAR(col, 1.0f, 1e-5f);  // the last step normalizes columns
+  }
+}
+
+TEST(HyperConnection, SinkhornOneIterationIsSoftmaxThenColumns) {
+  const int hc = 2;
+  std::vector<float> m = {0.0f, 1.0f, 2.0f, 0.5f};
+  sinkhorn(m.data(), hc, 1, 0.0f);
+  double a = 1 / (1 + std::exp(1.0)), b = 1 - a;       // row 0 softmax
+  double c = 1 / (1 + std::exp(-1.5)), d = 1 - c;      // row 1 softmax
+  EXPECT_NEAR(m[0], a / (a + c), 1e-6);
+  EXPECT_NEAR(m[1], b / (b + d), 1e-6);
+}
+
+TEST(TopK, TiesFollowTorchOrder) {
+  // All equal: nth_element/sort over (value, index) pairs; the result is a
+  // fixed function of the input, and the top values are always right.
+  std::vector<float> v = {0, 3, 0, 5, 0, 0, 1, 0};
+  std::vector<int32_t> out(3);
+  topk_like_torch(v.data(), v.size(), 3, out.data());
+  EXPECT_EQ(out[0], 3);
+  EXPECT_EQ(out[1], 1);
+  EXPECT_EQ(out[2] == 6, true);
+}
+
+TEST(Indexer, QueriesSeeOnlyFinishedRows) {
+  IndexerShape s{1, 4, 100, 4};
+  const int64_t n = 12;
+  std::vector<float> q(n * 4, 1.0f), w(n, 1.0f), keys(3 * 4, 1.0f);
+  std::vector<std::vector<int32_t>> picked;
+  indexer_select(s, q.data(), w.data(), keys.data(), 0, n, 0, &picked);
+  for (int64_t t = 0; t < n; ++t) EXPECT_EQ(static_cast<int64_t>(picked[t].size()), (t + 1) / 4) << t;
+}
+
+TEST(Indexer, TopkKeepsTheBestRows) {
+  IndexerShape s{1, 2, 2, 4};
+  std::vector<float> q = {1.0f, 0.0f}, w = {1.0f};
+  std::vector<float> keys = {0.1f, 0, 0.9f, 0, -1.0f, 0, 0.5f, 0};  // scores .1 .9 0 .5
+  std::vector<std::vector<int32_t>> picked;
+  indexer_select(s, q.data(), w.data(), keys.data(), 15, 1, 0, &picked);
+  ASSERT_EQ(picked[0].size(), 2u);
+  EXPECT_EQ(picked[0][0], 1);
+  EXPECT_EQ(picked[0][1], 3);
+}
+
+CompressorWeights make_compressor(int ratio, int d) {
+  CompressorWeights w;
+  w.ratio = ratio;
+  w.head_dim = d;
+  w.overlap = ratio == 4;
+  const int width = (w.overlap ? 2 : 1) * d;
+  w.ape.resize(ratio * width);
+  for (size_t i = 0; i < w.ape.size(); ++i) w.ape[i] = std::cos(0.3f * i);
+  w.norm.assign(d, 1.0f);
+  return w;
+}
+
+TEST(Compressor, RowsDoNotDependOnChunking) {
+  for (int ratio : {4, 16}) {
+    const int d = 128, rd = 64, n = 45;
+    CompressorWeights w = make_compressor(ratio, d);
+    const int width = (w.overlap ? 2 : 1) * d;
+    std::vector<float> kv(n * width), score(n * width);
+    for (int i = 0; i < n * width; ++i) {
+      kv[i] = std::sin(0.11f * i);
+      score[i] = std::cos(0.07f * i);
+    }
+    Rope rope(RopeOptions{rd, 10000.0f, 0, 1.0f, 32.0f, 1.0f});
+    CompressorState whole, pieces;
+    init_compressor_state(w, &whole);
+    init_compressor_state(w, &pieces);
+    std::vector<float> rows_whole, rows_pieces;
+    compress_tokens(w, rope, rd, 1e-6f, false, kv.data(), score.data(), 0, n, &whole, &rows_whole);
+    for (int s = 0; s < n; s += 7) {
+      int m = std::min(7, n - s);
+      compress_tokens(w, rope, rd, 1e-6f, false, kv.data() + s * width, score.data() + s * width, s, m, &pieces, &rows_pieces);
+    }
+    ASSERT_EQ(rows_whole.size(), static_cast<size_t>(n / ratio * d));
+    EXPECT_EQ(rows_whole, rows_pieces) << "ratio " << ratio;
+  }
+}
+
+TEST(Compressor, FirstOverlappingWindowIgnoresItsMissingPredecessor) {
+  // Ratio 4, one window: pooling is a softmax over the window's own second
+  // half dims only (the predecessor slots start at -inf).
+  const int d = 128, rd = 64;
+  CompressorWeights w = make_compressor(4, d);
+  std::fill(w.ape.begin(), w.ape.end(), 0.0f);
+  std::vector<float> kv(4 * 2 * d), score(4 * 2 * d, 0.0f);
+  for (int t = 0; t < 4; ++t)
+    for (int k = 0; k < 2 * d; ++k) kv[t * 2 * d + k] = k < d ? 100.0f : t + 1.0f;
+  Rope rope(RopeOptions{rd, 10000.0f, 0, 1.0f, 32.0f, 1.0f});
+  CompressorState st;
+  init_compressor_state(w, &st);
+  std::vector<float> rows;
+  compress_tokens(w, rope, rd, 1e-6f, false, kv.data(), score.data(), 0, 4, &st, &rows);
+  ASSERT_EQ(rows.size(), static_cast<size_t>(d));
+  // Equal scores: mean of 1..4 = 2.5 in every dim, then RMS-normalized to 1
+  // (the first half's 100s are not used), RoPE at position 0 is identity.
+  for (int k = 0; k < d; ++k) EXPECT_NEAR(rows[k], 1.0f, 1e-5f) << k;
+}
+
+TEST(Config, BadConfigsNameTheProblem) {
+  const std::string good = R"({"vocab_size": 64, "hidden_size": 128, "moe_intermediate_size": 64, "num_hidden_layers": 2,
+    "num_nextn_predict_layers": 1, "num_attention_heads": 2, "n_routed_experts": 4, "num_experts_per_tok": 2,
+    "q_lora_rank": 32, "head_dim": 128, "qk_rope_head_dim": 64, "o_groups": 2, "o_lora_rank": 16,
+    "sliding_window": 8, "compress_ratios": [0, 4, 0], "index_n_heads": 2, "index_head_dim": 128,
+    "index_topk": 4, "hc_mult": 2, "max_position_embeddings": 256})";
+  ASSERT_TRUE(ModelConfig::from_json_text(good, "c").ok());
+  struct Case {
+    std::string from, to, expect;
+  };
+  std::vector<Case> cases = {
+      {R"("hidden_size": 128,)", "", "missing required field 'hidden_size'"},
+      {R"("compress_ratios": [0, 4, 0])", R"("compress_ratios": [0, 4])", "compress_ratios has 2 entries"},
+      {R"("num_experts_per_tok": 2)", R"("num_experts_per_tok": 9)", "num_experts_per_tok"},
+      {R"("head_dim": 128)", R"("head_dim": "x")", "'head_dim' must be an integer"},
+      {R"("o_groups": 2)", R"("o_groups": 3)", "divisible by o_groups"},
+      {R"("index_head_dim": 128)", R"("index_head_dim": 96)", "power of two"},
+  };
+  for (const auto& c : cases) {
+    std::string text = good;
+    text.replace(text.find(c.from), c.from.size(), c.to);
+    auto r = ModelConfig::from_json_text(text, "cfg.json");
+    ASSERT_FALSE(r.ok()) << c.expect;
+    EXPECT_NE(r.status().message().find(c.expect), std::string::npos) << r.status().message();
+  }
+  EXPECT_FALSE(ModelConfig::from_json_text("{nope", "c").ok());
+}
+
+}  // namespace
+}  // namespace dsv4
