@@ -37,6 +37,8 @@ struct GoldenParam {
   int chunk;
 };
 
+void PrintTo(const GoldenParam& p, std::ostream* os) { *os << p.name << " chunk " << p.chunk; }
+
 class Golden : public ::testing::TestWithParam<GoldenParam> {};
 
 TEST_P(Golden, MatchesReference) {
