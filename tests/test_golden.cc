@@ -53,16 +53,13 @@ TEST_P(Golden, MatchesReference) {
   auto report = verify_golden(model, opt);
   ASSERT_TRUE(report.ok()) << report.status().message();
   for (const auto& t : report->tensors) {
-    double bound = t.bound;
-    // small-fp8 layer_out.0: one FP8 activation rounding of wo_b's input at
-    // (batch 0, position 103) sits 1e-5 below a rounding midpoint in exact
-    // arithmetic and the reference's float sums land above it; that single
-    // flip gives 2.1e-4 against the README's 1e-4. Checked at 3e-4 here so
-    // any further drift fails; see the closing note of issue 2.
-    if (opt.quantized && t.name == "layer_out.0") bound = 3e-4;
-    if (bound >= 0) {
-      EXPECT_LE(t.rel_l2, bound) << p.name << " chunk " << p.chunk << ": " << t.name;
+    if (t.bound >= 0) {
+      EXPECT_LE(t.rel_l2, t.bound) << p.name << " chunk " << p.chunk << ": " << t.name;
     }
+    // Stronger than the README asks: the forward follows the reference's
+    // float operations one by one (docs/model-notes.md), so every tensor,
+    // FP8 case included, is bit-identical however the prompt is chunked.
+    EXPECT_EQ(t.rel_l2, 0.0) << p.name << " chunk " << p.chunk << ": " << t.name << " is not bit-exact";
   }
   EXPECT_GE(report->greedy_match, std::ceil(report->greedy_required * report->greedy_total - 1e-9))
       << p.name << " chunk " << p.chunk << ": greedy tokens " << report->greedy_match << "/" << report->greedy_total;

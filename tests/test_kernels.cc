@@ -16,8 +16,66 @@ TEST(Kernels, HadamardMatchesSylvesterMatrix) {
   // H[i][j] = (-1)^popcount(i & j) for Sylvester's construction.
   for (int j = 0; j < n; ++j)
     for (int i = 0; i < n; ++i) y[j] += x[i] * ((__builtin_popcount(i & j) & 1) ? -1.0f : 1.0f) / 4.0f;
-  kernels::hadamard(x.data(), n);
+  std::vector<float> scratch(n);
+  kernels::hadamard(x.data(), n, scratch.data());
   for (int i = 0; i < n; ++i) EXPECT_NEAR(x[i], y[i], 1e-6f);
+}
+
+TEST(Kernels, SumAddsInPyTorchsLaneOrder) {
+  // 16 values are two 8-lane vectors: lane l holds x[l] + x[8 + l], then the
+  // lanes are added left to right. Left to right over x would lose the ones
+  // next to 1e8 (its float spacing is 8) and give 7; the lane order cancels
+  // the 1e8s first and keeps every one: 14.
+  std::vector<float> x(16, 1.0f);
+  x[0] = 1e8f;
+  x[8] = -1e8f;
+  float sequential = 0.0f;
+  for (float v : x) sequential += v;
+  EXPECT_EQ(sequential, 7.0f);
+  EXPECT_EQ(kernels::sum(x.data(), 16), 14.0f);
+  // Fewer than 8 values: four interleaved partial sums, the leftovers added
+  // to the first: ((((x0 + x4) + x5) + x1) + x2) + x3.
+  std::vector<float> y = {1e8f, 1.0f, 1.0f, 1.0f, -1e8f, 4.0f};
+  EXPECT_EQ(kernels::sum(y.data(), 6), 7.0f);
+}
+
+TEST(Kernels, SumOuterCascadesEverySixteenRows) {
+  // 32 rows: two groups of 16 summed separately, then added. Added left to
+  // right, each 1 after the 1e8 is lost (float spacing 8 there): 1e8.
+  // Grouped, the sixteen ones make 16 first: 1e8 + 16.
+  std::vector<float> x(32, 0.0f);
+  x[0] = 1e8f;
+  for (int i = 16; i < 32; ++i) x[i] = 1.0f;
+  EXPECT_EQ(kernels::sum_outer(x.data(), 32, 1), 100000016.0f);
+  // Strided: the same column read out of rows of 3.
+  std::vector<float> rows(32 * 3, -5.0f);
+  for (int i = 0; i < 32; ++i) rows[i * 3 + 1] = x[i];
+  EXPECT_EQ(kernels::sum_outer(rows.data() + 1, 32, 3), 100000016.0f);
+}
+
+TEST(Kernels, VectorExpAndLog1pAreWithinOneUlpOfLibm) {
+  for (float x = -90.0f; x < 80.0f; x += 0.37f) {
+    const float e = kernels::vexp(x), ref = std::exp(x);
+    EXPECT_LE(std::fabs(e - ref), std::nextafter(ref, INFINITY) - ref) << x;
+  }
+  for (float x = 0.0f; x < 1e6f; x = x * 1.7f + 0.01f) {
+    const float l = kernels::vlog1p(x), ref = std::log1p(x);
+    EXPECT_LE(std::fabs(l - ref), std::nextafter(ref, INFINITY) - ref) << x;
+  }
+  EXPECT_EQ(kernels::vexp(-INFINITY), 0.0f);
+  EXPECT_EQ(kernels::vexp(200.0f), INFINITY);
+  EXPECT_EQ(kernels::vlog1p(-1.0f), -INFINITY);
+}
+
+TEST(Kernels, ElementwiseTailUsesLibm) {
+  // The last n % 16 elements take PyTorch's scalar path.
+  EXPECT_TRUE(kernels::simd_element(15, 20));
+  EXPECT_FALSE(kernels::simd_element(16, 20));
+  EXPECT_FALSE(kernels::simd_element(3, 8));
+  for (float x = -10.0f; x < 10.0f; x += 0.013f) {
+    EXPECT_EQ(kernels::sigmoid_at(x, 20, 21), 1.0f / (1.0f + std::exp(-x)));
+    EXPECT_EQ(kernels::sigmoid_at(x, 0, 16), 1.0f / (1.0f + kernels::vexp(-x)));
+  }
 }
 
 TEST(Kernels, Fp8QuantDequantUsesPowerOfTwoScales) {

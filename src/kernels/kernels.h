@@ -7,10 +7,37 @@
 
 namespace dsv4::kernels {
 
-// sum_i a[i] * b[i]
+// Float arithmetic follows the reference's PyTorch CPU kernels operation by
+// operation (products rounded before adding, no FMA contraction, the same
+// summation order), so f32 results are bit-identical to the reference's.
+
+// e^x and log(1 + x) as the reference's vectorized kernels compute them
+// (SLEEF expf / log1pf, 1 ULP). PyTorch's elementwise loops run blocks of
+// 16 elements through the vector op and the last n % 16 of a contiguous
+// tensor through the scalar op, which calls libm: simd_element says which.
+float vexp(float x);
+float vlog1p(float x);
+inline bool simd_element(int64_t index, int64_t n) { return index < n / 16 * 16; }
+
+// sigmoid, silu (x * sigmoid(x)) and softplus (threshold 20) of element
+// `index` of an n-element tensor, as the reference's loops compute them.
+float sigmoid_at(float x, int64_t index, int64_t n);
+float silu_at(float x, int64_t index, int64_t n);
+float softplus_at(float x, int64_t index, int64_t n);
+
+// sum_i a[i] * b[i], added left to right (PyTorch's fallback GEMM order).
 float dot(const float* a, const float* b, int64_t n);
 
-// y[i, j] = sum_k x[i, k] * w[j, k] for rows i in [0, m) and output columns
+// sum_i x[i] and sum_i x[i]^2 in PyTorch's reduction order (8 lanes, 4-way
+// interleave, cascaded every 16 rows).
+float sum(const float* x, int64_t n);
+float sum_squares(const float* x, int64_t n);
+
+// sum_i x[i * stride]: PyTorch's order for a sum over an outer dimension
+// (a cascade over the rows; exact for columns in its 32-wide blocks).
+float sum_outer(const float* x, int64_t n, int64_t stride);
+
+// y[i, j] = dot(x[i], w[j]) for rows i in [0, m) and output columns
 // j in [n_begin, n_end). y has row stride ldy.
 void matmul_nt(const float* x, int64_t m, int64_t k, const float* w, int64_t n_begin, int64_t n_end,
                float* y, int64_t ldy);
@@ -27,17 +54,18 @@ void fp8_quant_dequant(float* x, int64_t n, int64_t block, bool round);
 void fp4_quant_dequant(float* x, int64_t n, int64_t block, bool round);
 
 // In place normalized Walsh-Hadamard transform (n a power of two), scaled by
-// n^-1/2, equal to x @ H_n / sqrt(n) with Sylvester's H_n.
-void hadamard(float* x, int64_t n);
+// n^-1/2, equal to x @ H_n / sqrt(n) with Sylvester's H_n. scratch: n floats.
+void hadamard(float* x, int64_t n, float* scratch);
 
 // Rotates interleaved pairs (x[2i], x[2i+1]) by angle i: cos[i], sin[i];
 // inverse rotates by the negative angle.
 void rope(float* x, const float* cos, const float* sin, int64_t pairs, bool inverse);
 
-// One query head against gathered keys: softmax(q.k * scale) with an extra
-// sink logit in the denominator only; out = sum_j p_j * key_j.
-// keys[j] points at a row of `dim` floats (values are the keys).
-void sink_attention(const float* q, const float* const* keys, int64_t num_keys, int64_t dim, float sink,
+// One query head against gathered key slots: softmax(q.k * scale) with an
+// extra sink logit in the denominator only; out = sum_j p_j * key_j.
+// keys[j] points at a row of `dim` floats (values are the keys), or is null
+// for a masked slot (weight 0, still part of the softmax sum's layout).
+void sink_attention(const float* q, const float* const* keys, int64_t num_slots, int64_t dim, float sink,
                     float scale, float* scores_scratch, float* out);
 
 

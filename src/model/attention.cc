@@ -56,6 +56,32 @@ void run_compressor(const CompressorWeights& w, const LayerContext& ctx, const f
   });
 }
 
+// The key slots query position t attends, laid out as the reference lays
+// out its index rows, masked slots (nullptr) included: the softmax sums over
+// every slot and how the slots fall decides the order of that sum. Positions
+// of a prompt of prefill_len tokens get the rows of the reference's one-shot
+// prefill of that prompt, later positions those of its decode step.
+template <typename KeyAt>
+void attention_slots(const ModelConfig& c, const AttentionWeights& w, const LayerState& ls, int64_t t,
+                     int64_t prefill_len, const std::vector<int32_t>* picked, KeyAt key_at,
+                     std::vector<const float*>* slots) {
+  const int64_t win = c.window_size, hd = c.head_dim;
+  const bool prefill = t < prefill_len;
+  slots->clear();
+  // Window: the last `win` positions, oldest first, padded to the row length.
+  const int64_t window_len = prefill ? std::min(prefill_len, win) : win;
+  for (int64_t p = std::max<int64_t>(0, t - win + 1); p <= t; ++p) slots->push_back(key_at(p));
+  slots->resize(window_len, nullptr);
+  if (!w.ratio) return;
+  const int64_t visible = (t + 1) / w.ratio;
+  if (picked) {  // the indexer's choice, best first
+    for (int32_t j : *picked) slots->push_back(j >= 0 ? &ls.compressed[j * hd] : nullptr);
+  } else {  // every finished row; the one-shot prefill lists all P / ratio rows
+    const int64_t len = prefill ? prefill_len / w.ratio : visible;
+    for (int64_t j = 0; j < len; ++j) slots->push_back(j < visible ? &ls.compressed[j * hd] : nullptr);
+  }
+}
+
 }  // namespace
 
 void init_attention_state(const AttentionWeights& w, const ModelConfig& c, LayerState* st) {
@@ -103,20 +129,22 @@ void attention_forward(const AttentionWeights& w, const LayerContext& ctx, const
     linear_forward(w.indexer->wq_b, qr.data(), rows, iq.data());
     rope_tail(rope, iq.data(), rows * ih, id, rd, [&](int64_t v) { return pos[v / ih]; }, false);
     parallel_for(rows * ih, 16, [&](int64_t v0, int64_t v1) {
+      Buffer scratch(id);
       for (int64_t v = v0; v < v1; ++v) {
-        kernels::hadamard(&iq[v * id], id);
+        kernels::hadamard(&iq[v * id], id, scratch.data());
         kernels::fp4_quant_dequant(&iq[v * id], id, 32, ctx.qat_round);
       }
     });
     linear_forward(w.indexer->weights_proj, x, rows, iw.data());
-    const float wscale = (1.0f / std::sqrt(static_cast<float>(id))) * (1.0f / std::sqrt(static_cast<float>(ih)));
+    // Computed in double and rounded once, as the reference's Python scalars.
+    const float wscale = static_cast<float>(std::pow(id, -0.5) * std::pow(ih, -0.5));
     for (float& v : iw) v *= wscale;
     run_compressor(w.indexer->compressor, ctx, x, rows, chunks, true);
   }
 
   // Sparse attention per chunk: window keys then compressed rows.
   Buffer o(rows * heads * hd);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const float scale = static_cast<float>(std::pow(hd, -0.5));
   for (const SeqChunk& ch : chunks) {
     LayerState& ls = ch.state->layers[ctx.state_layer];
     std::vector<std::vector<int32_t>> picked;
@@ -129,22 +157,14 @@ void attention_forward(const AttentionWeights& w, const LayerContext& ctx, const
       return p < ch.start_pos ? &ls.window[(p % win) * hd] : &kv[(ch.row_begin + p - ch.start_pos) * hd];
     };
     parallel_for(ch.num_tokens * heads, 4, [&](int64_t v0, int64_t v1) {
-      std::vector<const float*> keys;
+      std::vector<const float*> slots;
       Buffer scores;
       for (int64_t v = v0; v < v1; ++v) {
         const int64_t i = v / heads, h = v % heads, t = ch.start_pos + i;
-        keys.clear();
-        for (int64_t p = std::max<int64_t>(0, t - win + 1); p <= t; ++p) keys.push_back(key_at(p));
-        if (w.ratio) {
-          if (w.indexer) {
-            for (int32_t j : picked[i]) keys.push_back(&ls.compressed[j * hd]);
-          } else {
-            for (int64_t j = 0; j < (t + 1) / w.ratio; ++j) keys.push_back(&ls.compressed[j * hd]);
-          }
-        }
-        scores.resize(keys.size());
+        attention_slots(c, w, ls, t, ch.prefill_len, w.indexer ? &picked[i] : nullptr, key_at, &slots);
+        scores.resize(slots.size());
         const int64_t row = ch.row_begin + i;
-        kernels::sink_attention(&q[(row * heads + h) * hd], keys.data(), keys.size(), hd, w.attn_sink[h], scale,
+        kernels::sink_attention(&q[(row * heads + h) * hd], slots.data(), slots.size(), hd, w.attn_sink[h], scale,
                                 scores.data(), &o[(row * heads + h) * hd]);
       }
     });

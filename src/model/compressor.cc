@@ -26,16 +26,16 @@ void pool(const CompressorState& st, const CompressorWeights& w, float* out) {
   // With overlap the previous window (slots [0, r)) contributes its first
   // half of dims, the current window (slots [r, 2r)) its second half.
   auto col = [&](int s) { return w.overlap ? (s < r ? 0 : d) : 0; };
+  // In the reference's order: softmax over the slots (exp, sum, divide),
+  // then the weighted kv summed over the slots.
+  std::vector<float> weighted(slots);
   for (int k = 0; k < d; ++k) {
     float mx = -INFINITY;
     for (int s = 0; s < slots; ++s) mx = std::fmax(mx, st.score[s * width + col(s) + k]);
-    float sum = 0.0f, acc = 0.0f;
-    for (int s = 0; s < slots; ++s) {
-      float e = std::exp(st.score[s * width + col(s) + k] - mx);
-      sum += e;
-      acc += e * st.kv[s * width + col(s) + k];
-    }
-    out[k] = acc / sum;
+    float sum = 0.0f;
+    for (int s = 0; s < slots; ++s) sum += (weighted[s] = kernels::vexp(st.score[s * width + col(s) + k] - mx));
+    for (int s = 0; s < slots; ++s) weighted[s] = weighted[s] / sum * st.kv[s * width + col(s) + k];
+    out[k] = kernels::sum_outer(weighted.data(), slots, 1);
   }
 }
 
@@ -68,7 +68,7 @@ void compress_tokens(const CompressorWeights& w, const Rope& rope, int rope_dim,
     rope.angles(pos + 1 - r, cos.data(), sin.data());
     kernels::rope(row + d - rope_dim, cos.data(), sin.data(), rope_dim / 2, false);
     if (w.rotate) {
-      kernels::hadamard(row, d);
+      kernels::hadamard(row, d, pooled.data());
       kernels::fp4_quant_dequant(row, d, 32, qat_round);
     } else {
       kernels::fp8_quant_dequant(row, d - rope_dim, 64, qat_round);

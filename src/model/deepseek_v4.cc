@@ -91,34 +91,37 @@ void DeepseekV4::embed(const ForwardBatch& batch, float* out) const {
 
 // One block as the paper draws it: hc_pre -> norm -> attention -> hc_post,
 // then hc_pre -> norm -> MoE -> hc_post.
-void DeepseekV4::block(const BlockWeights& b, int state_layer, const ForwardBatch& batch, float* h) const {
+void DeepseekV4::block(const BlockWeights& b, int state_layer, const ForwardBatch& batch, const ReferenceRows& rr,
+                       float* h) const {
   const ModelConfig& c = config_;
   const int64_t rows = batch.num_rows(), dim = c.dim;
   std::vector<float> x(rows * dim), y(rows * dim);
 
-  HcMix mix = hc_pre(b.hc_attn, c, h, rows, x.data());
+  HcMix mix = hc_pre(b.hc_attn, c, h, rows, rr, x.data());
   rms_norm_rows(b.attn_norm, c.norm_eps, x.data(), rows, dim);
   const LayerContext ctx{c, rope_for(b.attn.ratio), state_layer, options_.qat_rounding};
   attention_forward(b.attn, ctx, batch.chunks, x.data(), rows, y.data());
   hc_post(mix, c, y.data(), rows, h);
 
-  mix = hc_pre(b.hc_ffn, c, h, rows, x.data());
+  mix = hc_pre(b.hc_ffn, c, h, rows, rr, x.data());
   rms_norm_rows(b.ffn_norm, c.norm_eps, x.data(), rows, dim);
-  moe_forward(b.ffn, c, x.data(), batch.token_ids.data(), rows, y.data());
+  moe_forward(b.ffn, c, x.data(), batch.token_ids.data(), rows, rr, y.data());
   hc_post(mix, c, y.data(), rows, h);
 }
 
 void DeepseekV4::head(const HcHeadWeights& hc, const std::vector<float>& norm, const ForwardBatch& batch,
-                      const float* h, ForwardOutput* out) const {
+                      const ReferenceRows& rr, const float* h, ForwardOutput* out) const {
   const ModelConfig& c = config_;
   const int64_t flat = static_cast<int64_t>(c.hc_mult) * c.dim, n = batch.chunks.size();
   // Only each chunk's last row needs logits.
   std::vector<float> last(n * flat), x(n * c.dim);
+  std::vector<int64_t> last_row(n);
   for (int64_t i = 0; i < n; ++i) {
     const SeqChunk& ch = batch.chunks[i];
-    std::memcpy(&last[i * flat], h + (ch.row_begin + ch.num_tokens - 1) * flat, sizeof(float) * flat);
+    last_row[i] = ch.row_begin + ch.num_tokens - 1;
+    std::memcpy(&last[i * flat], h + last_row[i] * flat, sizeof(float) * flat);
   }
-  hc_head(hc, c, last.data(), n, x.data());
+  hc_head(hc, c, last.data(), n, last_row.data(), rr, x.data());
   rms_norm_rows(norm, c.norm_eps, x.data(), n, c.dim);
   out->logits.resize(n * c.vocab_size);
   matmul(x.data(), n, c.dim, weights_->head.data(), c.vocab_size, out->logits.data());
@@ -130,15 +133,16 @@ Status DeepseekV4::forward(const ForwardBatch& batch, ForwardOutput* out, bool w
   const int64_t rows = batch.num_rows(), dim = c.dim, flat = static_cast<int64_t>(c.hc_mult) * dim;
   std::vector<float> e(rows * dim), h(rows * flat);
   embed(batch, e.data());
+  const ReferenceRows rr = ReferenceRows::of(batch);
   for (int64_t r = 0; r < rows; ++r)
     for (int s = 0; s < c.hc_mult; ++s) std::memcpy(&h[r * flat + s * dim], &e[r * dim], sizeof(float) * dim);
 
   for (int i = 0; i < c.n_layers; ++i) {
-    block(weights_->blocks[i], i, batch, h.data());
+    block(weights_->blocks[i], i, batch, rr, h.data());
     if (batch.trace) batch.trace->record("layer_out." + std::to_string(i), h.data(), rows, flat);
   }
   if (batch.trace) batch.trace->record("final_hidden", h.data(), rows, flat);
-  head(weights_->hc_head, weights_->norm, batch, h.data(), out);
+  head(weights_->hc_head, weights_->norm, batch, rr, h.data(), out);
   if (want_hidden) out->hidden = std::move(h);
   for (const SeqChunk& ch : batch.chunks) ch.state->length += ch.num_tokens;
   return Status::Ok();
@@ -162,8 +166,9 @@ Status DeepseekV4::forward_mtp(int mtp_index, const ForwardBatch& batch, const f
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t s = 0; s < hc; ++s)
       for (int64_t d = 0; d < dim; ++d) h[(r * hc + s) * dim + d] += ep[r * dim + d];
-  block(m.block, 0, batch, h.data());
-  head(m.hc_head, m.norm, batch, h.data(), out);
+  const ReferenceRows rr = ReferenceRows::of(batch);
+  block(m.block, 0, batch, rr, h.data());
+  head(m.hc_head, m.norm, batch, rr, h.data(), out);
   for (const SeqChunk& ch : batch.chunks) ch.state->length += ch.num_tokens;
   return Status::Ok();
 }

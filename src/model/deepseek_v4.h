@@ -9,6 +9,7 @@
 #include "base/status.h"
 #include "model/config.h"
 #include "model/forward_batch.h"
+#include "model/reference_rows.h"
 #include "model/rope.h"
 #include "model/weights.h"
 
@@ -46,8 +47,9 @@ class DeepseekV4 {
  private:
   Status check_batch(const ForwardBatch& batch) const;
   void embed(const ForwardBatch& batch, float* out) const;
-  void block(const BlockWeights& b, int state_layer, const ForwardBatch& batch, float* h) const;
-  void head(const HcHeadWeights& hc, const std::vector<float>& norm, const ForwardBatch& batch, const float* h,
+  void block(const BlockWeights& b, int state_layer, const ForwardBatch& batch, const ReferenceRows& rr, float* h) const;
+  void head(const HcHeadWeights& hc, const std::vector<float>& norm, const ForwardBatch& batch, const ReferenceRows& rr,
+            const float* h,
             ForwardOutput* out) const;
   const Rope& rope_for(int ratio) const { return ratio ? compress_rope_ : window_rope_; }
 

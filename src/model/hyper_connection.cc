@@ -9,8 +9,6 @@
 namespace dsv4 {
 namespace {
 
-float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
-
 // mixes[r, m] = (fn[m] . h[r]) / rms(h[r]) over the flattened hc*dim stream.
 std::vector<float> stream_mixes(const std::vector<float>& fn, int64_t num_mixes, const ModelConfig& c, const float* h,
                                 int64_t rows) {
@@ -19,8 +17,7 @@ std::vector<float> stream_mixes(const std::vector<float>& fn, int64_t num_mixes,
   matmul(h, rows, flat, fn.data(), num_mixes, mixes.data());
   for (int64_t r = 0; r < rows; ++r) {
     const float* x = h + r * flat;
-    float ss = kernels::dot(x, x, flat);
-    float rs = 1.0f / std::sqrt(ss / static_cast<float>(flat) + c.norm_eps);
+    float rs = 1.0f / std::sqrt(kernels::sum_squares(x, flat) / static_cast<float>(flat) + c.norm_eps);
     for (int64_t m = 0; m < num_mixes; ++m) mixes[r * num_mixes + m] *= rs;
   }
   return mixes;
@@ -56,8 +53,10 @@ void sinkhorn(float* comb, int hc, int iters, float eps) {
     float mx = row[0];
     for (int j = 1; j < hc; ++j) mx = std::fmax(mx, row[j]);
     float sum = 0.0f;
-    for (int j = 0; j < hc; ++j) sum += (row[j] = std::exp(row[j] - mx));
-    for (int j = 0; j < hc; ++j) row[j] = row[j] / sum + eps;
+    for (int j = 0; j < hc; ++j) sum += (row[j] = kernels::vexp(row[j] - mx));
+    // PyTorch's softmax multiplies by the reciprocal of the sum.
+    const float inv = 1.0f / sum;
+    for (int j = 0; j < hc; ++j) row[j] = row[j] * inv + eps;
   }
   normalize_cols();
   for (int it = 1; it < iters; ++it) {
@@ -66,7 +65,8 @@ void sinkhorn(float* comb, int hc, int iters, float eps) {
   }
 }
 
-HcMix hc_pre(const HyperConnWeights& w, const ModelConfig& c, const float* h, int64_t rows, float* x) {
+HcMix hc_pre(const HyperConnWeights& w, const ModelConfig& c, const float* h, int64_t rows, const ReferenceRows& rr,
+             float* x) {
   const int hc = c.hc_mult;
   const int64_t mix = c.mix_hc(), flat = static_cast<int64_t>(hc) * c.dim;
   std::vector<float> mixes = stream_mixes(w.fn, mix, c, h, rows);
@@ -78,8 +78,10 @@ HcMix hc_pre(const HyperConnWeights& w, const ModelConfig& c, const float* h, in
     for (int64_t r = r0; r < r1; ++r) {
       const float* m = &mixes[r * mix];
       for (int s = 0; s < hc; ++s) {
-        pre[s] = sigmoid(m[s] * w.scale[0] + w.base[s]) + c.hc_eps;
-        out.post[r * hc + s] = 2.0f * sigmoid(m[hc + s] * w.scale[1] + w.base[hc + s]);
+        // pre and post are separate [rows, hc] tensors in the reference.
+        const int64_t at = rr.element(r, hc, s), n = rr.elements(r, hc);
+        pre[s] = kernels::sigmoid_at(m[s] * w.scale[0] + w.base[s], at, n) + c.hc_eps;
+        out.post[r * hc + s] = 2.0f * kernels::sigmoid_at(m[hc + s] * w.scale[1] + w.base[hc + s], at, n);
       }
       float* comb = &out.comb[r * hc * hc];
       for (int e = 0; e < hc * hc; ++e) comb[e] = m[2 * hc + e] * w.scale[2] + w.base[2 * hc + e];
@@ -102,24 +104,30 @@ void hc_post(const HcMix& mix, const ModelConfig& c, const float* x, int64_t row
       for (int j = 0; j < hc; ++j) {
         float* out = hr + j * dim;
         const float p = mix.post[r * hc + j];
-        for (int64_t d = 0; d < dim; ++d) out[d] = p * x[r * dim + d];
+        // post * x + sum_i comb[i][j] * residual_i, the sum first (as the reference).
+        for (int64_t d = 0; d < dim; ++d) out[d] = 0.0f;
         for (int i = 0; i < hc; ++i) {
           const float cij = comb[i * hc + j];
           const float* ri = &res[i * dim];
           for (int64_t d = 0; d < dim; ++d) out[d] += cij * ri[d];
         }
+        for (int64_t d = 0; d < dim; ++d) out[d] = p * x[r * dim + d] + out[d];
       }
     }
   });
 }
 
-void hc_head(const HcHeadWeights& w, const ModelConfig& c, const float* h, int64_t rows, float* x) {
+void hc_head(const HcHeadWeights& w, const ModelConfig& c, const float* h, int64_t rows, const int64_t* batch_row,
+             const ReferenceRows& rr, float* x) {
   const int hc = c.hc_mult;
   const int64_t flat = static_cast<int64_t>(hc) * c.dim;
   std::vector<float> mixes = stream_mixes(w.fn, hc, c, h, rows);
   std::vector<float> pre(hc);
   for (int64_t r = 0; r < rows; ++r) {
-    for (int s = 0; s < hc; ++s) pre[s] = sigmoid(mixes[r * hc + s] * w.scale[0] + w.base[s]) + c.hc_eps;
+    for (int s = 0; s < hc; ++s) {
+      const float a = mixes[r * hc + s] * w.scale[0] + w.base[s];
+      pre[s] = kernels::sigmoid_at(a, rr.element(batch_row[r], hc, s), rr.elements(batch_row[r], hc)) + c.hc_eps;
+    }
     weighted_stream_sum(pre.data(), c, h + r * flat, x + r * c.dim);
   }
 }

@@ -31,8 +31,7 @@ void indexer_select(const IndexerShape& s, const float* q, const float* weights,
       top.resize(k);
       topk_like_torch(score.data(), ranked, k, top.data());
       auto& out = (*selected)[i];
-      for (int32_t j : top)
-        if (j < visible) out.push_back(j);  // future rows were only padding
+      for (int32_t j : top) out.push_back(j < visible ? j : -1);
     }
   });
 }

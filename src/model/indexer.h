@@ -16,7 +16,9 @@ struct IndexerShape {
 
 // q: [n, heads, head_dim] (rotated), weights: [n, heads], keys:
 // [num_keys, head_dim]. The query at position pos = start_pos + i sees rows
-// [0, (pos + 1) / ratio); selected[i] gets the best min(topk, visible).
+// [0, (pos + 1) / ratio); selected[i] gets the best min(topk, ranked) of the
+// ranked entries (below), best first, -1 for a row the query may not see yet
+// (the reference keeps those as masked attention slots).
 //
 // Exact score ties are broken as the reference breaks them, which depends on
 // how long the score row it ranks is. Its one-shot prefill of a prompt of

@@ -5,12 +5,11 @@
 #include <numeric>
 
 #include "base/thread_pool.h"
+#include "kernels/kernels.h"
 #include "ops/topk.h"
 
 namespace dsv4 {
 namespace {
-
-float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 
 // x: [n, dim] -> out: [n, dim]; row weights (may be null) scale the hidden
 // activations before w2, as the reference does.
@@ -27,7 +26,7 @@ void expert_forward(const ExpertWeights& e, float limit, const float* x, int64_t
         u = std::clamp(u, -limit, limit);
         g = std::min(g, limit);
       }
-      float h = g / (1.0f + std::exp(-g)) * u;
+      float h = kernels::silu_at(g, r * inter + k, n * inter) * u;
       gate[r * inter + k] = row_weights ? row_weights[r] * h : h;
     }
   }
@@ -36,7 +35,8 @@ void expert_forward(const ExpertWeights& e, float limit, const float* x, int64_t
 
 }  // namespace
 
-Routing route_tokens(const MoEWeights& w, const ModelConfig& c, const float* x, const int32_t* token_ids, int64_t rows) {
+Routing route_tokens(const MoEWeights& w, const ModelConfig& c, const float* x, const int32_t* token_ids, int64_t rows,
+                     const ReferenceRows& rr) {
   const int E = c.n_routed_experts, k = c.n_activated_experts;
   Routing rt;
   rt.experts.resize(rows * k);
@@ -50,9 +50,9 @@ Routing route_tokens(const MoEWeights& w, const ModelConfig& c, const float* x, 
       for (int e = 0; e < E; ++e) sum += (s[e] = std::exp(s[e] - mx));
       for (int e = 0; e < E; ++e) s[e] /= sum;
     } else if (c.score_func == ScoreFunc::kSigmoid) {
-      for (int e = 0; e < E; ++e) s[e] = 1.0f / (1.0f + std::exp(-s[e]));
+      for (int e = 0; e < E; ++e) s[e] = kernels::sigmoid_at(s[e], rr.element(r, E, e), rr.elements(r, E));
     } else {
-      for (int e = 0; e < E; ++e) s[e] = std::sqrt(softplus(s[e]));
+      for (int e = 0; e < E; ++e) s[e] = std::sqrt(kernels::softplus_at(s[e], rr.element(r, E, e), rr.elements(r, E)));
     }
     int32_t* idx = &rt.experts[r * k];
     if (w.hash) {
@@ -64,8 +64,8 @@ Routing route_tokens(const MoEWeights& w, const ModelConfig& c, const float* x, 
       topk_like_torch(biased.data(), E, k, idx);
     }
     float* wt = &rt.weights[r * k];
-    float sum = 0.0f;
-    for (int j = 0; j < k; ++j) sum += (wt[j] = s[idx[j]]);
+    for (int j = 0; j < k; ++j) wt[j] = s[idx[j]];
+    const float sum = kernels::sum(wt, k);
     for (int j = 0; j < k; ++j) {
       if (c.score_func != ScoreFunc::kSoftmax) wt[j] /= sum;
       wt[j] *= c.route_scale;
@@ -75,9 +75,9 @@ Routing route_tokens(const MoEWeights& w, const ModelConfig& c, const float* x, 
 }
 
 void moe_forward(const MoEWeights& w, const ModelConfig& c, const float* x, const int32_t* token_ids, int64_t rows,
-                 float* out) {
+                 const ReferenceRows& rr, float* out) {
   const int64_t dim = c.dim, k = c.n_activated_experts;
-  Routing rt = route_tokens(w, c, x, token_ids, rows);
+  Routing rt = route_tokens(w, c, x, token_ids, rows, rr);
   std::vector<float> y(rows * dim, 0.0f);
   // Experts in index order, each over the rows that picked it.
   std::vector<int64_t> rows_of;

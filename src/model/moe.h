@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/reference_rows.h"
 #include "model/weights.h"
 
 namespace dsv4 {
@@ -16,10 +17,11 @@ struct Routing {
   std::vector<float> weights;    // [rows, topk]
 };
 
-Routing route_tokens(const MoEWeights& w, const ModelConfig& c, const float* x, const int32_t* token_ids, int64_t rows);
+Routing route_tokens(const MoEWeights& w, const ModelConfig& c, const float* x, const int32_t* token_ids, int64_t rows,
+                     const ReferenceRows& rr);
 
 // x: [rows, dim] (after ffn_norm) -> out: [rows, dim].
 void moe_forward(const MoEWeights& w, const ModelConfig& c, const float* x, const int32_t* token_ids, int64_t rows,
-                 float* out);
+                 const ReferenceRows& rr, float* out);
 
 }  // namespace dsv4

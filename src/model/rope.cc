@@ -40,8 +40,10 @@ void Rope::angles(int64_t pos, float* cos, float* sin) const {
   const float t = static_cast<float>(pos);
   for (size_t i = 0; i < inv_freq_.size(); ++i) {
     float a = t * inv_freq_[i];
-    cos[i] = static_cast<float>(std::cos(static_cast<double>(a)));
-    sin[i] = static_cast<float>(std::sin(static_cast<double>(a)));
+    // The reference's table comes from torch.polar, which calls libm's
+    // float cosf/sinf element by element.
+    cos[i] = std::cos(a);
+    sin[i] = std::sin(a);
   }
 }
 

@@ -6,14 +6,14 @@ namespace dsv4::kernels {
 
 float dot(const float* a, const float* b, int64_t n) {
   float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
   for (int64_t i = 0; i < n; ++i) acc += a[i] * b[i];
   return acc;
 }
 
 void matmul_nt(const float* x, int64_t m, int64_t k, const float* w, int64_t n_begin, int64_t n_end,
                float* y, int64_t ldy) {
-  // Four weight rows at a time so each x row is read once per four outputs.
+  // Four weight rows at a time so each x row is read once per four outputs;
+  // each output still adds its products left to right.
   int64_t j = n_begin;
   for (; j + 4 <= n_end; j += 4) {
     const float* w0 = w + j * k;
@@ -23,7 +23,6 @@ void matmul_nt(const float* x, int64_t m, int64_t k, const float* w, int64_t n_b
     for (int64_t i = 0; i < m; ++i) {
       const float* xi = x + i * k;
       float a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-#pragma omp simd reduction(+ : a0, a1, a2, a3)
       for (int64_t t = 0; t < k; ++t) {
         a0 += xi[t] * w0[t];
         a1 += xi[t] * w1[t];
@@ -43,10 +42,7 @@ void matmul_nt(const float* x, int64_t m, int64_t k, const float* w, int64_t n_b
 }
 
 void rms_norm(const float* x, const float* weight, int64_t n, float eps, float* out) {
-  float ss = 0.0f;
-#pragma omp simd reduction(+ : ss)
-  for (int64_t i = 0; i < n; ++i) ss += x[i] * x[i];
-  float r = 1.0f / std::sqrt(ss / static_cast<float>(n) + eps);
+  float r = 1.0f / std::sqrt(sum_squares(x, n) / static_cast<float>(n) + eps);
   if (weight) {
     for (int64_t i = 0; i < n; ++i) out[i] = weight[i] * (x[i] * r);
   } else {
@@ -54,18 +50,17 @@ void rms_norm(const float* x, const float* weight, int64_t n, float eps, float* 
   }
 }
 
-void hadamard(float* x, int64_t n) {
-  for (int64_t h = 1; h < n; h *= 2) {
-    for (int64_t i = 0; i < n; i += 2 * h) {
-      for (int64_t j = i; j < i + h; ++j) {
-        float a = x[j], b = x[j + h];
-        x[j] = a + b;
-        x[j + h] = a - b;
-      }
-    }
+void hadamard(float* x, int64_t n, float* scratch) {
+  // x @ H_n as a plain product (each output adds +-x[l] left to right), the
+  // reference's order; the butterfly would round differently.
+  // Sylvester's H_n[l][i] = (-1)^popcount(l & i).
+  for (int64_t i = 0; i < n; ++i) {
+    float acc = 0.0f;
+    for (int64_t l = 0; l < n; ++l) acc += (__builtin_popcountll(l & i) & 1) ? -x[l] : x[l];
+    scratch[i] = acc;
   }
-  float s = 1.0f / std::sqrt(static_cast<float>(n));
-  for (int64_t i = 0; i < n; ++i) x[i] *= s;
+  const float s = static_cast<float>(std::pow(static_cast<double>(n), -0.5));
+  for (int64_t i = 0; i < n; ++i) x[i] = scratch[i] * s;
 }
 
 void rope(float* x, const float* cos, const float* sin, int64_t pairs, bool inverse) {
@@ -77,25 +72,21 @@ void rope(float* x, const float* cos, const float* sin, int64_t pairs, bool inve
   }
 }
 
-void sink_attention(const float* q, const float* const* keys, int64_t num_keys, int64_t dim, float sink,
+void sink_attention(const float* q, const float* const* keys, int64_t num_slots, int64_t dim, float sink,
                     float scale, float* scores, float* out) {
   float mx = -INFINITY;
-  for (int64_t j = 0; j < num_keys; ++j) {
-    scores[j] = dot(q, keys[j], dim) * scale;
+  for (int64_t j = 0; j < num_slots; ++j) {
+    scores[j] = keys[j] ? dot(q, keys[j], dim) * scale : -INFINITY;
     mx = std::fmax(mx, scores[j]);
   }
-  float sum = 0.0f;
-  for (int64_t j = 0; j < num_keys; ++j) {
-    scores[j] = std::exp(scores[j] - mx);
-    sum += scores[j];
-  }
+  for (int64_t j = 0; j < num_slots; ++j) scores[j] = keys[j] ? vexp(scores[j] - mx) : 0.0f;
   // The sink is one more logit whose value row is zero: denominator only.
-  float denom = sum + std::exp(sink - mx);
+  const float denom = sum(scores, num_slots) + vexp(sink - mx);
   for (int64_t d = 0; d < dim; ++d) out[d] = 0.0f;
-  for (int64_t j = 0; j < num_keys; ++j) {
-    float p = scores[j] / denom;
+  for (int64_t j = 0; j < num_slots; ++j) {
+    if (!keys[j]) continue;
+    const float p = scores[j] / denom;
     const float* k = keys[j];
-#pragma omp simd
     for (int64_t d = 0; d < dim; ++d) out[d] += p * k[d];
   }
 }

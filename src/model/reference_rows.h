@@ -1,0 +1,53 @@
+// Where each row of a forward would sit in the reference's own tensors.
+//
+// PyTorch's elementwise loops send the last n % 16 elements of a contiguous
+// tensor through libm instead of SLEEF (kernels::simd_element), so a row's
+// sigmoid or softplus can round differently depending on the tensor it is
+// part of. The reference prefills each prompt in one shot and decodes the
+// batch one token per sequence; placing rows the same way keeps the forward
+// bit-identical to it and independent of how prompts are chunked or packed.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/forward_batch.h"
+
+namespace dsv4 {
+
+struct ReferenceRows {
+  // A prompt row (position < prefill_len): its position within the
+  // sequence's prefill_len rows. A decode row: its index among the batch's
+  // decode rows, out of all of them.
+  std::vector<int64_t> index, count;
+
+  // Element (row, col) of a [rows, width] tensor: (index, n) for simd_element.
+  int64_t element(int64_t row, int64_t width, int64_t col) const { return index[row] * width + col; }
+  int64_t elements(int64_t row, int64_t width) const { return count[row] * width; }
+
+  static ReferenceRows of(const ForwardBatch& batch) {
+    ReferenceRows rr;
+    const int64_t rows = batch.num_rows();
+    rr.index.resize(rows);
+    rr.count.resize(rows);
+    int64_t decode_rows = 0;
+    for (const SeqChunk& ch : batch.chunks)
+      for (int64_t i = 0; i < ch.num_tokens; ++i) decode_rows += ch.start_pos + i >= ch.prefill_len;
+    int64_t next_decode = 0;
+    for (const SeqChunk& ch : batch.chunks) {
+      for (int64_t i = 0; i < ch.num_tokens; ++i) {
+        const int64_t r = ch.row_begin + i, pos = ch.start_pos + i;
+        if (pos < ch.prefill_len) {
+          rr.index[r] = pos;
+          rr.count[r] = ch.prefill_len;
+        } else {
+          rr.index[r] = next_decode++;
+          rr.count[r] = decode_rows;
+        }
+      }
+    }
+    return rr;
+  }
+};
+
+}  // namespace dsv4
