@@ -22,7 +22,7 @@ struct Run {
 // decodes `steps` greedy tokens.
 StatusOr<Run> run(const DeepseekV4& model, const std::vector<std::vector<int32_t>>& prompts, int chunk, int steps) {
   const int64_t V = model.config().vocab_size;
-  std::vector<SequenceState> states;
+  std::vector<ContiguousCache> states;
   for (size_t b = 0; b < prompts.size(); ++b) states.push_back(model.new_sequence());
   Run r;
   std::vector<float> last(prompts.size() * V);

@@ -151,7 +151,7 @@ TEST(Mkmodel, Fp8CheckpointRoundTripsThroughTheLoader) {
   ASSERT_TRUE(model.ok()) << model.status().message();
   std::vector<int32_t> prompt(40);
   for (int i = 0; i < 40; ++i) prompt[i] = (i * 13 + 7) % (*model)->config().vocab_size;
-  SequenceState whole = (*model)->new_sequence(), pieces = (*model)->new_sequence();
+  ContiguousCache whole = (*model)->new_sequence(), pieces = (*model)->new_sequence();
   ForwardBatch a;
   a.add(&whole, prompt.data(), 40, 40);
   ForwardOutput out_whole, out_piece;

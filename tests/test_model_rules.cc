@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "model/cache_geometry.h"
 #include "model/compressor.h"
 #include "model/config.h"
 #include "model/hyper_connection.h"
@@ -89,8 +90,9 @@ TEST(Indexer, QueriesSeeOnlyFinishedRows) {
   IndexerShape s{1, 4, 100, 4};
   const int64_t n = 12;
   std::vector<float> q(n * 4, 1.0f), w(n, 1.0f), keys(3 * 4, 1.0f);
+  std::vector<const float*> rows = {&keys[0], &keys[4], &keys[8]};
   std::vector<std::vector<int32_t>> picked;
-  indexer_select(s, q.data(), w.data(), keys.data(), 0, n, 0, &picked);
+  indexer_select(s, q.data(), w.data(), rows.data(), 0, n, 0, &picked);
   for (int64_t t = 0; t < n; ++t) EXPECT_EQ(static_cast<int64_t>(picked[t].size()), (t + 1) / 4) << t;
 }
 
@@ -98,8 +100,9 @@ TEST(Indexer, TopkKeepsTheBestRows) {
   IndexerShape s{1, 2, 2, 4};
   std::vector<float> q = {1.0f, 0.0f}, w = {1.0f};
   std::vector<float> keys = {0.1f, 0, 0.9f, 0, -1.0f, 0, 0.5f, 0};  // scores .1 .9 0 .5
+  std::vector<const float*> rows = {&keys[0], &keys[2], &keys[4], &keys[6]};
   std::vector<std::vector<int32_t>> picked;
-  indexer_select(s, q.data(), w.data(), keys.data(), 15, 1, 0, &picked);
+  indexer_select(s, q.data(), w.data(), rows.data(), 15, 1, 0, &picked);
   ASSERT_EQ(picked[0].size(), 2u);
   EXPECT_EQ(picked[0][0], 1);
   EXPECT_EQ(picked[0][1], 3);
@@ -117,6 +120,23 @@ CompressorWeights make_compressor(int ratio, int d) {
   return w;
 }
 
+// A compressor state and the rows it has written.
+struct CompressorRun {
+  explicit CompressorRun(const CompressorWeights& w)
+      : w(w), floats(CacheGeometry::compressor_state_floats(w.ratio, w.head_dim)), kv(floats), score(floats) {
+    reset_compressor_state({kv.data(), score.data()}, floats);
+  }
+  void feed(const Rope& rope, int rd, const float* x_kv, const float* x_score, int64_t start, int64_t n) {
+    compress_tokens(w, rope, rd, 1e-6f, false, x_kv, x_score, start, n, {kv.data(), score.data()}, [&](int64_t j) {
+      if (static_cast<int64_t>(rows.size()) < (j + 1) * w.head_dim) rows.resize((j + 1) * w.head_dim);
+      return rows.data() + j * w.head_dim;
+    });
+  }
+  const CompressorWeights& w;
+  int64_t floats;
+  std::vector<float> kv, score, rows;
+};
+
 TEST(Compressor, RowsDoNotDependOnChunking) {
   for (int ratio : {4, 16}) {
     const int d = 128, rd = 64, n = 45;
@@ -128,17 +148,12 @@ TEST(Compressor, RowsDoNotDependOnChunking) {
       score[i] = std::cos(0.07f * i);
     }
     Rope rope(RopeOptions{rd, 10000.0f, 0, 1.0f, 32.0f, 1.0f});
-    CompressorState whole, pieces;
-    init_compressor_state(w, &whole);
-    init_compressor_state(w, &pieces);
-    std::vector<float> rows_whole, rows_pieces;
-    compress_tokens(w, rope, rd, 1e-6f, false, kv.data(), score.data(), 0, n, &whole, &rows_whole);
-    for (int s = 0; s < n; s += 7) {
-      int m = std::min(7, n - s);
-      compress_tokens(w, rope, rd, 1e-6f, false, kv.data() + s * width, score.data() + s * width, s, m, &pieces, &rows_pieces);
-    }
-    ASSERT_EQ(rows_whole.size(), static_cast<size_t>(n / ratio * d));
-    EXPECT_EQ(rows_whole, rows_pieces) << "ratio " << ratio;
+    CompressorRun whole(w), pieces(w);
+    whole.feed(rope, rd, kv.data(), score.data(), 0, n);
+    for (int s = 0; s < n; s += 7)
+      pieces.feed(rope, rd, kv.data() + s * width, score.data() + s * width, s, std::min(7, n - s));
+    ASSERT_EQ(whole.rows.size(), static_cast<size_t>(n / ratio * d));
+    EXPECT_EQ(whole.rows, pieces.rows) << "ratio " << ratio;
   }
 }
 
@@ -152,10 +167,9 @@ TEST(Compressor, FirstOverlappingWindowIgnoresItsMissingPredecessor) {
   for (int t = 0; t < 4; ++t)
     for (int k = 0; k < 2 * d; ++k) kv[t * 2 * d + k] = k < d ? 100.0f : t + 1.0f;
   Rope rope(RopeOptions{rd, 10000.0f, 0, 1.0f, 32.0f, 1.0f});
-  CompressorState st;
-  init_compressor_state(w, &st);
-  std::vector<float> rows;
-  compress_tokens(w, rope, rd, 1e-6f, false, kv.data(), score.data(), 0, 4, &st, &rows);
+  CompressorRun run(w);
+  run.feed(rope, rd, kv.data(), score.data(), 0, 4);
+  const std::vector<float>& rows = run.rows;
   ASSERT_EQ(rows.size(), static_cast<size_t>(d));
   // Equal scores: mean of 1..4 = 2.5 in every dim, then RMS-normalized to 1
   // (the first half's 100s are not used), RoPE at position 0 is identity.

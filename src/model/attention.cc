@@ -48,10 +48,14 @@ void run_compressor(const CompressorWeights& w, const LayerContext& ctx, const f
   parallel_for(static_cast<int64_t>(chunks.size()), 1, [&](int64_t c0, int64_t c1) {
     for (int64_t ci = c0; ci < c1; ++ci) {
       const SeqChunk& ch = chunks[ci];
-      LayerState& ls = ch.state->layers[ctx.state_layer];
+      SequenceCache* cache = ch.cache;
+      const int layer = ctx.cache_layer;
+      const CompressorStateView st =
+          index_keys ? cache->index_compressor_state(layer) : cache->compressor_state(layer);
       compress_tokens(w, ctx.rope, c.rope_head_dim, c.norm_eps, ctx.qat_round, kv.data() + ch.row_begin * width,
-                      score.data() + ch.row_begin * width, ch.start_pos, ch.num_tokens,
-                      index_keys ? &ls.index_compressor : &ls.compressor, index_keys ? &ls.index_keys : &ls.compressed);
+                      score.data() + ch.row_begin * width, ch.start_pos, ch.num_tokens, st, [&](int64_t row) {
+                        return index_keys ? cache->index_row(layer, row) : cache->compressed_row(layer, row);
+                      });
     }
   });
 }
@@ -61,11 +65,11 @@ void run_compressor(const CompressorWeights& w, const LayerContext& ctx, const f
 // every slot and how the slots fall decides the order of that sum. Positions
 // of a prompt of prefill_len tokens get the rows of the reference's one-shot
 // prefill of that prompt, later positions those of its decode step.
-template <typename KeyAt>
-void attention_slots(const ModelConfig& c, const AttentionWeights& w, const LayerState& ls, int64_t t,
-                     int64_t prefill_len, const std::vector<int32_t>* picked, KeyAt key_at,
+template <typename KeyAt, typename RowAt>
+void attention_slots(const ModelConfig& c, const AttentionWeights& w, int64_t t, int64_t prefill_len,
+                     const std::vector<int32_t>* picked, KeyAt key_at, RowAt compressed_row,
                      std::vector<const float*>* slots) {
-  const int64_t win = c.window_size, hd = c.head_dim;
+  const int64_t win = c.window_size;
   const bool prefill = t < prefill_len;
   slots->clear();
   // Window: the last `win` positions, oldest first, padded to the row length.
@@ -75,22 +79,14 @@ void attention_slots(const ModelConfig& c, const AttentionWeights& w, const Laye
   if (!w.ratio) return;
   const int64_t visible = (t + 1) / w.ratio;
   if (picked) {  // the indexer's choice, best first
-    for (int32_t j : *picked) slots->push_back(j >= 0 ? &ls.compressed[j * hd] : nullptr);
+    for (int32_t j : *picked) slots->push_back(j >= 0 ? compressed_row(j) : nullptr);
   } else {  // every finished row; the one-shot prefill lists all P / ratio rows
     const int64_t len = prefill ? prefill_len / w.ratio : visible;
-    for (int64_t j = 0; j < len; ++j) slots->push_back(j < visible ? &ls.compressed[j * hd] : nullptr);
+    for (int64_t j = 0; j < len; ++j) slots->push_back(j < visible ? compressed_row(j) : nullptr);
   }
 }
 
 }  // namespace
-
-void init_attention_state(const AttentionWeights& w, const ModelConfig& c, LayerState* st) {
-  st->window.assign(static_cast<size_t>(c.window_size) * c.head_dim, 0.0f);
-  st->compressed.clear();
-  st->index_keys.clear();
-  if (w.compressor) init_compressor_state(*w.compressor, &st->compressor);
-  if (w.indexer) init_compressor_state(w.indexer->compressor, &st->index_compressor);
-}
 
 void attention_forward(const AttentionWeights& w, const LayerContext& ctx, const std::vector<SeqChunk>& chunks,
                        const float* x, int64_t rows, float* out) {
@@ -146,22 +142,26 @@ void attention_forward(const AttentionWeights& w, const LayerContext& ctx, const
   Buffer o(rows * heads * hd);
   const float scale = static_cast<float>(std::pow(hd, -0.5));
   for (const SeqChunk& ch : chunks) {
-    LayerState& ls = ch.state->layers[ctx.state_layer];
+    SequenceCache* cache = ch.cache;
+    const int layer = ctx.cache_layer;
     std::vector<std::vector<int32_t>> picked;
     if (w.indexer) {
       IndexerShape shape{ih, id, c.index_topk, w.ratio};
-      indexer_select(shape, iq.data() + ch.row_begin * ih * id, iw.data() + ch.row_begin * ih, ls.index_keys.data(),
+      std::vector<const float*> keys((ch.start_pos + ch.num_tokens) / w.ratio);
+      for (size_t j = 0; j < keys.size(); ++j) keys[j] = cache->index_row(layer, j);
+      indexer_select(shape, iq.data() + ch.row_begin * ih * id, iw.data() + ch.row_begin * ih, keys.data(),
                      ch.start_pos, ch.num_tokens, ch.prefill_len, &picked);
     }
     auto key_at = [&](int64_t p) -> const float* {
-      return p < ch.start_pos ? &ls.window[(p % win) * hd] : &kv[(ch.row_begin + p - ch.start_pos) * hd];
+      return p < ch.start_pos ? cache->window_row(layer, p) : &kv[(ch.row_begin + p - ch.start_pos) * hd];
     };
+    auto compressed_row = [&](int64_t j) -> const float* { return cache->compressed_row(layer, j); };
     parallel_for(ch.num_tokens * heads, 4, [&](int64_t v0, int64_t v1) {
       std::vector<const float*> slots;
       Buffer scores;
       for (int64_t v = v0; v < v1; ++v) {
         const int64_t i = v / heads, h = v % heads, t = ch.start_pos + i;
-        attention_slots(c, w, ls, t, ch.prefill_len, w.indexer ? &picked[i] : nullptr, key_at, &slots);
+        attention_slots(c, w, t, ch.prefill_len, w.indexer ? &picked[i] : nullptr, key_at, compressed_row, &slots);
         scores.resize(slots.size());
         const int64_t row = ch.row_begin + i;
         kernels::sink_attention(&q[(row * heads + h) * hd], slots.data(), slots.size(), hd, w.attn_sink[h], scale,
@@ -170,7 +170,7 @@ void attention_forward(const AttentionWeights& w, const LayerContext& ctx, const
     });
     // Only now the ring may take this chunk's keys: earlier queries read it.
     for (int64_t p = std::max(ch.start_pos, ch.start_pos + ch.num_tokens - win); p < ch.start_pos + ch.num_tokens; ++p)
-      std::memcpy(&ls.window[(p % win) * hd], key_at(p), sizeof(float) * hd);
+      std::memcpy(cache->window_row(layer, p), key_at(p), sizeof(float) * hd);
   }
 
   // De-rotate the output, then the grouped low-rank projection.

@@ -13,17 +13,15 @@
 
 namespace dsv4 {
 
-void init_attention_state(const AttentionWeights& w, const ModelConfig& c, LayerState* st);
-
 struct LayerContext {
   const ModelConfig& config;
   const Rope& rope;     // plain for window layers, YaRN for compressed ones
-  int state_layer = 0;  // which LayerState of each sequence this block uses
+  int cache_layer = 0;  // which layer of each sequence's cache this block uses
   bool qat_round = false;
 };
 
 // x: [rows, dim] (after attn_norm) -> out: [rows, dim]. Reads and extends
-// each chunk's sequence state at ctx.state_layer.
+// each chunk's sequence cache at ctx.cache_layer.
 void attention_forward(const AttentionWeights& w, const LayerContext& ctx, const std::vector<SeqChunk>& chunks,
                        const float* x, int64_t rows, float* out);
 

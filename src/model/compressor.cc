@@ -8,18 +8,11 @@
 
 namespace dsv4 {
 
-void init_compressor_state(const CompressorWeights& w, CompressorState* st) {
-  const int coff = w.overlap ? 2 : 1;
-  const size_t size = static_cast<size_t>(coff) * w.ratio * coff * w.head_dim;
-  st->kv.assign(size, 0.0f);
-  st->score.assign(size, -INFINITY);
-}
-
 namespace {
 
 // Softmax over the window's slots per dimension, then the weighted kv sum.
 // Slot s of dimension d reads kv[s*width + col(s) + d].
-void pool(const CompressorState& st, const CompressorWeights& w, float* out) {
+void pool(CompressorStateView st, const CompressorWeights& w, float* out) {
   const int r = w.ratio, d = w.head_dim;
   const int width = (w.overlap ? 2 : 1) * d;
   const int slots = w.overlap ? 2 * r : r;
@@ -42,8 +35,8 @@ void pool(const CompressorState& st, const CompressorWeights& w, float* out) {
 }  // namespace
 
 void compress_tokens(const CompressorWeights& w, const Rope& rope, int rope_dim, float norm_eps, bool qat_round,
-                     const float* kv, const float* score, int64_t start_pos, int64_t n, CompressorState* st,
-                     std::vector<float>* rows) {
+                     const float* kv, const float* score, int64_t start_pos, int64_t n, CompressorStateView st,
+                     const std::function<float*(int64_t)>& row_out) {
   const int r = w.ratio, d = w.head_dim;
   const int width = (w.overlap ? 2 : 1) * d;
   const int cur = w.overlap ? r : 0;  // first slot of the current window
@@ -51,19 +44,17 @@ void compress_tokens(const CompressorWeights& w, const Rope& rope, int rope_dim,
   for (int64_t i = 0; i < n; ++i) {
     const int64_t pos = start_pos + i;
     const int slot = cur + static_cast<int>(pos % r);
-    std::memcpy(&st->kv[slot * width], kv + i * width, sizeof(float) * width);
+    std::memcpy(&st.kv[slot * width], kv + i * width, sizeof(float) * width);
     const float* ape = &w.ape[(pos % r) * width];
-    for (int k = 0; k < width; ++k) st->score[slot * width + k] = score[i * width + k] + ape[k];
+    for (int k = 0; k < width; ++k) st.score[slot * width + k] = score[i * width + k] + ape[k];
     if ((pos + 1) % r != 0) continue;
 
-    pool(*st, w, pooled.data());
+    pool(st, w, pooled.data());
     if (w.overlap) {  // this window becomes the next one's predecessor
-      std::memmove(&st->kv[0], &st->kv[r * width], sizeof(float) * r * width);
-      std::memmove(&st->score[0], &st->score[r * width], sizeof(float) * r * width);
+      std::memmove(&st.kv[0], &st.kv[r * width], sizeof(float) * r * width);
+      std::memmove(&st.score[0], &st.score[r * width], sizeof(float) * r * width);
     }
-    const size_t at = rows->size();
-    rows->resize(at + d);
-    float* row = rows->data() + at;
+    float* row = row_out(pos / r);
     kernels::rms_norm(pooled.data(), w.norm.data(), d, norm_eps, row);
     rope.angles(pos + 1 - r, cos.data(), sin.data());
     kernels::rope(row + d - rope_dim, cos.data(), sin.data(), rope_dim / 2, false);

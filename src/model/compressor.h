@@ -4,21 +4,21 @@
 #pragma once
 
 #include <cstdint>
-#include <vector>
+#include <functional>
 
 #include "model/rope.h"
-#include "model/sequence_state.h"
+#include "model/sequence_cache.h"
 #include "model/weights.h"
 
 namespace dsv4 {
 
-void init_compressor_state(const CompressorWeights& w, CompressorState* st);
-
 // Feeds positions [start_pos, start_pos + n) of one sequence, whose wkv and
-// wgate projections are kv[n, width] and score[n, width], and appends each
-// window that completes to `rows` ([*, head_dim]). qat_round: see ModelOptions.
+// wgate projections are kv[n, width] and score[n, width], through its
+// compressor state, and writes each window that completes (positions
+// [j*ratio, (j+1)*ratio)) to row_out(j) ([head_dim]). qat_round: see
+// ModelOptions.
 void compress_tokens(const CompressorWeights& w, const Rope& rope, int rope_dim, float norm_eps, bool qat_round,
-                     const float* kv, const float* score, int64_t start_pos, int64_t n, CompressorState* st,
-                     std::vector<float>* rows);
+                     const float* kv, const float* score, int64_t start_pos, int64_t n, CompressorStateView st,
+                     const std::function<float*(int64_t)>& row_out);
 
 }  // namespace dsv4

@@ -53,24 +53,18 @@ DeepseekV4::DeepseekV4(ModelConfig config, std::unique_ptr<ModelWeights> weights
       window_rope_(window_rope_options(config_)),
       compress_rope_(compress_rope_options(config_)) {}
 
-SequenceState DeepseekV4::new_sequence() const {
-  SequenceState s;
-  s.layers.resize(config_.n_layers);
-  for (int i = 0; i < config_.n_layers; ++i) init_attention_state(weights_->blocks[i].attn, config_, &s.layers[i]);
-  return s;
+ContiguousCache DeepseekV4::new_sequence() const {
+  return ContiguousCache(CacheGeometry::of(config_), 0, config_.n_layers);
 }
 
-SequenceState DeepseekV4::new_mtp_sequence(int mtp_index) const {
-  SequenceState s;
-  s.layers.resize(1);
-  init_attention_state(weights_->mtp[mtp_index].block.attn, config_, &s.layers[0]);
-  return s;
+ContiguousCache DeepseekV4::new_mtp_sequence(int mtp_index) const {
+  return ContiguousCache(CacheGeometry::of(config_), config_.n_layers + mtp_index, 1);
 }
 
 Status DeepseekV4::check_batch(const ForwardBatch& batch) const {
   int64_t expect_row = 0;
   for (const SeqChunk& ch : batch.chunks) {
-    if (!ch.state || ch.num_tokens <= 0 || ch.row_begin != expect_row || ch.start_pos != ch.state->length)
+    if (!ch.cache || ch.num_tokens <= 0 || ch.row_begin != expect_row || ch.start_pos != ch.cache->length)
       return invalid_argument("forward batch: chunk rows or positions are inconsistent");
     expect_row += ch.num_tokens;
   }
@@ -91,7 +85,7 @@ void DeepseekV4::embed(const ForwardBatch& batch, float* out) const {
 
 // One block as the paper draws it: hc_pre -> norm -> attention -> hc_post,
 // then hc_pre -> norm -> MoE -> hc_post.
-void DeepseekV4::block(const BlockWeights& b, int state_layer, const ForwardBatch& batch, const ReferenceRows& rr,
+void DeepseekV4::block(const BlockWeights& b, int cache_layer, const ForwardBatch& batch, const ReferenceRows& rr,
                        float* h) const {
   const ModelConfig& c = config_;
   const int64_t rows = batch.num_rows(), dim = c.dim;
@@ -99,7 +93,7 @@ void DeepseekV4::block(const BlockWeights& b, int state_layer, const ForwardBatc
 
   HcMix mix = hc_pre(b.hc_attn, c, h, rows, rr, x.data());
   rms_norm_rows(b.attn_norm, c.norm_eps, x.data(), rows, dim);
-  const LayerContext ctx{c, rope_for(b.attn.ratio), state_layer, options_.qat_rounding};
+  const LayerContext ctx{c, rope_for(b.attn.ratio), cache_layer, options_.qat_rounding};
   attention_forward(b.attn, ctx, batch.chunks, x.data(), rows, y.data());
   hc_post(mix, c, y.data(), rows, h);
 
@@ -144,7 +138,7 @@ Status DeepseekV4::forward(const ForwardBatch& batch, ForwardOutput* out, bool w
   if (batch.trace) batch.trace->record("final_hidden", h.data(), rows, flat);
   head(weights_->hc_head, weights_->norm, batch, rr, h.data(), out);
   if (want_hidden) out->hidden = std::move(h);
-  for (const SeqChunk& ch : batch.chunks) ch.state->length += ch.num_tokens;
+  for (const SeqChunk& ch : batch.chunks) ch.cache->length += ch.num_tokens;
   return Status::Ok();
 }
 
@@ -167,9 +161,9 @@ Status DeepseekV4::forward_mtp(int mtp_index, const ForwardBatch& batch, const f
     for (int64_t s = 0; s < hc; ++s)
       for (int64_t d = 0; d < dim; ++d) h[(r * hc + s) * dim + d] += ep[r * dim + d];
   const ReferenceRows rr = ReferenceRows::of(batch);
-  block(m.block, 0, batch, rr, h.data());
+  block(m.block, c.n_layers + mtp_index, batch, rr, h.data());
   head(m.hc_head, m.norm, batch, rr, h.data(), out);
-  for (const SeqChunk& ch : batch.chunks) ch.state->length += ch.num_tokens;
+  for (const SeqChunk& ch : batch.chunks) ch.cache->length += ch.num_tokens;
   return Status::Ok();
 }
 

@@ -8,6 +8,7 @@
 
 #include "base/status.h"
 #include "model/config.h"
+#include "model/contiguous_cache.h"
 #include "model/forward_batch.h"
 #include "model/reference_rows.h"
 #include "model/rope.h"
@@ -32,8 +33,9 @@ class DeepseekV4 {
   const ModelConfig& config() const { return config_; }
   const ModelWeights& weights() const { return *weights_; }
 
-  SequenceState new_sequence() const;
-  SequenceState new_mtp_sequence(int mtp_index) const;
+  // Contiguous caches for one sequence: the main layers, or MTP block k.
+  ContiguousCache new_sequence() const;
+  ContiguousCache new_mtp_sequence(int mtp_index) const;
 
   // Runs every chunk's tokens through the main model and advances the
   // chunks' states. logits: at each chunk's last token; hidden: every row's
@@ -47,7 +49,7 @@ class DeepseekV4 {
  private:
   Status check_batch(const ForwardBatch& batch) const;
   void embed(const ForwardBatch& batch, float* out) const;
-  void block(const BlockWeights& b, int state_layer, const ForwardBatch& batch, const ReferenceRows& rr, float* h) const;
+  void block(const BlockWeights& b, int cache_layer, const ForwardBatch& batch, const ReferenceRows& rr, float* h) const;
   void head(const HcHeadWeights& hc, const std::vector<float>& norm, const ForwardBatch& batch, const ReferenceRows& rr,
             const float* h,
             ForwardOutput* out) const;

@@ -6,14 +6,14 @@
 #include <string>
 #include <vector>
 
-#include "model/sequence_state.h"
+#include "model/sequence_cache.h"
 
 namespace dsv4 {
 
 // One sequence's share of a forward: tokens at positions
 // [start_pos, start_pos + num_tokens), rows [row_begin, row_begin + num_tokens).
 struct SeqChunk {
-  SequenceState* state = nullptr;
+  SequenceCache* cache = nullptr;
   int64_t start_pos = 0;
   int64_t num_tokens = 0;
   int64_t row_begin = 0;
@@ -35,8 +35,8 @@ struct ForwardBatch {
   std::vector<SeqChunk> chunks;
   ForwardTrace* trace = nullptr;
 
-  void add(SequenceState* state, const int32_t* tokens, int64_t n, int64_t prefill_len = 0) {
-    chunks.push_back({state, state->length, n, static_cast<int64_t>(token_ids.size()), prefill_len});
+  void add(SequenceCache* cache, const int32_t* tokens, int64_t n, int64_t prefill_len = 0) {
+    chunks.push_back({cache, cache->length, n, static_cast<int64_t>(token_ids.size()), prefill_len});
     token_ids.insert(token_ids.end(), tokens, tokens + n);
   }
   int64_t num_rows() const { return static_cast<int64_t>(token_ids.size()); }

@@ -112,7 +112,7 @@ StatusOr<VerifyReport> verify_golden(const DeepseekV4& model, const VerifyOption
   std::map<std::string, std::vector<int64_t>> shapes;
 
   // Prefill: chunk k of every prompt in one packed batch.
-  std::vector<SequenceState> states;
+  std::vector<ContiguousCache> states;
   for (int64_t b = 0; b < B; ++b) states.push_back(model.new_sequence());
   TraceCollector trace;
   std::vector<std::vector<float>> hidden(B);
@@ -166,7 +166,7 @@ StatusOr<VerifyReport> verify_golden(const DeepseekV4& model, const VerifyOption
   const TensorInfo* mtp_ids_t = golden->find("mtp_ids");
   if (mtp_ids_t && !model.weights().mtp.empty()) {
     const std::vector<int64_t> mtp_ids = read_i64(mtp_ids_t);
-    std::vector<SequenceState> mtp_states;
+    std::vector<ContiguousCache> mtp_states;
     for (int64_t b = 0; b < B; ++b) mtp_states.push_back(model.new_mtp_sequence(0));
     std::vector<float> mtp_logits(B * V);
     for (int64_t s0 = 0; s0 < S; s0 += chunk) {

@@ -9,7 +9,7 @@
 
 namespace dsv4 {
 
-void indexer_select(const IndexerShape& s, const float* q, const float* weights, const float* keys,
+void indexer_select(const IndexerShape& s, const float* q, const float* weights, const float* const* keys,
                     int64_t start_pos, int64_t n, int64_t prefill_len, std::vector<std::vector<int32_t>>* selected) {
   selected->assign(n, {});
   parallel_for(n, 1, [&](int64_t i0, int64_t i1) {
@@ -22,7 +22,7 @@ void indexer_select(const IndexerShape& s, const float* q, const float* weights,
       for (int64_t j = 0; j < visible; ++j) {
         float acc = 0.0f;
         for (int h = 0; h < s.heads; ++h) {
-          float dotv = kernels::dot(q + (i * s.heads + h) * s.head_dim, keys + j * s.head_dim, s.head_dim);
+          float dotv = kernels::dot(q + (i * s.heads + h) * s.head_dim, keys[j], s.head_dim);
           acc += std::max(dotv, 0.0f) * weights[i * s.heads + h];
         }
         score[j] = acc;

@@ -14,8 +14,8 @@ struct IndexerShape {
   int ratio = 4;
 };
 
-// q: [n, heads, head_dim] (rotated), weights: [n, heads], keys:
-// [num_keys, head_dim]. The query at position pos = start_pos + i sees rows
+// q: [n, heads, head_dim] (rotated), weights: [n, heads], keys[j]: the
+// key row (head_dim) of compressed row j. The query at position pos = start_pos + i sees rows
 // [0, (pos + 1) / ratio); selected[i] gets the best min(topk, ranked) of the
 // ranked entries (below), best first, -1 for a row the query may not see yet
 // (the reference keeps those as masked attention slots).
@@ -26,7 +26,7 @@ struct IndexerShape {
 // visible rows. So positions below prefill_len rank as in the one-shot prefill
 // of a prefill_len-token prompt, later ones as in decode: the choice then
 // does not depend on how a prompt is split into chunks.
-void indexer_select(const IndexerShape& shape, const float* q, const float* weights, const float* keys,
+void indexer_select(const IndexerShape& shape, const float* q, const float* weights, const float* const* keys,
                     int64_t start_pos, int64_t n, int64_t prefill_len, std::vector<std::vector<int32_t>>* selected);
 
 }  // namespace dsv4

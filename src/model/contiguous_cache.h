@@ -1,0 +1,36 @@
+// A sequence's caches in plain per-layer vectors: the window as a ring of
+// window_size rows, compressed and indexer rows growing with the sequence.
+#pragma once
+
+#include <vector>
+
+#include "model/cache_geometry.h"
+#include "model/sequence_cache.h"
+
+namespace dsv4 {
+
+class ContiguousCache : public SequenceCache {
+ public:
+  // Holds the cache layers [first_layer, first_layer + num_layers).
+  ContiguousCache(const CacheGeometry& geometry, int first_layer, int num_layers);
+
+  float* window_row(int layer, int64_t pos) override;
+  float* compressed_row(int layer, int64_t row) override;
+  float* index_row(int layer, int64_t row) override;
+  CompressorStateView compressor_state(int layer) override;
+  CompressorStateView index_compressor_state(int layer) override;
+
+ private:
+  struct Layer {
+    std::vector<float> window, compressed, index_keys;
+    std::vector<float> state_kv, state_score, index_state_kv, index_state_score;
+  };
+  Layer& at(int layer);
+  static float* grow_row(std::vector<float>& rows, int64_t row, int64_t width);
+
+  CacheGeometry geometry_;
+  int first_layer_;
+  std::vector<Layer> layers_;
+};
+
+}  // namespace dsv4
