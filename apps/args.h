@@ -20,6 +20,9 @@ class Args {
   std::vector<std::string> all(const std::string& k) const;
   // Parses an integer option; sets error when it is not one.
   long get_int(const std::string& k, long def);
+  void set_error(const std::string& e) {
+    if (error_.empty()) error_ = e;
+  }
 
  private:
   std::multimap<std::string, std::string> values_;

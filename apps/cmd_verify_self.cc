@@ -5,11 +5,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <vector>
 
 #include "model/deepseek_v4.h"
-#include "model/synthetic.h"
+#include "model_source.h"
 
 namespace dsv4::app {
 namespace {
@@ -62,20 +61,12 @@ StatusOr<Run> run(const DeepseekV4& model, const std::vector<std::vector<int32_t
 }  // namespace
 
 int self_check(int chunk_option) {
-  auto config = synthetic_config("default");
-  const std::string dir = (std::filesystem::temp_directory_path() / "dsv4-embedded-default").string();
-  SyntheticOptions opt;
-  Status st = write_synthetic_checkpoint(*config, opt, dir);
-  if (!st.ok()) {
-    std::fprintf(stderr, "dsv4 verify: cannot write the embedded model: %s\n", st.message().c_str());
-    return 2;
-  }
-  auto model = DeepseekV4::load(dir);
-  std::filesystem::remove_all(dir);
+  auto model = load_model("", /*progress_bar=*/false);
   if (!model.ok()) {
     std::fprintf(stderr, "dsv4 verify: %s\n", model.status().message().c_str());
     return 2;
   }
+  const ModelConfig* config = &(*model)->config();
   std::printf("dsv4 verify: embedded default model (%s)\n", (*model)->config().summary().c_str());
   // Two prompts of different lengths, long enough to cross the window and
   // several compression boundaries and to make the indexer choose.

@@ -6,6 +6,7 @@
 namespace dsv4::app {
 int cmd_verify(int argc, char** argv);
 int cmd_mkmodel(int argc, char** argv);
+int cmd_run(int argc, char** argv);
 }  // namespace dsv4::app
 
 namespace {
@@ -16,6 +17,7 @@ void usage() {
                "commands:\n"
                "  verify   compare the forward pass with a golden reference case\n"
                "           (no --model: self-check of the embedded default model)\n"
+               "  run      generate text for prompts through the serving engine\n"
                "  mkmodel  write a synthetic DeepSeek-V4 checkpoint\n"
                "run 'dsv4 <command> --help' for its options\n");
 }
@@ -30,6 +32,7 @@ int main(int argc, char** argv) {
   const std::string cmd = argv[1];
   if (cmd == "verify") return dsv4::app::cmd_verify(argc, argv);
   if (cmd == "mkmodel") return dsv4::app::cmd_mkmodel(argc, argv);
+  if (cmd == "run") return dsv4::app::cmd_run(argc, argv);
   std::fprintf(stderr, "dsv4: unknown command '%s'\n", cmd.c_str());
   usage();
   return 2;

@@ -30,6 +30,7 @@ inline Status invalid_argument(std::string m) { return Status(StatusCode::kInval
 inline Status not_found(std::string m) { return Status(StatusCode::kNotFound, std::move(m)); }
 inline Status data_loss(std::string m) { return Status(StatusCode::kDataLoss, std::move(m)); }
 inline Status out_of_range(std::string m) { return Status(StatusCode::kOutOfRange, std::move(m)); }
+inline Status resource_exhausted(std::string m) { return Status(StatusCode::kResourceExhausted, std::move(m)); }
 inline Status internal_error(std::string m) { return Status(StatusCode::kInternal, std::move(m)); }
 
 template <class T>

@@ -42,7 +42,7 @@ void rms_norm_rows(const std::vector<float>& weight, float eps, float* x, int64_
 StatusOr<std::unique_ptr<DeepseekV4>> DeepseekV4::load(const std::string& dir, const ModelOptions& options) {
   DSV4_ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::load(dir + "/config.json"));
   DSV4_ASSIGN_OR_RETURN(auto ckpt, Checkpoint::open(dir));
-  DSV4_ASSIGN_OR_RETURN(auto weights, ModelWeights::load(config, *ckpt));
+  DSV4_ASSIGN_OR_RETURN(auto weights, ModelWeights::load(config, *ckpt, options.on_progress));
   return std::make_unique<DeepseekV4>(std::move(config), std::move(weights), options);
 }
 

@@ -22,6 +22,7 @@ struct ModelOptions {
   // pure-PyTorch kernels, which the golden cases come from. true rounds to
   // the formats as well, like a real cast.
   bool qat_rounding = false;
+  LoadProgress on_progress;  // optional, while weights load
 };
 
 class DeepseekV4 {

@@ -22,10 +22,12 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // tensor and the file it came from.
 class Loader {
  public:
-  explicit Loader(const Checkpoint& ckpt) : ckpt_(ckpt) {}
+  Loader(const Checkpoint& ckpt, const LoadProgress& progress) : ckpt_(ckpt), progress_(progress) {}
 
   StatusOr<const TensorInfo*> tensor(const std::string& name, const std::vector<int64_t>& shape) {
     DSV4_ASSIGN_OR_RETURN(const TensorInfo* t, ckpt_.get(name));
+    loaded_ += t->nbytes;
+    if (progress_) progress_(loaded_, ckpt_.total_bytes());
     if (t->shape != shape) {
       return invalid_argument("tensor '" + name + "' in " + *t->file + " has shape " + t->shape_string() +
                               ", expected " + shape_str(shape));
@@ -144,6 +146,8 @@ class Loader {
   }
 
   const Checkpoint& ckpt_;
+  const LoadProgress& progress_;
+  uint64_t loaded_ = 0;
 };
 
 StatusOr<CompressorWeights> load_compressor(Loader& ld, const std::string& p, const ModelConfig& c, int ratio,
@@ -244,8 +248,9 @@ StatusOr<BlockWeights> load_block(Loader& ld, const std::string& p, const ModelC
 
 }  // namespace
 
-StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::load(const ModelConfig& c, const Checkpoint& ckpt) {
-  Loader ld(ckpt);
+StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::load(const ModelConfig& c, const Checkpoint& ckpt,
+                                                          const LoadProgress& progress) {
+  Loader ld(ckpt, progress);
   auto w = std::make_unique<ModelWeights>();
   DSV4_ASSIGN_OR_RETURN(w->embed, ld.floats("embed.weight", {c.vocab_size, c.dim}));
   for (int i = 0; i < c.n_layers; ++i) {
@@ -267,6 +272,7 @@ StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::load(const ModelConfig& c,
     DSV4_ASSIGN_OR_RETURN(m.hc_head, load_hc_head(ld, p, c));
     w->mtp.push_back(std::move(m));
   }
+  if (progress) progress(ckpt.total_bytes(), ckpt.total_bytes());
   return w;
 }
 

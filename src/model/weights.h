@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -12,6 +13,10 @@
 #include "ops/linear.h"
 
 namespace dsv4 {
+
+// Called as tensors load: bytes read so far, bytes in the checkpoint.
+using LoadProgress = std::function<void(uint64_t loaded, uint64_t total)>;
+
 
 class Checkpoint;
 
@@ -94,7 +99,8 @@ struct ModelWeights {
 
   // Loads and checks every tensor the config implies; errors name the tensor
   // and its file.
-  static StatusOr<std::unique_ptr<ModelWeights>> load(const ModelConfig& config, const Checkpoint& ckpt);
+  static StatusOr<std::unique_ptr<ModelWeights>> load(const ModelConfig& config, const Checkpoint& ckpt,
+                                                     const LoadProgress& progress = {});
 };
 
 }  // namespace dsv4

@@ -1,0 +1,142 @@
+// dsv4 run: offline generation through the serving engine.
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <memory>
+
+#include "args.h"
+#include "engine_args.h"
+#include "model_source.h"
+#include "runtime/engine.h"
+#include "tokenizer/byte_tokenizer.h"
+#include "tokenizer/incremental_detokenizer.h"
+
+namespace dsv4::app {
+namespace {
+
+const char* kHelp =
+    "usage: dsv4 run [--model DIR] --prompt TEXT [--prompt TEXT ...] [--prompt-file F] [options]\n"
+    "  --model DIR        checkpoint directory (default: the embedded default model)\n"
+    "  --prompt TEXT      a prompt (repeatable; all prompts run batched)\n"
+    "  --prompt-file F    one prompt per line\n"
+    "Generated text streams to stdout (\"[k] \" marks prompt k when several run);\n"
+    "loading progress and the summary go to stderr.\n";
+
+struct Stream {
+  size_t index = 0;
+  std::unique_ptr<IncrementalDetokenizer> detok;
+};
+
+}  // namespace
+
+int cmd_run(int argc, char** argv) {
+  std::set<std::string> valued = {"model", "prompt", "prompt-file"};
+  for (const auto& k : engine_option_names()) valued.insert(k);
+  for (const auto& k : sampling_option_names()) valued.insert(k);
+  Args args(argc, argv, 2, valued, {"help", "ignore-eos"});
+  if (args.has("help")) {
+    std::printf("%s%s%s", kHelp, kEngineHelp, kSamplingHelp);
+    return 0;
+  }
+  SamplingParams defaults;
+  defaults.max_tokens = 64;
+  EngineOptions eopt = engine_options(args);
+  SamplingParams params = sampling_params(args, defaults);
+  std::vector<std::string> prompts = args.all("prompt");
+  if (args.has("prompt-file")) {
+    std::ifstream in(args.get("prompt-file"));
+    if (!in) {
+      std::fprintf(stderr, "dsv4 run: cannot read --prompt-file %s\n", args.get("prompt-file").c_str());
+      return 2;
+    }
+    for (std::string line; std::getline(in, line);)
+      if (!line.empty()) prompts.push_back(line);
+  }
+  if (!args.ok()) {
+    std::fprintf(stderr, "dsv4 run: %s\n%s", args.error().c_str(), kHelp);
+    return 2;
+  }
+  if (prompts.empty()) {
+    std::fprintf(stderr, "dsv4 run: give at least one --prompt or --prompt-file\n%s", kHelp);
+    return 2;
+  }
+
+  const std::string dir = args.get("model");
+  const auto t_load = std::chrono::steady_clock::now();
+  auto model = load_model(dir, /*progress_bar=*/true);
+  if (!model.ok()) {
+    std::fprintf(stderr, "dsv4 run: %s\n", model.status().message().c_str());
+    return 2;
+  }
+  const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
+  std::fprintf(stderr, "model: %s (%s), loaded in %.2fs\n", model_name(dir).c_str(),
+               (*model)->config().summary().c_str(), load_s);
+  auto engine = Engine::create(model->get(), eopt);
+  if (!engine.ok()) {
+    std::fprintf(stderr, "dsv4 run: %s\n", engine.status().message().c_str());
+    return 2;
+  }
+  std::fprintf(stderr, "%s\n", (*engine)->cache().summary().c_str());
+
+  ByteTokenizer tokenizer((*model)->config().vocab_size);
+  std::map<int64_t, Stream> streams;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    auto id = (*engine)->add_request(tokenizer.encode(prompts[i]), params);
+    if (!id.ok()) {
+      std::fprintf(stderr, "dsv4 run: prompt %zu: %s\n", i, id.status().message().c_str());
+      return 2;
+    }
+    streams[*id] = {i, std::make_unique<IncrementalDetokenizer>(&tokenizer, params.stop)};
+  }
+
+  // The lowest-numbered unfinished prompt streams live; the others buffer
+  // until it is their turn, so every prompt's text reads in one piece.
+  const bool tagged = prompts.size() > 1;
+  std::vector<std::string> text(prompts.size());
+  std::vector<bool> ended(prompts.size(), false);
+  size_t live = 0;
+  size_t printed = 0;  // bytes of text[live] already on the terminal
+  auto show = [&] {
+    while (live < prompts.size()) {
+      if (printed == 0 && tagged) std::printf("[%zu] ", live);
+      std::fputs(text[live].c_str() + printed, stdout);
+      printed = text[live].size();
+      if (!ended[live]) break;
+      std::printf("\n");
+      ++live;
+      printed = 0;
+    }
+    std::fflush(stdout);
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  int64_t prompt_tokens = 0, generated = 0;
+  while ((*engine)->has_unfinished()) {
+    for (const RequestOutput& o : (*engine)->step()) {
+      Stream& s = streams[o.id];
+      std::string piece = s.detok->add(o.new_tokens);
+      bool done = o.finished;
+      if (!done && s.detok->stopped()) done = (*engine)->finish(o.id, FinishReason::kStop);
+      if (done) piece += s.detok->flush();
+      text[s.index] += piece;
+      ended[s.index] = done;
+      show();
+      if (!o.error.empty()) std::fprintf(stderr, "dsv4 run: prompt %zu: %s\n", s.index, o.error.c_str());
+      if (done) {
+        prompt_tokens += o.prompt_tokens;
+        generated += o.completion_tokens;
+      }
+    }
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const EngineStats& st = (*engine)->stats();
+  std::fprintf(stderr,
+               "%zu requests: %lld prompt + %lld generated tokens in %.2fs, %.1f generated tok/s, %.1f total tok/s "
+               "(%lld steps, %lld preemptions)\n",
+               prompts.size(), static_cast<long long>(prompt_tokens), static_cast<long long>(generated), secs,
+               generated / secs, (prompt_tokens + generated) / secs, static_cast<long long>(st.steps),
+               static_cast<long long>(st.preemptions));
+  return 0;
+}
+
+}  // namespace dsv4::app

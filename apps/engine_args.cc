@@ -1,0 +1,95 @@
+#include "engine_args.h"
+
+#include <cstdlib>
+
+namespace dsv4::app {
+namespace {
+
+// 123, 64K, 512M, 2G (powers of 1024).
+int64_t parse_bytes(Args& args, const std::string& key) {
+  const std::string v = args.get(key);
+  char* end = nullptr;
+  double n = std::strtod(v.c_str(), &end);
+  std::string unit = end ? end : "";
+  double mult = 1;
+  if (unit == "K" || unit == "k") mult = 1024.0;
+  else if (unit == "M" || unit == "m") mult = 1024.0 * 1024;
+  else if (unit == "G" || unit == "g") mult = 1024.0 * 1024 * 1024;
+  else if (!unit.empty() || v.empty() || n <= 0) return -1;
+  return static_cast<int64_t>(n * mult);
+}
+
+double parse_double(Args& args, const std::string& key, double def, bool* bad) {
+  if (!args.has(key)) return def;
+  const std::string v = args.get(key);
+  char* end = nullptr;
+  double d = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end) *bad = true;
+  return d;
+}
+
+}  // namespace
+
+const char* kEngineHelp =
+    "engine:\n"
+    "  --max-num-seqs N             requests running at once (default 64)\n"
+    "  --max-num-batched-tokens N   tokens in one step (default 2048)\n"
+    "  --max-model-len N            context limit per request (default: the model's)\n"
+    "  --long-prefill-token-threshold N  most prompt tokens of one request per step\n"
+    "  --block-size N               raw tokens per KV page (default 32)\n"
+    "  --kv-cache-memory BYTES      KV cache budget, e.g. 512M or 2G\n"
+    "  --kv-cache-memory-fraction F share of available memory when no budget is given (default 0.25)\n";
+
+const char* kSamplingHelp =
+    "sampling:\n"
+    "  --temperature F --top-p F --top-k N --min-p F --seed N\n"
+    "  --presence-penalty F --frequency-penalty F --repetition-penalty F\n"
+    "  --max-tokens N --stop TEXT (repeatable) --ignore-eos\n";
+
+std::set<std::string> engine_option_names() {
+  return {"max-num-seqs", "max-num-batched-tokens", "max-model-len", "long-prefill-token-threshold", "block-size",
+          "kv-cache-memory", "kv-cache-memory-fraction"};
+}
+
+std::set<std::string> sampling_option_names() {
+  return {"temperature", "top-p", "top-k", "min-p", "seed", "presence-penalty", "frequency-penalty",
+          "repetition-penalty", "max-tokens", "stop"};
+}
+
+EngineOptions engine_options(Args& args) {
+  EngineOptions o;
+  o.scheduler.max_num_seqs = args.get_int("max-num-seqs", o.scheduler.max_num_seqs);
+  o.scheduler.max_num_batched_tokens = args.get_int("max-num-batched-tokens", o.scheduler.max_num_batched_tokens);
+  o.scheduler.max_model_len = args.get_int("max-model-len", 0);
+  o.scheduler.long_prefill_token_threshold = args.get_int("long-prefill-token-threshold", 0);
+  o.cache.block_size = args.get_int("block-size", o.cache.block_size);
+  if (args.has("kv-cache-memory")) {
+    o.cache.memory_bytes = parse_bytes(args, "kv-cache-memory");
+    if (o.cache.memory_bytes <= 0) args.set_error("--kv-cache-memory needs a size such as 512M or 2G");
+  }
+  bool bad = false;
+  o.cache.memory_fraction = parse_double(args, "kv-cache-memory-fraction", o.cache.memory_fraction, &bad);
+  if (bad || o.cache.memory_fraction <= 0 || o.cache.memory_fraction > 1)
+    args.set_error("--kv-cache-memory-fraction needs a number in (0, 1]");
+  return o;
+}
+
+SamplingParams sampling_params(Args& args, const SamplingParams& defaults) {
+  SamplingParams p = defaults;
+  bool bad = false;
+  p.temperature = static_cast<float>(parse_double(args, "temperature", p.temperature, &bad));
+  p.top_p = static_cast<float>(parse_double(args, "top-p", p.top_p, &bad));
+  p.min_p = static_cast<float>(parse_double(args, "min-p", p.min_p, &bad));
+  p.presence_penalty = static_cast<float>(parse_double(args, "presence-penalty", p.presence_penalty, &bad));
+  p.frequency_penalty = static_cast<float>(parse_double(args, "frequency-penalty", p.frequency_penalty, &bad));
+  p.repetition_penalty = static_cast<float>(parse_double(args, "repetition-penalty", p.repetition_penalty, &bad));
+  if (bad) args.set_error("a sampling option needs a number");
+  p.top_k = static_cast<int>(args.get_int("top-k", p.top_k));
+  p.max_tokens = args.get_int("max-tokens", p.max_tokens);
+  if (args.has("seed")) p.seed = static_cast<uint64_t>(args.get_int("seed", 0));
+  for (const std::string& s : args.all("stop")) p.stop.push_back(s);
+  if (args.has("ignore-eos")) p.ignore_eos = true;
+  return p;
+}
+
+}  // namespace dsv4::app

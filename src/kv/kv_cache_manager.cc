@@ -1,0 +1,240 @@
+#include "kv/kv_cache_manager.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <new>
+#include <sstream>
+
+#include "base/check.h"
+#include "base/logging.h"
+
+namespace dsv4 {
+namespace {
+
+constexpr CacheFamily kAllFamilies[] = {CacheFamily::kOri,      CacheFamily::kCmpC4,          CacheFamily::kCmpC128,
+                                        CacheFamily::kIdx,      CacheFamily::kCsaState,       CacheFamily::kCsaInnerState,
+                                        CacheFamily::kHcaState};
+
+bool is_state(CacheFamily f) {
+  return f == CacheFamily::kCsaState || f == CacheFamily::kCsaInnerState || f == CacheFamily::kHcaState;
+}
+
+bool is_compressed(CacheFamily f) {
+  return f == CacheFamily::kCmpC4 || f == CacheFamily::kCmpC128 || f == CacheFamily::kIdx;
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// MemAvailable from /proc/meminfo, in bytes (0 if unknown).
+int64_t available_memory() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  int64_t kb = 0;
+  std::string unit;
+  while (in >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024;
+  return 0;
+}
+
+std::string gib(int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / 1073741824.0);
+  return buf;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<KvCacheManager>> KvCacheManager::create(const CacheGeometry& geometry,
+                                                                  const KvCacheOptions& o) {
+  DSV4_ASSIGN_OR_RETURN(PageLayout layout, PageLayout::of(geometry, o.block_size));
+  if (o.max_num_seqs <= 0) return invalid_argument("max-num-seqs must be positive");
+  int64_t budget = o.memory_bytes;
+  if (budget <= 0) {
+    const int64_t avail = available_memory();
+    if (avail <= 0) return internal_error("cannot read the available memory; pass --kv-cache-memory");
+    budget = static_cast<int64_t>(avail * o.memory_fraction);
+  }
+  auto pf = [&](CacheFamily f) { return layout.family(f).page_floats; };
+  // Fixed part: state pages and window rings for max_num_seqs requests (a
+  // ring holds the window plus a chunk's last window positions).
+  const int64_t ring_pages = o.max_num_seqs * 2 * (ceil_div(geometry.window, o.block_size) + 1);
+  const int64_t fixed_floats = o.max_num_seqs * (pf(CacheFamily::kCsaState) + pf(CacheFamily::kCsaInnerState) +
+                                                 pf(CacheFamily::kHcaState)) +
+                               ring_pages * pf(CacheFamily::kOri);
+  const int64_t per_compressed_page = pf(CacheFamily::kCmpC4) + pf(CacheFamily::kCmpC128) + pf(CacheFamily::kIdx);
+  const int64_t min_bytes = 4 * (fixed_floats + o.max_num_seqs * per_compressed_page);
+  if (budget < min_bytes)
+    return invalid_argument("KV cache budget of " + gib(budget) + " is too small: " + std::to_string(o.max_num_seqs) +
+                            " requests need at least " + gib(min_bytes));
+
+  for (;;) {
+    const int64_t compressed_pages =
+        per_compressed_page ? (budget / 4 - fixed_floats) / per_compressed_page : 0;
+    std::unique_ptr<KvCacheManager> kv(new KvCacheManager(layout, o));
+    try {
+      for (CacheFamily f : kAllFamilies) {
+        int64_t n = 0;
+        if (pf(f) == 0) n = 0;
+        else if (f == CacheFamily::kOri) n = ring_pages;
+        else if (is_state(f)) n = o.max_num_seqs;
+        else n = compressed_pages;
+        kv->pools_[static_cast<int>(f)] = PagePool(family_name(f), pf(f), n);
+      }
+    } catch (const std::bad_alloc&) {
+      const int64_t smaller = std::max(min_bytes, budget / 2);
+      if (smaller == budget) return resource_exhausted("cannot allocate the minimal KV cache of " + gib(budget));
+      log_warn("could not allocate a KV cache of " + gib(budget) + "; retrying with " + gib(smaller));
+      budget = smaller;
+      continue;
+    }
+    kv->token_capacity_ = per_compressed_page ? compressed_pages * kCompressedPageTokens : -1;
+    return kv;
+  }
+}
+
+int64_t KvCacheManager::pages_needed(CacheFamily f, int64_t len) const {
+  if (layout_.family(f).page_floats == 0 || len <= 0) return 0;
+  if (f == CacheFamily::kOri) return ceil_div(len, layout_.block_size);
+  if (is_compressed(f)) return ceil_div(len, kCompressedPageTokens);
+  return 1;
+}
+
+bool KvCacheManager::allocate(BlockTable* table, int64_t new_len) {
+  if (new_len <= table->covered) return true;
+  // The forward writes raw KV only for the last window positions of a
+  // chunk, so the ring needs pages from there on.
+  const int64_t ring_from = std::max(table->covered, new_len - layout_.geometry.window) / layout_.block_size;
+  std::array<int64_t, kNumCacheFamilies> need{};
+  for (CacheFamily f : kAllFamilies) {
+    const auto& ids = table->of(f);
+    const int64_t want = pages_needed(f, new_len);
+    int64_t n = 0;
+    for (int64_t p = static_cast<int64_t>(ids.size()); p < want; ++p) n += f != CacheFamily::kOri || p >= ring_from;
+    need[static_cast<int>(f)] = n;
+    if (n > pool(f).free_pages()) return false;
+  }
+  for (CacheFamily f : kAllFamilies) {
+    auto& ids = table->of(f);
+    const int64_t want = pages_needed(f, new_len);
+    while (static_cast<int64_t>(ids.size()) < want) {
+      const int64_t p = static_cast<int64_t>(ids.size());
+      ids.push_back(f != CacheFamily::kOri || p >= ring_from ? pool(f).allocate() : -1);
+      DSV4_CHECK(f == CacheFamily::kOri && p < ring_from ? ids.back() == -1 : ids.back() >= 0);
+    }
+    if (is_state(f) && need[static_cast<int>(f)] > 0) {  // a fresh state page: empty windows
+      const FamilyLayout& fam = layout_.family(f);
+      float* page = pool(f).page(ids[0]);
+      for (size_t l = 0; l < fam.layer_offset.size(); ++l) {
+        if (fam.layer_offset[l] < 0) continue;
+        const int64_t floats = f == CacheFamily::kCsaInnerState ? layout_.geometry.layers[l].index_state_floats
+                                                                : layout_.geometry.layers[l].state_floats;
+        float* base = page + fam.layer_offset[l];
+        reset_compressor_state({base, base + floats}, floats);
+      }
+    }
+  }
+  table->covered = new_len;
+  return true;
+}
+
+void KvCacheManager::release_behind_window(BlockTable* table, int64_t length) {
+  const int64_t needed_from = std::max<int64_t>(0, length - layout_.geometry.window + 1);
+  auto& ids = table->of(CacheFamily::kOri);
+  for (int64_t p = 0; p < static_cast<int64_t>(ids.size()) && (p + 1) * layout_.block_size <= needed_from; ++p) {
+    if (ids[p] >= 0) pool(CacheFamily::kOri).release(ids[p]);
+    ids[p] = -1;
+  }
+}
+
+void KvCacheManager::free(BlockTable* table) {
+  for (CacheFamily f : kAllFamilies) {
+    for (int32_t id : table->of(f))
+      if (id >= 0) pool(f).release(id);
+    table->of(f).clear();
+  }
+  table->covered = 0;
+}
+
+double KvCacheManager::bytes_per_token(int64_t length) const {
+  if (length <= 0) return 0.0;
+  const int64_t bs = layout_.block_size, w = layout_.geometry.window;
+  int64_t floats = 0;
+  for (CacheFamily f : kAllFamilies) {
+    int64_t pages = pages_needed(f, length);
+    if (f == CacheFamily::kOri && pages > 0) pages = (length - 1) / bs - std::max<int64_t>(0, length - w + 1) / bs + 1;
+    floats += pages * layout_.family(f).page_floats;
+  }
+  return 4.0 * floats / length;
+}
+
+int64_t KvCacheManager::pages_in_use() const {
+  int64_t n = 0;
+  for (const PagePool& p : pools_) n += p.num_pages() - p.free_pages();
+  return n;
+}
+
+int64_t KvCacheManager::bytes() const {
+  int64_t n = 0;
+  for (const PagePool& p : pools_) n += 4 * p.num_pages() * p.page_floats();
+  return n;
+}
+
+std::string KvCacheManager::summary() const {
+  std::ostringstream s;
+  s << "KV cache " << gib(bytes()) << ": ";
+  if (token_capacity_ < 0) s << "no compressed layers, window rings only";
+  else s << token_capacity_ << " tokens of history";
+  s << ", " << options_.max_num_seqs << " requests; pages";
+  for (CacheFamily f : kAllFamilies) {
+    const PagePool& p = pools_[static_cast<int>(f)];
+    if (p.num_pages()) s << " " << p.name() << " " << p.num_pages();
+  }
+  return s.str();
+}
+
+PagedSequenceCache::PagedSequenceCache(KvCacheManager* kv, BlockTable* table, int64_t length)
+    : kv_(kv), table_(table) {
+  this->length = length;
+}
+
+float* PagedSequenceCache::row(CacheFamily f, int layer, int64_t page_index, int64_t row_in_page, int64_t width) {
+  const auto& ids = table_->of(f);
+  DSV4_CHECK_MSG(page_index < static_cast<int64_t>(ids.size()) && ids[page_index] >= 0,
+                 "the forward touched a position this request holds no page for");
+  const int64_t offset = kv_->layout().family(f).layer_offset[layer];
+  DSV4_CHECK(offset >= 0);
+  return kv_->pool(f).page(ids[page_index]) + offset + row_in_page * width;
+}
+
+float* PagedSequenceCache::window_row(int layer, int64_t pos) {
+  const int64_t bs = kv_->layout().block_size;
+  return row(CacheFamily::kOri, layer, pos / bs, pos % bs, kv_->layout().geometry.head_dim);
+}
+
+float* PagedSequenceCache::compressed_row(int layer, int64_t r) {
+  const CacheFamily f = kv_->layout().compressed_family(layer);
+  const int64_t per_page = kv_->layout().family(f).rows_per_page[layer];
+  return row(f, layer, r / per_page, r % per_page, kv_->layout().geometry.head_dim);
+}
+
+float* PagedSequenceCache::index_row(int layer, int64_t r) {
+  const int64_t per_page = kv_->layout().family(CacheFamily::kIdx).rows_per_page[layer];
+  return row(CacheFamily::kIdx, layer, r / per_page, r % per_page, kv_->layout().geometry.index_head_dim);
+}
+
+CompressorStateView PagedSequenceCache::state(CacheFamily f, int layer, int64_t floats) {
+  float* base = row(f, layer, 0, 0, 0);
+  return {base, base + floats};
+}
+
+CompressorStateView PagedSequenceCache::compressor_state(int layer) {
+  const LayerCacheShape& s = kv_->layout().geometry.layers[layer];
+  return state(s.ratio == 4 ? CacheFamily::kCsaState : CacheFamily::kHcaState, layer, s.state_floats);
+}
+
+CompressorStateView PagedSequenceCache::index_compressor_state(int layer) {
+  return state(CacheFamily::kCsaInnerState, layer, kv_->layout().geometry.layers[layer].index_state_floats);
+}
+
+}  // namespace dsv4

@@ -1,0 +1,83 @@
+// The engine's KV cache: the seven page pools, sized from a memory budget,
+// and the page bookkeeping of requests' block tables.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "base/status.h"
+#include "kv/block_table.h"
+#include "kv/page_layout.h"
+#include "kv/page_pool.h"
+#include "model/sequence_cache.h"
+
+namespace dsv4 {
+
+struct KvCacheOptions {
+  int64_t block_size = 32;            // raw tokens per ori page
+  int64_t memory_bytes = 0;           // the budget; 0: memory_fraction of available memory
+  double memory_fraction = 0.25;
+  int64_t max_num_seqs = 64;          // sizes the state pages and the window rings
+  int64_t max_num_batched_tokens = 2048;  // ring pages a step's chunks may need
+};
+
+class KvCacheManager {
+ public:
+  // Sizes the pools from the budget. If the storage cannot be allocated, it
+  // retries at half the size (and says so) down to the minimum that still
+  // serves max_num_seqs requests.
+  static StatusOr<std::unique_ptr<KvCacheManager>> create(const CacheGeometry& geometry, const KvCacheOptions& options);
+
+  // Gives `table` pages for positions [table->covered, new_len) in every
+  // family: all of them or, when some family runs out, none (false).
+  bool allocate(BlockTable* table, int64_t new_len);
+  // After a step confirms `length` processed positions: releases the ori
+  // pages wholly behind the sliding window.
+  void release_behind_window(BlockTable* table, int64_t length);
+  void free(BlockTable* table);
+
+  // Compressed history the pools hold, in tokens (each request also needs
+  // its window ring and state pages, reserved for max_num_seqs requests).
+  int64_t token_capacity() const { return token_capacity_; }
+  // What a request with `length` processed positions holds, per token.
+  double bytes_per_token(int64_t length) const;
+  int64_t pages_in_use() const;
+  int64_t bytes() const;
+  std::string summary() const;
+
+  PagePool& pool(CacheFamily f) { return pools_[static_cast<int>(f)]; }
+  const PageLayout& layout() const { return layout_; }
+
+ private:
+  KvCacheManager(PageLayout layout, const KvCacheOptions& options) : layout_(std::move(layout)), options_(options) {}
+  // Pages a family needs to cover positions [0, len).
+  int64_t pages_needed(CacheFamily f, int64_t len) const;
+
+  PageLayout layout_;
+  KvCacheOptions options_;
+  std::array<PagePool, kNumCacheFamilies> pools_;
+  int64_t token_capacity_ = 0;
+};
+
+// A request's caches as the forward sees them, over its block table.
+class PagedSequenceCache : public SequenceCache {
+ public:
+  PagedSequenceCache(KvCacheManager* kv, BlockTable* table, int64_t length);
+
+  float* window_row(int layer, int64_t pos) override;
+  float* compressed_row(int layer, int64_t row) override;
+  float* index_row(int layer, int64_t row) override;
+  CompressorStateView compressor_state(int layer) override;
+  CompressorStateView index_compressor_state(int layer) override;
+
+ private:
+  float* row(CacheFamily f, int layer, int64_t page_index, int64_t row_in_page, int64_t width);
+  CompressorStateView state(CacheFamily f, int layer, int64_t floats);
+
+  KvCacheManager* kv_;
+  BlockTable* table_;
+};
+
+}  // namespace dsv4

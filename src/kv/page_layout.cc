@@ -1,0 +1,56 @@
+#include "kv/page_layout.h"
+
+namespace dsv4 {
+
+const char* family_name(CacheFamily f) {
+  switch (f) {
+    case CacheFamily::kOri: return "ori";
+    case CacheFamily::kCmpC4: return "cmp_c4";
+    case CacheFamily::kCmpC128: return "cmp_c128";
+    case CacheFamily::kIdx: return "idx";
+    case CacheFamily::kCsaState: return "csa_state";
+    case CacheFamily::kCsaInnerState: return "csa_inner_state";
+    case CacheFamily::kHcaState: return "hca_state";
+  }
+  return "?";
+}
+
+StatusOr<PageLayout> PageLayout::of(const CacheGeometry& g, int64_t block_size) {
+  if (block_size <= 0) return invalid_argument("block size must be positive, got " + std::to_string(block_size));
+  PageLayout p;
+  p.block_size = block_size;
+  p.geometry = g;
+  const int layers = static_cast<int>(g.layers.size());
+  for (FamilyLayout& f : p.families) {
+    f.layer_offset.assign(layers, -1);
+    f.rows_per_page.assign(layers, 0);
+  }
+  auto add = [&](CacheFamily fam, int l, int64_t floats, int64_t rows) {
+    FamilyLayout& f = p.families[static_cast<int>(fam)];
+    f.layer_offset[l] = f.page_floats;
+    f.rows_per_page[l] = rows;
+    f.page_floats += floats;
+  };
+  for (int l = 0; l < layers; ++l) {
+    const LayerCacheShape& s = g.layers[l];
+    add(CacheFamily::kOri, l, block_size * g.head_dim, block_size);
+    if (!s.ratio) continue;
+    if (kCompressedPageTokens % s.ratio != 0)
+      return invalid_argument("compress ratio " + std::to_string(s.ratio) + " of cache layer " + std::to_string(l) +
+                              " does not divide the " + std::to_string(kCompressedPageTokens) +
+                              "-token compressed page");
+    const int64_t rows = kCompressedPageTokens / s.ratio;
+    if (s.ratio == 4) {
+      add(CacheFamily::kCmpC4, l, rows * g.head_dim, rows);
+      add(CacheFamily::kIdx, l, rows * g.index_head_dim, rows);
+      add(CacheFamily::kCsaState, l, 2 * s.state_floats, 0);
+      add(CacheFamily::kCsaInnerState, l, 2 * s.index_state_floats, 0);
+    } else {
+      add(CacheFamily::kCmpC128, l, rows * g.head_dim, rows);
+      add(CacheFamily::kHcaState, l, 2 * s.state_floats, 0);
+    }
+  }
+  return p;
+}
+
+}  // namespace dsv4

@@ -1,0 +1,51 @@
+// Where each cache layer's rows live inside the pages of the seven cache
+// families. A page of a family holds that family's rows for every layer of
+// the family, so one page id serves all of them (as vLLM's block ids do):
+//
+//   ori              raw window KV, block_size tokens per page (a ring)
+//   cmp_c4           ratio-4 compressed rows, a page per 128 source tokens
+//   cmp_c128         rows of the other compressed layers (ratio 128 in V4),
+//                    a page per 128 source tokens
+//   idx              indexer keys of the ratio-4 layers, per 128 tokens
+//   csa_state        ratio-4 compressor states, one page per request
+//   csa_inner_state  the indexers' compressor states, one page per request
+//   hca_state        the other compressors' states, one page per request
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "model/cache_geometry.h"
+
+namespace dsv4 {
+
+enum class CacheFamily { kOri, kCmpC4, kCmpC128, kIdx, kCsaState, kCsaInnerState, kHcaState };
+inline constexpr int kNumCacheFamilies = 7;
+const char* family_name(CacheFamily f);
+
+// Source tokens one compressed page covers.
+inline constexpr int64_t kCompressedPageTokens = 128;
+
+struct FamilyLayout {
+  int64_t page_floats = 0;              // 0: the model has no layer in this family
+  std::vector<int64_t> layer_offset;    // per cache layer, -1 when not in the family
+  std::vector<int64_t> rows_per_page;   // compressed families: 128 / ratio
+};
+
+struct PageLayout {
+  int64_t block_size = 32;
+  CacheGeometry geometry;
+  std::array<FamilyLayout, kNumCacheFamilies> families;
+
+  static StatusOr<PageLayout> of(const CacheGeometry& geometry, int64_t block_size);
+  const FamilyLayout& family(CacheFamily f) const { return families[static_cast<int>(f)]; }
+  // The family holding cache layer l's compressed rows.
+  CacheFamily compressed_family(int layer) const {
+    return geometry.layers[layer].ratio == 4 ? CacheFamily::kCmpC4 : CacheFamily::kCmpC128;
+  }
+};
+
+}  // namespace dsv4

@@ -1,0 +1,82 @@
+// The engine step loop: schedule, run the forward over the scheduled chunks
+// with their paged caches, sample, commit. add_request / step / abort are the
+// API the HTTP server and `dsv4 run` sit on. Not thread-safe: one thread
+// drives an engine.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "kv/kv_cache_manager.h"
+#include "model/deepseek_v4.h"
+#include "runtime/sampler.h"
+#include "sched/scheduler.h"
+
+namespace dsv4 {
+
+struct EngineOptions {
+  SchedulerOptions scheduler;
+  KvCacheOptions cache;
+};
+
+struct RequestOutput {
+  int64_t id = 0;
+  std::vector<int32_t> new_tokens;           // produced this step
+  std::vector<SampledToken> new_logprobs;    // with the tokens, when the request asked for logprobs
+  bool finished = false;
+  FinishReason finish_reason = FinishReason::kNone;
+  std::string error;                         // why the engine had to give up on it
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+};
+
+struct EngineStats {
+  int64_t steps = 0;
+  int64_t prompt_tokens = 0;     // computed prompt tokens (recomputation included)
+  int64_t generated_tokens = 0;
+  int64_t preemptions = 0;
+};
+
+class Engine {
+ public:
+  static StatusOr<std::unique_ptr<Engine>> create(const DeepseekV4* model, const EngineOptions& options);
+
+  // Validates the parameters and the prompt (token ids, length) and queues it.
+  StatusOr<int64_t> add_request(std::vector<int32_t> prompt, const SamplingParams& params);
+  // One scheduler step; outputs of the requests that produced tokens or ended.
+  std::vector<RequestOutput> step();
+  // Ends a request now (abort, or a stop string found above the engine).
+  bool finish(int64_t id, FinishReason reason = FinishReason::kAbort);
+  bool has_unfinished() const { return scheduler_->has_unfinished(); }
+
+  // Sees the logits of every sampled position (for checks against verify).
+  using LogitsObserver = std::function<void(int64_t id, int64_t position, const float* logits)>;
+  void set_logits_observer(LogitsObserver observer) { observer_ = std::move(observer); }
+
+  const KvCacheManager& cache() const { return *kv_; }
+  KvCacheManager& cache() { return *kv_; }
+  const Scheduler& scheduler() const { return *scheduler_; }
+  const EngineStats& stats() const { return stats_; }
+  const DeepseekV4& model() const { return *model_; }
+
+ private:
+  Engine(const DeepseekV4* model, std::unique_ptr<KvCacheManager> kv, const SchedulerOptions& options);
+  // Appends a sampled token and decides whether the request is done.
+  FinishReason take_token(Request* r, const SampledToken& t) const;
+
+  const DeepseekV4* model_;
+  std::unique_ptr<KvCacheManager> kv_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::map<int64_t, std::mt19937_64> rngs_;
+  LogitsObserver observer_;
+  EngineStats stats_;
+  int64_t next_id_ = 1;
+};
+
+}  // namespace dsv4

@@ -1,0 +1,27 @@
+// Chooses a request's next token from its logits: penalties, then greedy
+// argmax or temperature / top-k / top-p / min-p sampling with the request's
+// own random stream (so a seeded request draws the same tokens whatever
+// else is in the batch).
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <utility>
+#include <vector>
+
+#include "sched/sampling_params.h"
+
+namespace dsv4 {
+
+struct SampledToken {
+  int32_t token = -1;
+  float logprob = 0.0f;                           // of the model's raw distribution
+  std::vector<std::pair<int32_t, float>> top;     // top-n (token, logprob), best first
+};
+
+// logits: [vocab], the model's raw output for the request's next position;
+// context: the request's prompt and output so far (for the penalties).
+SampledToken sample_token(const float* logits, int64_t vocab, const SamplingParams& params,
+                          const std::vector<int32_t>& prompt, const std::vector<int32_t>& output, std::mt19937_64* rng);
+
+}  // namespace dsv4

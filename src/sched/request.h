@@ -1,0 +1,36 @@
+// A request as the scheduler tracks it: tokens, progress and pages (ids
+// only; the scheduler owns no tensors).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kv/block_table.h"
+#include "sched/sampling_params.h"
+
+namespace dsv4 {
+
+enum class RequestStatus { kWaiting, kRunning, kFinished };
+enum class FinishReason { kNone, kStop, kLength, kAbort };
+const char* finish_reason_name(FinishReason r);  // "stop", "length", "abort"
+
+struct Request {
+  int64_t id = 0;
+  std::vector<int32_t> prompt;
+  SamplingParams params;
+  std::vector<int32_t> output;  // generated tokens
+  int64_t num_computed = 0;     // tokens whose caches are written
+  BlockTable pages;
+  RequestStatus status = RequestStatus::kWaiting;
+  FinishReason finish = FinishReason::kNone;
+  int num_preemptions = 0;
+
+  int64_t num_tokens() const { return static_cast<int64_t>(prompt.size() + output.size()); }
+  int32_t token(int64_t i) const {
+    const int64_t p = static_cast<int64_t>(prompt.size());
+    return i < p ? prompt[i] : output[i - p];
+  }
+};
+
+}  // namespace dsv4

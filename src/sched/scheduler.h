@@ -1,0 +1,79 @@
+// Continuous batching over a paged cache: each step takes the running
+// requests' next tokens (decodes, unfinished prefills) and then admits
+// waiting requests, chunking long prompts and packing several requests into
+// one forward, within max_num_batched_tokens and max_num_seqs. When pages
+// run out, the most recently admitted request is preempted: its pages are
+// freed and it recomputes its tokens (prompt and output so far) later.
+// The scheduler owns the requests but no tensors.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "base/status.h"
+#include "kv/kv_cache_manager.h"
+#include "sched/request.h"
+
+namespace dsv4 {
+
+struct SchedulerOptions {
+  int64_t max_num_seqs = 64;
+  int64_t max_num_batched_tokens = 2048;
+  int64_t max_model_len = 4096;
+  // Most tokens one request's prefill takes in a step; 0: no limit but the
+  // step's budget.
+  int64_t long_prefill_token_threshold = 0;
+};
+
+struct ScheduledChunk {
+  Request* request = nullptr;
+  int64_t start = 0;       // first position
+  int64_t num_tokens = 0;  // the request's tokens [start, start + num_tokens)
+  bool samples = false;    // reaches the last known token: its logits give the next one
+};
+
+struct SchedulerOutput {
+  std::vector<ScheduledChunk> chunks;
+  std::vector<int64_t> preempted;  // request ids preempted during this schedule
+  int64_t num_tokens() const {
+    int64_t n = 0;
+    for (const auto& c : chunks) n += c.num_tokens;
+    return n;
+  }
+};
+
+class Scheduler {
+ public:
+  Scheduler(const SchedulerOptions& options, KvCacheManager* kv) : options_(options), kv_(kv) {}
+
+  // Queues a request after checking it fits max_model_len by its own length.
+  Status add(std::unique_ptr<Request> request);
+  SchedulerOutput schedule();
+  // After the forward has written a chunk's caches.
+  void commit(const ScheduledChunk& chunk);
+  // Ends a request (finished or aborted) and frees its pages. Returns false
+  // for an unknown or already finished id.
+  bool finish(int64_t id, FinishReason reason);
+
+  Request* find(int64_t id);
+  bool has_unfinished() const { return !requests_.empty(); }
+  int64_t num_running() const { return static_cast<int64_t>(running_.size()); }
+  int64_t num_waiting() const { return static_cast<int64_t>(waiting_.size()); }
+  const SchedulerOptions& options() const { return options_; }
+
+ private:
+  // Tokens a request runs this step given what is left of the budget.
+  int64_t chunk_size(const Request& r, int64_t budget) const;
+  void preempt(Request* r);
+
+  SchedulerOptions options_;
+  KvCacheManager* kv_;
+  std::map<int64_t, std::unique_ptr<Request>> requests_;  // unfinished ones
+  std::deque<Request*> waiting_;
+  std::vector<Request*> running_;  // in admission order
+};
+
+}  // namespace dsv4
