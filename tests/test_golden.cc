@@ -12,25 +12,14 @@
 
 #include "model/deepseek_v4.h"
 #include "model/golden_verify.h"
+#include "test_util.h"
 
 namespace dsv4 {
 namespace {
 
-std::string golden_dir() {
-  const char* env = std::getenv("DSV4_GOLDEN_DIR");
-  return env ? env : DSV4_DEFAULT_GOLDEN_DIR;
-}
+using testing::golden_dir;
 
-const DeepseekV4& model_for(const std::string& name) {
-  static std::map<std::string, std::unique_ptr<DeepseekV4>> cache;
-  auto& slot = cache[name];
-  if (!slot) {
-    auto m = DeepseekV4::load(golden_dir() + "/" + name);
-    EXPECT_TRUE(m.ok()) << m.status().message();
-    if (m.ok()) slot = std::move(*m);
-  }
-  return *slot;
-}
+const DeepseekV4& model_for(const std::string& name) { return testing::golden_model(name); }
 
 struct GoldenParam {
   std::string name;

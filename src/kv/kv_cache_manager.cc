@@ -45,6 +45,38 @@ std::string gib(int64_t bytes) {
 
 }  // namespace
 
+namespace {
+
+// The budget-independent part of the cache, in floats: state pages and the
+// window rings for max_num_seqs requests (a ring holds the window plus a
+// chunk's last window positions), and the floats of one page of each
+// compressed family together.
+struct FixedCost {
+  int64_t ring_pages = 0;
+  int64_t fixed_floats = 0;
+  int64_t per_compressed_page = 0;
+};
+
+FixedCost fixed_cost(const PageLayout& layout, const KvCacheOptions& o) {
+  auto pf = [&](CacheFamily f) { return layout.family(f).page_floats; };
+  FixedCost c;
+  c.ring_pages = o.max_num_seqs * 2 * (ceil_div(layout.geometry.window, o.block_size) + 1);
+  c.fixed_floats =
+      o.max_num_seqs * (pf(CacheFamily::kCsaState) + pf(CacheFamily::kCsaInnerState) + pf(CacheFamily::kHcaState)) +
+      c.ring_pages * pf(CacheFamily::kOri);
+  c.per_compressed_page = pf(CacheFamily::kCmpC4) + pf(CacheFamily::kCmpC128) + pf(CacheFamily::kIdx);
+  return c;
+}
+
+}  // namespace
+
+StatusOr<int64_t> KvCacheManager::budget_for(const CacheGeometry& geometry, const KvCacheOptions& o,
+                                             int64_t compressed_pages) {
+  DSV4_ASSIGN_OR_RETURN(PageLayout layout, PageLayout::of(geometry, o.block_size));
+  const FixedCost c = fixed_cost(layout, o);
+  return 4 * (c.fixed_floats + compressed_pages * c.per_compressed_page);
+}
+
 StatusOr<std::unique_ptr<KvCacheManager>> KvCacheManager::create(const CacheGeometry& geometry,
                                                                   const KvCacheOptions& o) {
   DSV4_ASSIGN_OR_RETURN(PageLayout layout, PageLayout::of(geometry, o.block_size));
@@ -56,27 +88,21 @@ StatusOr<std::unique_ptr<KvCacheManager>> KvCacheManager::create(const CacheGeom
     budget = static_cast<int64_t>(avail * o.memory_fraction);
   }
   auto pf = [&](CacheFamily f) { return layout.family(f).page_floats; };
-  // Fixed part: state pages and window rings for max_num_seqs requests (a
-  // ring holds the window plus a chunk's last window positions).
-  const int64_t ring_pages = o.max_num_seqs * 2 * (ceil_div(geometry.window, o.block_size) + 1);
-  const int64_t fixed_floats = o.max_num_seqs * (pf(CacheFamily::kCsaState) + pf(CacheFamily::kCsaInnerState) +
-                                                 pf(CacheFamily::kHcaState)) +
-                               ring_pages * pf(CacheFamily::kOri);
-  const int64_t per_compressed_page = pf(CacheFamily::kCmpC4) + pf(CacheFamily::kCmpC128) + pf(CacheFamily::kIdx);
-  const int64_t min_bytes = 4 * (fixed_floats + o.max_num_seqs * per_compressed_page);
+  const FixedCost cost = fixed_cost(layout, o);
+  const int64_t min_bytes = 4 * (cost.fixed_floats + o.max_num_seqs * cost.per_compressed_page);
   if (budget < min_bytes)
     return invalid_argument("KV cache budget of " + gib(budget) + " is too small: " + std::to_string(o.max_num_seqs) +
                             " requests need at least " + gib(min_bytes));
 
   for (;;) {
     const int64_t compressed_pages =
-        per_compressed_page ? (budget / 4 - fixed_floats) / per_compressed_page : 0;
+        cost.per_compressed_page ? (budget / 4 - cost.fixed_floats) / cost.per_compressed_page : 0;
     std::unique_ptr<KvCacheManager> kv(new KvCacheManager(layout, o));
     try {
       for (CacheFamily f : kAllFamilies) {
         int64_t n = 0;
         if (pf(f) == 0) n = 0;
-        else if (f == CacheFamily::kOri) n = ring_pages;
+        else if (f == CacheFamily::kOri) n = cost.ring_pages;
         else if (is_state(f)) n = o.max_num_seqs;
         else n = compressed_pages;
         kv->pools_[static_cast<int>(f)] = PagePool(family_name(f), pf(f), n);
@@ -88,7 +114,7 @@ StatusOr<std::unique_ptr<KvCacheManager>> KvCacheManager::create(const CacheGeom
       budget = smaller;
       continue;
     }
-    kv->token_capacity_ = per_compressed_page ? compressed_pages * kCompressedPageTokens : -1;
+    kv->token_capacity_ = cost.per_compressed_page ? compressed_pages * kCompressedPageTokens : -1;
     return kv;
   }
 }

@@ -38,6 +38,11 @@ class KvCacheManager {
   void release_behind_window(BlockTable* table, int64_t length);
   void free(BlockTable* table);
 
+  // The budget that gives exactly `compressed_pages` pages to each
+  // compressed family (the rest is the fixed ring and state part).
+  static StatusOr<int64_t> budget_for(const CacheGeometry& geometry, const KvCacheOptions& options,
+                                      int64_t compressed_pages);
+
   // Compressed history the pools hold, in tokens (each request also needs
   // its window ring and state pages, reserved for max_num_seqs requests).
   int64_t token_capacity() const { return token_capacity_; }

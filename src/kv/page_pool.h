@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -29,7 +30,7 @@ class PagePool {
  private:
   std::string name_;
   int64_t page_floats_ = 0;
-  std::vector<float> storage_;
+  std::unique_ptr<float[]> storage_;  // uninitialized: a page is written before it is read
   std::vector<int32_t> free_;  // a stack: the most recently freed page is reused first
   std::vector<uint8_t> in_use_;
 };

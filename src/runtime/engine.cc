@@ -47,6 +47,12 @@ bool Engine::finish(int64_t id, FinishReason reason) {
   return scheduler_->finish(id, reason);
 }
 
+bool Engine::preempt(int64_t id) {
+  if (!scheduler_->preempt(id)) return false;
+  ++stats_.preemptions;
+  return true;
+}
+
 FinishReason Engine::take_token(Request* r, const SampledToken& t) const {
   r->output.push_back(t.token);
   const SamplingParams& p = r->params;
@@ -61,14 +67,14 @@ FinishReason Engine::take_token(Request* r, const SampledToken& t) const {
 std::vector<RequestOutput> Engine::step() {
   std::vector<RequestOutput> outputs;
   SchedulerOutput plan = scheduler_->schedule();
+  last_step_.clear();
+  for (const ScheduledChunk& c : plan.chunks) last_step_.push_back(c.request->id);
   stats_.preemptions += static_cast<int64_t>(plan.preempted.size());
   if (plan.chunks.empty()) {
     // Nothing runs and nothing can be admitted: the first waiting request
     // does not fit even an empty cache.
     if (scheduler_->has_unfinished() && scheduler_->num_running() == 0) {
-      Request* r = nullptr;
-      for (int64_t id = 0; id < next_id_ && !r; ++id) r = scheduler_->find(id);
-      if (r) {
+      if (Request* r = scheduler_->next_waiting()) {
         RequestOutput o;
         o.id = r->id;
         o.finished = true;

@@ -53,6 +53,10 @@ class Engine {
   std::vector<RequestOutput> step();
   // Ends a request now (abort, or a stop string found above the engine).
   bool finish(int64_t id, FinishReason reason = FinishReason::kAbort);
+  // Frees a running request's pages now; it is recomputed when re-admitted
+  // and continues exactly where it was (also what happens under page
+  // pressure).
+  bool preempt(int64_t id);
   bool has_unfinished() const { return scheduler_->has_unfinished(); }
 
   // Sees the logits of every sampled position (for checks against verify).
@@ -63,6 +67,8 @@ class Engine {
   KvCacheManager& cache() { return *kv_; }
   const Scheduler& scheduler() const { return *scheduler_; }
   const EngineStats& stats() const { return stats_; }
+  // The requests the last step ran (decodes and prefill chunks).
+  const std::vector<int64_t>& last_step_requests() const { return last_step_; }
   const DeepseekV4& model() const { return *model_; }
 
  private:
@@ -76,6 +82,7 @@ class Engine {
   std::map<int64_t, std::mt19937_64> rngs_;
   LogitsObserver observer_;
   EngineStats stats_;
+  std::vector<int64_t> last_step_;
   int64_t next_id_ = 1;
 };
 

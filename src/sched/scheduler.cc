@@ -107,6 +107,13 @@ bool Scheduler::finish(int64_t id, FinishReason reason) {
   return true;
 }
 
+bool Scheduler::preempt(int64_t id) {
+  Request* r = find(id);
+  if (!r || r->status != RequestStatus::kRunning) return false;
+  preempt(r);
+  return true;
+}
+
 Request* Scheduler::find(int64_t id) {
   auto it = requests_.find(id);
   return it == requests_.end() ? nullptr : it->second.get();

@@ -22,7 +22,7 @@ namespace dsv4 {
 struct SchedulerOptions {
   int64_t max_num_seqs = 64;
   int64_t max_num_batched_tokens = 2048;
-  int64_t max_model_len = 4096;
+  int64_t max_model_len = 0;  // 0: the model's max_position_embeddings
   // Most tokens one request's prefill takes in a step; 0: no limit but the
   // step's budget.
   int64_t long_prefill_token_threshold = 0;
@@ -57,8 +57,13 @@ class Scheduler {
   // Ends a request (finished or aborted) and frees its pages. Returns false
   // for an unknown or already finished id.
   bool finish(int64_t id, FinishReason reason);
+  // Preempts a running request now: its pages are freed and it is
+  // recomputed when re-admitted, as under page pressure. False when it is
+  // not running.
+  bool preempt(int64_t id);
 
   Request* find(int64_t id);
+  Request* next_waiting() { return waiting_.empty() ? nullptr : waiting_.front(); }
   bool has_unfinished() const { return !requests_.empty(); }
   int64_t num_running() const { return static_cast<int64_t>(running_.size()); }
   int64_t num_waiting() const { return static_cast<int64_t>(waiting_.size()); }

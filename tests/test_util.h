@@ -1,0 +1,67 @@
+// Helpers the tests share: where the golden cases are, the golden models
+// (loaded once per test binary), and running the dsv4 binary.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/deepseek_v4.h"
+
+namespace dsv4::testing {
+
+inline std::string golden_dir() {
+  const char* env = std::getenv("DSV4_GOLDEN_DIR");
+  return env ? env : DSV4_DEFAULT_GOLDEN_DIR;
+}
+
+// The model of golden case `name`, loaded on first use.
+inline const DeepseekV4& golden_model(const std::string& name) {
+  static std::map<std::string, std::unique_ptr<DeepseekV4>> cache;
+  auto& slot = cache[name];
+  if (!slot) {
+    auto m = DeepseekV4::load(golden_dir() + "/" + name);
+    if (!m.ok()) {
+      ADD_FAILURE() << m.status().message();
+      std::abort();
+    }
+    slot = std::move(*m);
+  }
+  return *slot;
+}
+
+struct CliResult {
+  int code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+// Runs `dsv4 <args>` (a shell command line) and collects its output.
+inline CliResult run_dsv4(const std::string& args) {
+  const std::string cmd = std::string(DSV4_BINARY) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  CliResult r;
+  std::array<char, 4096> buf;
+  while (size_t n = fread(buf.data(), 1, buf.size(), p)) r.output.append(buf.data(), n);
+  const int status = pclose(p);
+  r.code = WEXITSTATUS(status);
+  return r;
+}
+
+inline double rel_l2(const float* a, const float* b, int64_t n) {
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    num += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+    den += static_cast<double>(b[i]) * b[i];
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+}  // namespace dsv4::testing
