@@ -126,11 +126,13 @@ EngineRun serve(const DeepseekV4& model, const EngineOptions& options, const std
     for (const RequestOutput& o : (*engine)->step()) {
       produced[o.id] += static_cast<int64_t>(o.new_tokens.size());
       auto p = preempt_after.find(o.id);
-      if (p != preempt_after.end() && !o.finished && produced[o.id] == p->second)
+      if (p != preempt_after.end() && !o.finished && produced[o.id] == p->second) {
         EXPECT_TRUE((*engine)->preempt(o.id));
+      }
       auto it = golden_of.find(o.id);
-      if (it != golden_of.end())
+      if (it != golden_of.end()) {
         run.tokens[it->second].insert(run.tokens[it->second].end(), o.new_tokens.begin(), o.new_tokens.end());
+      }
     }
     EXPECT_LT(step, 100000);
   }
