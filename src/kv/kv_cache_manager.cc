@@ -211,7 +211,8 @@ std::string KvCacheManager::summary() const {
   s << "KV cache " << gib(bytes()) << ": ";
   if (token_capacity_ < 0) s << "no compressed layers, window rings only";
   else s << token_capacity_ << " tokens of history";
-  s << ", " << options_.max_num_seqs << " requests; pages";
+  s << ", " << options_.max_num_seqs << " requests, " << static_cast<int64_t>(bytes_per_token(4096))
+    << " bytes/token at 4K context; pages";
   for (CacheFamily f : kAllFamilies) {
     const PagePool& p = pools_[static_cast<int>(f)];
     if (p.num_pages()) s << " " << p.name() << " " << p.num_pages();

@@ -63,6 +63,7 @@ class Scheduler {
   bool preempt(int64_t id);
 
   Request* find(int64_t id);
+  const Request* find(int64_t id) const { return const_cast<Scheduler*>(this)->find(id); }
   Request* next_waiting() { return waiting_.empty() ? nullptr : waiting_.front(); }
   bool has_unfinished() const { return !requests_.empty(); }
   int64_t num_running() const { return static_cast<int64_t>(running_.size()); }

@@ -1,0 +1,277 @@
+// The paged cache: page geometry and sizing, bytes per token against the
+// formula of docs/kv-cache.md, and isolation: no request's pages are ever
+// written by another request's work, and page accounting returns to its
+// baseline.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <functional>
+#include <map>
+#include <set>
+
+#include "kv/kv_cache_manager.h"
+#include "runtime/engine.h"
+#include "test_util.h"
+
+namespace dsv4 {
+namespace {
+
+using testing::golden_model;
+
+// The formula of docs/kv-cache.md, from the config alone.
+double bytes_per_token_formula(const ModelConfig& c, int64_t L, int64_t block) {
+  const int64_t hd = c.head_dim, ihd = c.index_head_dim, w = c.window_size;
+  const int64_t layers = c.n_layers + c.n_mtp_layers;
+  const int64_t ori_pages = (L - 1) / block - std::max<int64_t>(0, L - w + 1) / block + 1;
+  const int64_t cmp_pages = (L + 127) / 128;
+  double floats = static_cast<double>(ori_pages) * block * hd * layers;
+  for (int l = 0; l < layers; ++l) {
+    const int r = c.compress_ratios[l];
+    if (r == 4) {
+      floats += cmp_pages * 32.0 * (hd + ihd);            // cmp_c4 + idx rows
+      floats += 2.0 * (8 * 2 * hd) + 2.0 * (8 * 2 * ihd);  // csa_state + csa_inner_state
+    } else if (r > 0) {
+      floats += cmp_pages * (128.0 / r) * hd;  // cmp_c128 rows
+      floats += 2.0 * r * hd;                   // hca_state
+    }
+  }
+  return 4.0 * floats / L;
+}
+
+TEST(KvCache, BytesPerTokenAt4kMatchesTheFormula) {
+  for (const char* name : {"tiny-a", "small-real"}) {
+    const ModelConfig& c = golden_model(name).config();
+    for (int64_t block : {16, 32}) {
+      KvCacheOptions o;
+      o.block_size = block;
+      o.max_num_seqs = 2;
+      o.memory_bytes = int64_t{64} << 20;
+      auto kv = KvCacheManager::create(CacheGeometry::of(c), o);
+      ASSERT_TRUE(kv.ok()) << kv.status().message();
+      EXPECT_DOUBLE_EQ((*kv)->bytes_per_token(4096), bytes_per_token_formula(c, 4096, block)) << name;
+      EXPECT_NE((*kv)->summary().find(std::to_string(static_cast<int64_t>((*kv)->bytes_per_token(4096))) +
+                                      " bytes/token at 4K"),
+                std::string::npos)
+          << (*kv)->summary();
+    }
+  }
+}
+
+TEST(KvCache, EverySeriesHasItsFamilyAndRatiosMustDivideThePage) {
+  const ModelConfig& c = golden_model("tiny-a").config();  // ratios 0, 0, 4, 16 + MTP 0
+  auto layout = PageLayout::of(CacheGeometry::of(c), 32);
+  ASSERT_TRUE(layout.ok());
+  EXPECT_EQ(layout->family(CacheFamily::kCmpC4).rows_per_page[2], 32);
+  EXPECT_EQ(layout->family(CacheFamily::kCmpC128).rows_per_page[3], 8);
+  EXPECT_EQ(layout->family(CacheFamily::kCmpC128).layer_offset[2], -1);
+  EXPECT_EQ(layout->family(CacheFamily::kOri).page_floats, 32 * c.head_dim * 5);
+  CacheGeometry g = CacheGeometry::of(c);
+  g.layers[3].ratio = 48;
+  auto bad = PageLayout::of(g, 32);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("compress ratio 48"), std::string::npos) << bad.status().message();
+}
+
+TEST(KvCache, TooSmallABudgetIsAClearErrorAndTooLargeOneRetriesSmaller) {
+  const CacheGeometry g = CacheGeometry::of(golden_model("small-real").config());
+  KvCacheOptions o;
+  o.max_num_seqs = 4;
+  o.memory_bytes = 1 << 20;
+  auto small = KvCacheManager::create(g, o);
+  ASSERT_FALSE(small.ok());
+  EXPECT_NE(small.status().message().find("too small"), std::string::npos) << small.status().message();
+  // More than the machine can map: the manager halves until it fits, and says so.
+  o.memory_bytes = int64_t{1} << 52;
+  ::testing::internal::CaptureStderr();
+  auto big = KvCacheManager::create(g, o);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(big.ok()) << big.status().message();
+  EXPECT_LT((*big)->bytes(), o.memory_bytes);
+  EXPECT_NE(log.find("retrying with"), std::string::npos) << log;
+}
+
+// Each page's bytes, by (family, page id), for one request.
+using PageDigest = std::map<std::pair<int, int32_t>, std::string>;
+
+PageDigest digest(KvCacheManager& kv, const BlockTable& t) {
+  PageDigest d;
+  for (int f = 0; f < kNumCacheFamilies; ++f) {
+    PagePool& pool = kv.pool(static_cast<CacheFamily>(f));
+    for (int32_t id : t.pages[f]) {
+      if (id < 0) continue;
+      const char* p = reinterpret_cast<const char*>(pool.page(id));
+      d[{f, id}] = std::string(p, p + 4 * pool.page_floats());
+    }
+  }
+  return d;
+}
+
+// Drives an engine step by step, checking before and after every step that
+// requests own disjoint pages and that a request the step did not run has
+// exactly the pages and bytes it had.
+class IsolationChecker {
+ public:
+  explicit IsolationChecker(Engine* e) : e_(e) {}
+
+  void add(int64_t id) { live_.insert(id); }
+  void drop(int64_t id) { live_.erase(id); }
+
+  std::vector<RequestOutput> step() {
+    std::map<int64_t, PageDigest> before;
+    std::set<std::pair<int, int32_t>> owned;
+    for (int64_t id : live_) {
+      const Request* r = e_->scheduler().find(id);
+      if (!r) continue;
+      before[id] = digest(e_->cache(), r->pages);
+      for (const auto& [key, bytes] : before[id]) EXPECT_TRUE(owned.insert(key).second) << "a page with two owners";
+    }
+    std::vector<RequestOutput> out = e_->step();
+    const std::set<int64_t> ran(e_->last_step_requests().begin(), e_->last_step_requests().end());
+    for (const auto& [id, pages] : before) {
+      const Request* r = e_->scheduler().find(id);
+      if (!r || ran.count(id)) continue;
+      EXPECT_TRUE(digest(e_->cache(), r->pages) == pages) << "request " << id << " sat out a step and its pages changed";
+      ++checked_;
+    }
+    for (const RequestOutput& o : out)
+      if (o.finished) live_.erase(o.id);
+    return out;
+  }
+  int64_t checked() const { return checked_; }
+
+ private:
+  Engine* e_;
+  std::set<int64_t> live_;
+  int64_t checked_ = 0;
+};
+
+std::vector<int32_t> tokens(int64_t n, int seed, int64_t vocab) {
+  std::vector<int32_t> t(n);
+  for (int64_t i = 0; i < n; ++i) t[i] = static_cast<int32_t>((i * 131 + seed * 7 + 3) % vocab);
+  return t;
+}
+
+SamplingParams greedy(int64_t max_tokens) {
+  SamplingParams p;
+  p.temperature = 0.0f;
+  p.max_tokens = max_tokens;
+  p.ignore_eos = true;
+  return p;
+}
+
+EngineOptions tight_options() {
+  EngineOptions o;
+  o.scheduler.max_num_seqs = 4;
+  o.scheduler.max_num_batched_tokens = 5;  // fewer than the running requests want: some sit out
+  o.scheduler.long_prefill_token_threshold = 4;
+  o.cache.memory_bytes = int64_t{64} << 20;
+  return o;
+}
+
+// Logits of request `prompt` served alone, for comparison.
+std::vector<std::vector<float>> alone(const DeepseekV4& model, const std::vector<int32_t>& prompt, int64_t n) {
+  auto e = Engine::create(&model, tight_options());
+  std::vector<std::vector<float>> logits;
+  (*e)->set_logits_observer([&](int64_t, int64_t, const float* l) {
+    logits.emplace_back(l, l + model.config().vocab_size);
+  });
+  EXPECT_TRUE((*e)->add_request(prompt, greedy(n)).ok());
+  while ((*e)->has_unfinished()) (*e)->step();
+  return logits;
+}
+
+TEST(KvCacheIsolation, DecodingWhileAnotherPrefillsTouchesOnlyOwnPages) {
+  const DeepseekV4& model = golden_model("tiny-a");
+  const int64_t V = model.config().vocab_size;
+  auto engine = Engine::create(&model, tight_options());
+  ASSERT_TRUE(engine.ok());
+  Engine& e = **engine;
+  const int64_t baseline = e.cache().pages_in_use();
+  std::map<int64_t, std::vector<std::vector<float>>> logits;
+  e.set_logits_observer([&](int64_t id, int64_t, const float* l) { logits[id].emplace_back(l, l + V); });
+  IsolationChecker check(&e);
+  const auto a_prompt = tokens(12, 1, V), b_prompt = tokens(70, 2, V);
+  auto a = e.add_request(a_prompt, greedy(40));
+  ASSERT_TRUE(a.ok());
+  check.add(*a);
+  int64_t b = -1;
+  for (int step = 0; e.has_unfinished(); ++step) {
+    if (step == 4) {  // A decodes while B's 70-token prompt prefills 4 tokens a step
+      auto id = e.add_request(b_prompt, greedy(6));
+      ASSERT_TRUE(id.ok());
+      check.add(b = *id);
+    }
+    if (step == 6) {  // C gets pages but little budget: it sits out steps
+      auto id = e.add_request(tokens(9, 3, V), greedy(20));
+      ASSERT_TRUE(id.ok());
+      check.add(*id);
+    }
+    check.step();
+  }
+  EXPECT_GT(check.checked(), 0);
+  EXPECT_EQ(e.cache().pages_in_use(), baseline);
+  // Neither disturbed the other: each computes what it computes alone.
+  for (auto [id, prompt, n] : {std::tuple{*a, a_prompt, 40}, std::tuple{b, b_prompt, 6}}) {
+    const auto ref = alone(model, prompt, n);
+    ASSERT_EQ(logits[id].size(), ref.size());
+    for (size_t k = 0; k < ref.size(); ++k)
+      EXPECT_LE(testing::rel_l2(logits[id][k].data(), ref[k].data(), V), 1e-5) << "request " << id << " step " << k;
+  }
+}
+
+TEST(KvCacheIsolation, FinishedAndAbortedRequestsHandTheirPagesToNewOnes) {
+  const DeepseekV4& model = golden_model("tiny-a");
+  const int64_t V = model.config().vocab_size;
+  auto engine = Engine::create(&model, tight_options());
+  ASSERT_TRUE(engine.ok());
+  Engine& e = **engine;
+  const int64_t baseline = e.cache().pages_in_use();
+  IsolationChecker check(&e);
+  std::vector<int64_t> ids, newcomers;
+  auto add = [&](int64_t len, int seed, int64_t max_tokens) {
+    auto id = e.add_request(tokens(len, seed, V), greedy(max_tokens));
+    EXPECT_TRUE(id.ok());
+    check.add(*id);
+    ids.push_back(*id);
+    return *id;
+  };
+  const int64_t short_one = add(8, 1, 3);        // finishes early
+  const int64_t mid_prefill = add(60, 2, 10);    // aborted while prefilling
+  const int64_t mid_decode = add(10, 3, 50);     // aborted while decoding
+  add(20, 4, 12);
+  std::set<std::pair<int, int32_t>> freed;  // pages the ended requests held
+  std::set<std::pair<int, int32_t>> taken;  // pages the newcomers got
+  auto remember = [&](int64_t id) {
+    if (const Request* r = e.scheduler().find(id))
+      for (const auto& [key, bytes] : digest(e.cache(), r->pages)) freed.insert(key);
+  };
+  for (int step = 0; e.has_unfinished() || step < 30; ++step) {
+    if (step == 3) {
+      remember(mid_prefill);
+      const int64_t before = e.cache().pages_in_use();
+      ASSERT_TRUE(e.finish(mid_prefill));
+      check.drop(mid_prefill);
+      EXPECT_LT(e.cache().pages_in_use(), before);
+    }
+    if (step == 14) {
+      remember(mid_decode);
+      ASSERT_TRUE(e.finish(mid_decode));
+      check.drop(mid_decode);
+      EXPECT_FALSE(e.finish(mid_decode)) << "a second abort of the same request";
+    }
+    if (step == 15 || step == 17) newcomers.push_back(add(30 + step, step, 8));  // they take the freed pages
+    if (step == 2) remember(short_one);
+    check.step();
+    for (int64_t id : newcomers)
+      if (const Request* r = e.scheduler().find(id))
+        for (const auto& [key, bytes] : digest(e.cache(), r->pages)) taken.insert(key);
+  }
+  EXPECT_GT(check.checked(), 0);
+  EXPECT_EQ(e.cache().pages_in_use(), baseline);
+  int reused = 0;
+  for (const auto& key : taken) reused += freed.count(key);
+  EXPECT_GT(reused, 0) << "the new requests did not reuse any page the ended ones had";
+}
+
+}  // namespace
+}  // namespace dsv4
