@@ -1,6 +1,7 @@
 #include "args.h"
 
 #include <cstdlib>
+#include <iterator>
 
 namespace dsv4::app {
 
@@ -37,8 +38,8 @@ Args::Args(int argc, char** argv, int first, std::set<std::string> valued, std::
 }
 
 std::string Args::get(const std::string& k, const std::string& def) const {
-  auto it = values_.find(k);
-  return it == values_.end() ? def : it->second;
+  auto [b, e] = values_.equal_range(k);
+  return b == e ? def : std::prev(e)->second;  // the last one given wins
 }
 
 std::vector<std::string> Args::all(const std::string& k) const {

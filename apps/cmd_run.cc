@@ -77,7 +77,7 @@ int cmd_run(int argc, char** argv) {
     std::fprintf(stderr, "dsv4 run: %s\n", engine.status().message().c_str());
     return 2;
   }
-  std::fprintf(stderr, "%s\n", (*engine)->cache().summary().c_str());
+  std::fprintf(stderr, "%s\n", (*engine)->capacity_summary().c_str());
 
   ByteTokenizer tokenizer((*model)->config().vocab_size);
   std::map<int64_t, Stream> streams;

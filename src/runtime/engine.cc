@@ -47,6 +47,16 @@ bool Engine::finish(int64_t id, FinishReason reason) {
   return scheduler_->finish(id, reason);
 }
 
+std::string Engine::capacity_summary() const {
+  std::string s = kv_->summary();
+  const int64_t len = scheduler_->options().max_model_len;
+  if (kv_->token_capacity() >= 0) {
+    const int64_t full = std::min<int64_t>(kv_->token_capacity() / len, scheduler_->options().max_num_seqs);
+    s += "\n  " + std::to_string(full) + " requests of max-model-len " + std::to_string(len) + " fit at once";
+  }
+  return s;
+}
+
 bool Engine::preempt(int64_t id) {
   if (!scheduler_->preempt(id)) return false;
   ++stats_.preemptions;

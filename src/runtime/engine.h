@@ -63,6 +63,8 @@ class Engine {
   using LogitsObserver = std::function<void(int64_t id, int64_t position, const float* logits)>;
   void set_logits_observer(LogitsObserver observer) { observer_ = std::move(observer); }
 
+  // The cache and what it holds in tokens and requests, for start-up logs.
+  std::string capacity_summary() const;
   const KvCacheManager& cache() const { return *kv_; }
   KvCacheManager& cache() { return *kv_; }
   const Scheduler& scheduler() const { return *scheduler_; }
