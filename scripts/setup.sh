@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(cmake g++ make libgtest-dev libbenchmark-dev nlohmann-json3-dev)
+packages=(cmake g++ make pkg-config libgtest-dev libbenchmark-dev nlohmann-json3-dev libpcre2-dev libcpp-httplib-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -15,6 +15,18 @@ if ((${#missing[@]})); then
   [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
   $sudo_cmd apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# The JavaScript peers the tests compare against (tokenizer, OpenAI client).
+if ! command -v npm >/dev/null 2>&1; then
+  echo "setup: installing nodejs and npm"
+  sudo_cmd=""
+  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq nodejs npm >/dev/null
+fi
+if [ ! -d tests/js/node_modules ] || [ tests/js/package-lock.json -nt tests/js/node_modules ]; then
+  npm ci --prefix tests/js --no-audit --no-fund --loglevel=error >/dev/null
 fi
 
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null

@@ -15,6 +15,13 @@ class Tokenizer {
   virtual std::vector<int32_t> encode(const std::string& text) const = 0;
   virtual std::string token_bytes(int32_t id) const = 0;
   virtual int64_t vocab_size() const = 0;
+  virtual int32_t bos_id() const { return -1; }
+  virtual int32_t eos_id() const { return -1; }
+  // Whether a plain prompt (not a rendered chat) starts with BOS.
+  virtual bool add_bos() const { return false; }
+  // Id of a token by its text (special tokens, vocabulary entries); -1 if none.
+  virtual int32_t token_id(const std::string& token) const { return -1; }
+  virtual bool is_special(int32_t id) const { return false; }
 
   std::string decode(const std::vector<int32_t>& ids) const {
     std::string s;
