@@ -7,6 +7,7 @@ namespace dsv4::app {
 int cmd_verify(int argc, char** argv);
 int cmd_mkmodel(int argc, char** argv);
 int cmd_run(int argc, char** argv);
+int cmd_serve(int argc, char** argv);
 }  // namespace dsv4::app
 
 namespace {
@@ -17,6 +18,7 @@ void usage() {
                "commands:\n"
                "  verify   compare the forward pass with a golden reference case\n"
                "           (no --model: self-check of the embedded default model)\n"
+               "  serve    the OpenAI-compatible HTTP server (default: embedded model on 127.0.0.1:8000)\n"
                "  run      generate text for prompts through the serving engine\n"
                "  mkmodel  write a synthetic DeepSeek-V4 checkpoint\n"
                "run 'dsv4 <command> --help' for its options\n");
@@ -33,6 +35,7 @@ int main(int argc, char** argv) {
   if (cmd == "verify") return dsv4::app::cmd_verify(argc, argv);
   if (cmd == "mkmodel") return dsv4::app::cmd_mkmodel(argc, argv);
   if (cmd == "run") return dsv4::app::cmd_run(argc, argv);
+  if (cmd == "serve") return dsv4::app::cmd_serve(argc, argv);
   std::fprintf(stderr, "dsv4: unknown command '%s'\n", cmd.c_str());
   usage();
   return 2;

@@ -3,9 +3,12 @@
 // PyTorch's elementwise loops send the last n % 16 elements of a contiguous
 // tensor through libm instead of SLEEF (kernels::simd_element), so a row's
 // sigmoid or softplus can round differently depending on the tensor it is
-// part of. The reference prefills each prompt in one shot and decodes the
-// batch one token per sequence; placing rows the same way keeps the forward
-// bit-identical to it and independent of how prompts are chunked or packed.
+// part of. The reference prefills each prompt in one shot and decodes its
+// sequences together. A prompt row is placed in its own prompt's one-shot
+// prefill; a decode row as the first row of a two-sequence decode step (the
+// reference's runs behind the golden cases). Neither depends on what else
+// is in the batch, so the forward is bit-identical to the reference and to
+// itself however requests are chunked, packed or batched.
 #pragma once
 
 #include <cstdint>
@@ -17,9 +20,9 @@ namespace dsv4 {
 
 struct ReferenceRows {
   // A prompt row (position < prefill_len): its position within the
-  // sequence's prefill_len rows. A decode row: its index among the batch's
-  // decode rows, out of all of them.
+  // sequence's prefill_len rows. A decode row: row 0 of kDecodeRows.
   std::vector<int64_t> index, count;
+  static constexpr int64_t kDecodeRows = 2;
 
   // Element (row, col) of a [rows, width] tensor: (index, n) for simd_element.
   int64_t element(int64_t row, int64_t width, int64_t col) const { return index[row] * width + col; }
@@ -30,10 +33,6 @@ struct ReferenceRows {
     const int64_t rows = batch.num_rows();
     rr.index.resize(rows);
     rr.count.resize(rows);
-    int64_t decode_rows = 0;
-    for (const SeqChunk& ch : batch.chunks)
-      for (int64_t i = 0; i < ch.num_tokens; ++i) decode_rows += ch.start_pos + i >= ch.prefill_len;
-    int64_t next_decode = 0;
     for (const SeqChunk& ch : batch.chunks) {
       for (int64_t i = 0; i < ch.num_tokens; ++i) {
         const int64_t r = ch.row_begin + i, pos = ch.start_pos + i;
@@ -41,8 +40,8 @@ struct ReferenceRows {
           rr.index[r] = pos;
           rr.count[r] = ch.prefill_len;
         } else {
-          rr.index[r] = next_decode++;
-          rr.count[r] = decode_rows;
+          rr.index[r] = 0;
+          rr.count[r] = kDecodeRows;
         }
       }
     }

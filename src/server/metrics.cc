@@ -1,0 +1,86 @@
+#include "server/metrics.h"
+
+#include <cstdio>
+
+namespace dsv4 {
+namespace {
+
+std::string num(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  return buf;
+}
+
+void header(const std::string& name, const std::string& type, const std::string& help, std::string* out) {
+  *out += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+}
+
+}  // namespace
+
+void Histogram::observe(double v) {
+  size_t i = 0;
+  while (i < bounds_.size() && v > bounds_[i]) ++i;
+  ++counts_[i];
+  sum_ += v;
+  ++count_;
+}
+
+void Histogram::render(const std::string& name, const std::string& help, std::string* out) const {
+  header(name, "histogram", help, out);
+  int64_t cum = 0;
+  for (size_t i = 0; i < bounds_.size(); ++i) {
+    cum += counts_[i];
+    *out += name + "_bucket{le=\"" + num(bounds_[i]) + "\"} " + std::to_string(cum) + "\n";
+  }
+  *out += name + "_bucket{le=\"+Inf\"} " + std::to_string(count_) + "\n";
+  *out += name + "_sum " + num(sum_) + "\n" + name + "_count " + std::to_string(count_) + "\n";
+}
+
+void Metrics::count_request(const std::string& endpoint, const std::string& outcome) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++requests_[{endpoint, outcome}];
+}
+
+void Metrics::add_tokens(int64_t prompt, int64_t generated) {
+  std::lock_guard<std::mutex> lock(mu_);
+  prompt_tokens_ += prompt;
+  generated_tokens_ += generated;
+}
+
+void Metrics::observe_ttft(double s) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ttft_.observe(s);
+}
+
+void Metrics::observe_time_per_output_token(double s) {
+  std::lock_guard<std::mutex> lock(mu_);
+  tpot_.observe(s);
+}
+
+std::string Metrics::render(const EngineSnapshot& e) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::string out;
+  header("dsv4_requests_total", "counter", "Finished HTTP generation requests by endpoint and outcome.", &out);
+  for (const auto& [key, n] : requests_)
+    out += "dsv4_requests_total{endpoint=\"" + key.first + "\",outcome=\"" + key.second + "\"} " + std::to_string(n) + "\n";
+  header("dsv4_prompt_tokens_total", "counter", "Prompt tokens of finished requests.", &out);
+  out += "dsv4_prompt_tokens_total " + std::to_string(prompt_tokens_) + "\n";
+  header("dsv4_generation_tokens_total", "counter", "Generated tokens of finished requests.", &out);
+  out += "dsv4_generation_tokens_total " + std::to_string(generated_tokens_) + "\n";
+  ttft_.render("dsv4_time_to_first_token_seconds", "Time from arrival to the first generated token.", &out);
+  tpot_.render("dsv4_time_per_output_token_seconds", "Time between consecutive generated tokens.", &out);
+  header("dsv4_num_requests_running", "gauge", "Requests the scheduler is running.", &out);
+  out += "dsv4_num_requests_running " + std::to_string(e.running) + "\n";
+  header("dsv4_num_requests_waiting", "gauge", "Requests waiting for admission.", &out);
+  out += "dsv4_num_requests_waiting " + std::to_string(e.waiting) + "\n";
+  header("dsv4_kv_cache_usage", "gauge", "Fraction of each cache family's pages in use.", &out);
+  for (const auto& [family, used] : e.cache_usage)
+    out += "dsv4_kv_cache_usage{family=\"" + family + "\"} " + num(used) + "\n";
+  header("dsv4_num_preemptions_total", "counter", "Requests preempted (recomputed later).", &out);
+  out += "dsv4_num_preemptions_total " + std::to_string(e.stats.preemptions) + "\n";
+  header("dsv4_engine_steps_total", "counter", "Engine steps run.", &out);
+  out += "dsv4_engine_steps_total " + std::to_string(e.stats.steps) + "\n";
+  return out;
+}
+
+}  // namespace dsv4
