@@ -56,8 +56,13 @@ StatusOr<SamplingParams> SamplingParams::from_json(const nlohmann::json& j) {
   DSV4_RETURN_IF_ERROR(read_number(j, "presence_penalty", &p.presence_penalty));
   DSV4_RETURN_IF_ERROR(read_number(j, "frequency_penalty", &p.frequency_penalty));
   DSV4_RETURN_IF_ERROR(read_number(j, "repetition_penalty", &p.repetition_penalty));
-  DSV4_RETURN_IF_ERROR(read_number(j, "max_tokens", &p.max_tokens));
-  DSV4_RETURN_IF_ERROR(read_number(j, "max_completion_tokens", &p.max_tokens));
+  // max_completion_tokens (the newer name) wins; each must be valid.
+  for (const char* key : {"max_tokens", "max_completion_tokens"}) {
+    int64_t v = p.max_tokens;
+    DSV4_RETURN_IF_ERROR(read_number(j, key, &v));
+    if (v < 1) return invalid_argument(std::string(key) + " must be at least 1, got " + std::to_string(v));
+    p.max_tokens = v;
+  }
   if (auto it = j.find("seed"); it != j.end() && !it->is_null()) {
     if (!it->is_number_integer()) return invalid_argument("seed must be an integer, got " + it->dump());
     p.seed = it->is_number_unsigned() ? it->get<uint64_t>() : static_cast<uint64_t>(it->get<int64_t>());

@@ -240,6 +240,8 @@ PlanOrError plan_chat(const ordered_json& b, const ServedModel& m) {
   if (given(b, "top_logprobs") && !(b.contains("logprobs") && b["logprobs"].is_boolean() && b["logprobs"].get<bool>()))
     return fail("top_logprobs needs logprobs: true", "top_logprobs");
   p.logprobs = p.params.logprobs;
+  if (given(b, "max_tokens") && given(b, "max_completion_tokens") && b["max_tokens"] != b["max_completion_tokens"])
+    return fail("max_tokens and max_completion_tokens disagree; give one of them", "max_tokens");
   const bool max_given = given(b, "max_tokens") || given(b, "max_completion_tokens");
   if (auto e = check_params(&p, m, max_given)) return {std::nullopt, *e};
   return {p, {}};

@@ -1,0 +1,96 @@
+// Starts `dsv4 serve` on a free port for a test and stops it with SIGTERM.
+#pragma once
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace dsv4::testing {
+
+class ServerProcess {
+ public:
+  explicit ServerProcess(std::vector<std::string> args) {
+    log_ = (std::filesystem::temp_directory_path() / ("dsv4_serve_" + std::to_string(getpid()) + "_" +
+                                                      std::to_string(counter()++) + ".log"))
+               .string();
+    pid_ = fork();
+    if (pid_ == 0) {
+      FILE* f = std::freopen(log_.c_str(), "w", stderr);
+      (void)f;
+      dup2(fileno(stderr), fileno(stdout));
+      std::vector<std::string> all = {DSV4_BINARY, "serve", "--port", "0"};
+      all.insert(all.end(), args.begin(), args.end());
+      std::vector<char*> argv;
+      for (auto& a : all) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    const std::regex serving(R"(serving \S+ on http://127\.0\.0\.1:(\d+))");
+    while (std::chrono::steady_clock::now() < deadline) {
+      std::smatch m;
+      const std::string text = log();
+      if (std::regex_search(text, m, serving)) {
+        port_ = std::stoi(m[1]);
+        return;
+      }
+      int status;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  ~ServerProcess() { stop(); }
+
+  int port() const { return port_; }
+  bool alive() const { return pid_ > 0 && kill(pid_, 0) == 0; }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  std::string log() const {
+    std::ifstream in(log_);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+  // SIGTERM, then the exit code (-1 if it had to be killed).
+  int stop(int timeout_s = 30) {
+    if (pid_ <= 0) return exit_code_;
+    kill(pid_, SIGTERM);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+    int status = 0;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    kill(pid_, SIGKILL);
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return exit_code_ = -1;
+  }
+
+ private:
+  static int& counter() {
+    static int c = 0;
+    return c;
+  }
+  pid_t pid_ = -1;
+  int port_ = 0;
+  int exit_code_ = -1;
+  std::string log_;
+};
+
+}  // namespace dsv4::testing

@@ -1,0 +1,324 @@
+// dsv4 serve end to end: the official openai client, raw SSE framing, more
+// than a thousand malformed or hostile bodies, disconnects, API key,
+// overload, graceful shutdown, and a 64-client streaming load test.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <thread>
+
+#include "server_process.h"
+#include "test_util.h"
+
+namespace dsv4 {
+namespace {
+
+using nlohmann::json;
+using testing::ServerProcess;
+
+const std::vector<std::string> kBase = {"--kv-cache-memory", "256M", "--max-num-seqs", "16"};
+
+std::vector<std::string> with(std::vector<std::string> extra) {
+  std::vector<std::string> a = kBase;
+  a.insert(a.end(), extra.begin(), extra.end());
+  return a;
+}
+
+int node(const std::string& script, const std::string& args) {
+  const std::string cmd = std::string(DSV4_NODE) + " " + DSV4_JS_DIR + "/" + script + " " + args;
+  const int rc = std::system(cmd.c_str());
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+// Metrics value of a line like `name{labels} value` or `name value`.
+std::vector<double> metric(const std::string& text, const std::string& name) {
+  std::vector<double> out;
+  std::regex re("^" + name + R"((\{[^}]*\})? (\S+)$)", std::regex::multiline);
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), re); it != std::sregex_iterator(); ++it)
+    out.push_back(std::stod((*it)[2]));
+  return out;
+}
+
+// Waits until nothing runs and every cache family is empty.
+bool settles(httplib::Client& cli) {
+  for (int i = 0; i < 200; ++i) {
+    auto r = cli.Get("/metrics");
+    if (r && r->status == 200) {
+      const auto usage = metric(r->body, "dsv4_kv_cache_usage");
+      const auto running = metric(r->body, "dsv4_num_requests_running");
+      bool empty = !usage.empty();
+      for (double u : usage) empty &= u == 0.0;
+      if (empty && running.size() == 1 && running[0] == 0) return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+TEST(Server, OfficialOpenAiClientEndToEnd) {
+  ServerProcess server(kBase);
+  ASSERT_GT(server.port(), 0) << server.log();
+  EXPECT_EQ(node("e2e_openai.mjs", server.url() + " dsv4-default"), 0) << server.log();
+  EXPECT_EQ(server.stop(), 0);
+}
+
+TEST(Server, SseFramingAndJsonShapes) {
+  ServerProcess server(kBase);
+  ASSERT_GT(server.port(), 0) << server.log();
+  httplib::Client cli("127.0.0.1", server.port());
+  auto r = cli.Post("/v1/chat/completions",
+                    R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5, "temperature": 0,
+                        "ignore_eos": true, "stream": true, "stream_options": {"include_usage": true}})",
+                    "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_NE(r->get_header_value("Content-Type").find("text/event-stream"), std::string::npos);
+  std::vector<std::string> events;
+  for (size_t at = 0; at < r->body.size();) {
+    const size_t end = r->body.find("\n\n", at);
+    ASSERT_NE(end, std::string::npos) << "an event not ended by a blank line";
+    events.push_back(r->body.substr(at, end - at));
+    at = end + 2;
+  }
+  ASSERT_GE(events.size(), 4u);
+  EXPECT_EQ(events.back(), "data: [DONE]");
+  std::string finish;
+  int content_chunks = 0;
+  for (size_t i = 0; i + 1 < events.size(); ++i) {
+    ASSERT_EQ(events[i].rfind("data: ", 0), 0u) << events[i];
+    const json j = json::parse(events[i].substr(6));
+    EXPECT_EQ(j["object"], "chat.completion.chunk");
+    if (i == 0) {
+      EXPECT_EQ(j["choices"][0]["delta"]["role"], "assistant");
+    }
+    if (!j["choices"].empty() && !j["choices"][0]["finish_reason"].is_null()) finish = j["choices"][0]["finish_reason"];
+    if (!j["choices"].empty() && j["choices"][0]["delta"].contains("content")) ++content_chunks;
+    if (i + 2 == events.size()) {
+      EXPECT_EQ(j["usage"]["completion_tokens"], 5) << "the usage chunk comes last";
+    }
+  }
+  EXPECT_EQ(finish, "length");
+  EXPECT_GE(content_chunks, 1);
+  auto models = cli.Get("/v1/models");
+  ASSERT_TRUE(models);
+  EXPECT_EQ(json::parse(models->body)["data"][0]["id"], "dsv4-default");
+  auto tok = cli.Post("/tokenize", R"({"prompt": "abc"})", "application/json");
+  ASSERT_TRUE(tok);
+  EXPECT_EQ(json::parse(tok->body)["tokens"], json::array({97, 98, 99}));
+  auto detok = cli.Post("/detokenize", R"({"tokens": [104, 105]})", "application/json");
+  ASSERT_TRUE(detok);
+  EXPECT_EQ(json::parse(detok->body)["prompt"], "hi");
+  auto health = cli.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  auto metrics = cli.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  for (const char* name : {"dsv4_requests_total", "dsv4_time_to_first_token_seconds_bucket",
+                           "dsv4_time_per_output_token_seconds_count", "dsv4_num_requests_waiting",
+                           "dsv4_kv_cache_usage", "dsv4_num_preemptions_total", "dsv4_generation_tokens_total"})
+    EXPECT_FALSE(metric(metrics->body, name).empty()) << name;
+}
+
+// Bodies that must each be refused with a 4xx.
+std::vector<std::pair<std::string, std::string>> hostile_bodies() {
+  std::vector<std::pair<std::string, std::string>> out;  // (path, body)
+  const std::string C = "/v1/completions", H = "/v1/chat/completions";
+  const json good_c = {{"prompt", "hello"}, {"max_tokens", 4}};
+  const json good_h = {{"messages", json::array({{{"role", "user"}, {"content", "hello"}}})}, {"max_tokens", 4}};
+  // Not JSON, or not an object.
+  for (const char* b : {"", "{", "}", "[", "null", "123", "\"str\"", "[1,2]", "{\"a\":}", "{'a': 1}",
+                               "{\"prompt\": \"x\",}", "\x00\x01", "{\"prompt\": \"\xff\xfe\"}", "{\"prompt\": \"\xc3\"}",
+                               "{\"messages\": [{\"role\": \"user\", \"content\": \"\xed\xa0\x80\"}]}", "true",
+                               "{\"prompt\": \"a\" \"b\"}", "{\"prompt\": NaN}", "{\"max_tokens\": 1e999999}"})
+    for (const auto& p : {C, H}) out.emplace_back(p, b);
+  // Every prefix of a valid body is broken JSON.
+  const std::string full_c = good_c.dump(), full_h = good_h.dump();
+  for (size_t n = 0; n < full_c.size(); ++n) out.emplace_back(C, full_c.substr(0, n));
+  for (size_t n = 0; n < full_h.size(); ++n) out.emplace_back(H, full_h.substr(0, n));
+  // Wrong types and values, field by field.
+  const std::vector<std::pair<std::string, std::vector<json>>> common = {
+      {"model", {5, true, json::array(), json::object(), "no-such-model"}},
+      {"max_tokens", {-1, 0, "5", 1.5, true, 1e30, 99999999, json::array()}},
+      {"temperature", {-1, "hot", true, json::array(), -1e30}},
+      {"top_p", {0, -0.5, 1.5, "x", true, 1e30}},
+      {"top_k", {-5, "x", 1.5, json::object()}},
+      {"n", {0, -1, 17, "2", 1.5, 1000000}},
+      {"stream", {"yes", 1, json::object()}},
+      {"stop", {5, json::array({5}), json::object(), json::array({""}), true}},
+      {"seed", {"x", 1.5, json::array()}},
+      {"presence_penalty", {3, -3, "x"}},
+      {"frequency_penalty", {3, "x", json::array()}},
+      {"repetition_penalty", {0, -1, "x"}},
+      {"min_p", {-0.1, 1.5, "x"}},
+      {"stream_options", {5, "x", json{{"include_usage", "yes"}}}},
+      {"ignore_eos", {"x", 1}},
+      {"stop_token_ids", {5, json::array({-1}), json::array({"a"}), json::array({1000000})}},
+  };
+  const std::vector<std::pair<std::string, std::vector<json>>> completion_only = {
+      {"prompt", {5, true, json::object(), json::array(), json::array({true}), json::array({json::array({-1})}),
+                  json::array({1e30}), "", json::array({999999}), json::array({json::object()}), nullptr}},
+      {"logprobs", {21, -1, "x", 1.5}},
+      {"echo", {"x", 3}},
+      {"suffix", {"tail"}},
+      {"best_of", {3}},
+  };
+  const std::vector<std::pair<std::string, std::vector<json>>> chat_only = {
+      {"messages", {5, "x", json::object(), json::array(), json::array({5}), json::array({{{"content", "x"}}}),
+                    json::array({{{"role", 5}}}), json::array({{{"role", "wizard"}, {"content", "x"}}}),
+                    json::array({{{"role", "user"}, {"content", 5}}}), json::array({{{"role", "user"}, {"content", json::array({5})}}}),
+                    json::array({{{"role", "developer"}, {"content", ""}}}), nullptr}},
+      {"tools", {5, "x", json::array({5}), json::array({{{"type", "function"}}}),
+                 json::array({{{"type", "function"}, {"function", json::object()}}})}},
+      {"response_format", {5, json{{"type", "xml"}}, json{{"type", "json_schema"}}}},
+      {"reasoning_effort", {5, "extreme"}},
+      {"chat_template_kwargs", {5, json{{"enable_thinking", "yes"}}}},
+      {"top_logprobs", {21, -1, "x"}},
+      {"logprobs", {"x", json::array()}},
+  };
+  auto add_field = [&](const std::string& path, json base, const std::string& key, const json& v) {
+    base[key] = v;
+    out.emplace_back(path, base.dump(-1, ' ', false, json::error_handler_t::replace));
+  };
+  // Each bad value against a few otherwise good bodies.
+  const json msgs = good_h["messages"];
+  const std::vector<json> variants_c = {
+      good_c,
+      json{{"prompt", "x"}, {"max_tokens", 1}, {"stream", true}},
+      json{{"prompt", json::array({"a", "b"})}, {"max_tokens", 2}, {"temperature", 0}},
+      json{{"prompt", json::array({1, 2, 3})}, {"max_tokens", 2}, {"n", 2}},
+      json{{"prompt", "seeded"}, {"seed", 7}, {"max_tokens", 3}, {"top_p", 0.9}},
+      json{{"prompt", "y"}, {"max_tokens", 2}, {"stream", true}, {"stream_options", {{"include_usage", true}}}}};
+  const std::vector<json> variants_h = {
+      good_h,
+      json{{"messages", msgs}, {"stream", true}, {"max_tokens", 2}},
+      json{{"messages", msgs}, {"temperature", 0.5}, {"max_tokens", 3}},
+      json{{"messages", msgs}, {"reasoning_effort", "high"}, {"max_tokens", 2}},
+      json{{"messages", msgs}, {"logprobs", true}, {"max_completion_tokens", 2}},
+      json{{"messages", json::array({{{"role", "system"}, {"content", "s"}}, msgs[0]})}, {"n", 2}, {"max_tokens", 2}}};
+  for (const auto& [key, values] : common)
+    for (const json& v : values) {
+      for (const json& b : variants_c) add_field(C, b, key, v);
+      for (const json& b : variants_h) add_field(H, b, key, v);
+    }
+  for (const auto& [key, values] : completion_only)
+    for (const json& v : values)
+      for (const json& b : variants_c) add_field(C, b, key, v);
+  for (const auto& [key, values] : chat_only)
+    for (const json& v : values)
+      for (const json& b : variants_h) add_field(H, b, key, v);
+  // Enormous prompts (too long for the context) and deep nesting.
+  out.emplace_back(C, json{{"prompt", std::string(5 << 20, 'a')}}.dump());
+  out.emplace_back(H, json{{"messages", json::array({{{"role", "user"}, {"content", std::string(1 << 20, 'b')}}})}}.dump());
+  out.emplace_back(C, std::string(20000, '[') + std::string(20000, ']'));
+  out.emplace_back(C, "{\"prompt\": " + std::string(5000, '[') + "1" + std::string(5000, ']') + "}");
+  return out;
+}
+
+TEST(Server, MalformedAndHostileBodiesGet4xxAndTheServerStaysHealthy) {
+  ServerProcess server(kBase);
+  ASSERT_GT(server.port(), 0) << server.log();
+  httplib::Client cli("127.0.0.1", server.port());
+  cli.set_read_timeout(60, 0);
+  const auto bodies = hostile_bodies();
+  ASSERT_GE(bodies.size(), 1000u);
+  int bad = 0;
+  for (const auto& [path, body] : bodies) {
+    auto r = cli.Post(path, body, "application/json");
+    if (!r || r->status < 400 || r->status >= 500) {
+      if (++bad <= 10) ADD_FAILURE() << path << " " << body.substr(0, 200) << " -> " << (r ? std::to_string(r->status) + " " + r->body.substr(0, 200) : "no response");
+      continue;
+    }
+    // An OpenAI error object.
+    const json j = json::parse(r->body, nullptr, false);
+    if (j.is_discarded() || !j.contains("error") || !j["error"].contains("message")) {
+      if (++bad <= 10) ADD_FAILURE() << "not an error object: " << r->body.substr(0, 200);
+    }
+  }
+  EXPECT_EQ(bad, 0);
+  // A body over the size limit: 413.
+  auto huge = cli.Post("/v1/completions", std::string(40 << 20, ' '), "application/json");
+  ASSERT_TRUE(huge);
+  EXPECT_EQ(huge->status, 413);
+  EXPECT_TRUE(server.alive());
+  auto ok = cli.Post("/v1/completions", R"({"prompt": "still fine", "max_tokens": 3})", "application/json");
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200) << ok->body;
+  EXPECT_TRUE(settles(cli));
+}
+
+TEST(Server, ClientDisconnectAbortsAndFreesPages) {
+  ServerProcess server(kBase);
+  ASSERT_GT(server.port(), 0) << server.log();
+  {
+    httplib::Client stream_cli("127.0.0.1", server.port());
+    int chunks = 0;
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.body = R"({"prompt": "long one", "max_tokens": 3000, "ignore_eos": true, "stream": true})";
+    req.set_header("Content-Type", "application/json");
+    req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) { return ++chunks < 5; };  // then hang up
+    auto r = stream_cli.send(req);
+    EXPECT_GE(chunks, 5);
+  }
+  httplib::Client cli("127.0.0.1", server.port());
+  EXPECT_TRUE(settles(cli)) << "the aborted request still holds pages";
+  EXPECT_NE(server.log().find("client went away"), std::string::npos);
+}
+
+TEST(Server, ApiKeyAndOverload) {
+  ServerProcess server(with({"--api-key", "s3cret", "--max-queue", "1", "--max-num-seqs", "1"}));
+  ASSERT_GT(server.port(), 0) << server.log();
+  httplib::Client cli("127.0.0.1", server.port());
+  const std::string body = R"({"prompt": "x", "max_tokens": 200, "ignore_eos": true})";
+  auto denied = cli.Post("/v1/completions", body, "application/json");
+  ASSERT_TRUE(denied);
+  EXPECT_EQ(denied->status, 401);
+  httplib::Headers auth = {{"Authorization", "Bearer s3cret"}};
+  std::atomic<int> ok{0}, busy{0}, other{0};
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 8; ++i)
+    clients.emplace_back([&] {
+      httplib::Client c("127.0.0.1", server.port());
+      c.set_read_timeout(120, 0);
+      auto r = c.Post("/v1/completions", auth, body, "application/json");
+      (r && r->status == 200 ? ok : r && r->status == 503 ? busy : other)++;
+    });
+  for (auto& t : clients) t.join();
+  EXPECT_GE(ok.load(), 1);
+  EXPECT_GE(busy.load(), 1) << "one running and one waiting request fill the server";
+  EXPECT_EQ(other.load(), 0);
+}
+
+TEST(Server, SigtermFinishesInFlightRequestsAndExits) {
+  ServerProcess server(kBase);
+  ASSERT_GT(server.port(), 0) << server.log();
+  std::string body;
+  std::thread client([&] {
+    httplib::Client c("127.0.0.1", server.port());
+    c.set_read_timeout(60, 0);
+    auto r = c.Post("/v1/completions", R"({"prompt": "x", "max_tokens": 300, "ignore_eos": true, "stream": true})",
+                    "application/json");
+    if (r) body = r->body;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(server.stop(), 0) << server.log();
+  client.join();
+  EXPECT_NE(body.find("data: [DONE]"), std::string::npos) << "the in-flight stream was cut off";
+  EXPECT_NE(server.log().find("received SIGTERM"), std::string::npos);
+}
+
+TEST(ServerLoad, SixtyFourStreamingClientsForTwoMinutes) {
+  ServerProcess server(with({"--max-num-seqs", "64", "--kv-cache-memory", "512M"}));
+  ASSERT_GT(server.port(), 0) << server.log();
+  const char* secs = std::getenv("DSV4_LOAD_SECONDS");
+  EXPECT_EQ(node("load_test.mjs", server.url() + " dsv4-default 64 " + std::string(secs ? secs : "120")), 0);
+  EXPECT_TRUE(server.alive());
+  EXPECT_EQ(server.stop(), 0);
+}
+
+}  // namespace
+}  // namespace dsv4
