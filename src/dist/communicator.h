@@ -1,0 +1,43 @@
+// Collectives among a group of ranks. The model and runtime see only this
+// interface; backends: LocalCommunicator (ranks are threads of one process,
+// sharing memory) and MpiCommunicator (one rank per process, OpenMPI).
+//
+// Reductions add the ranks' values in rank order (((x0 + x1) + x2) ...), so
+// every rank gets bit-identical results and both backends agree bit for bit.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace dsv4 {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // data[n] of every rank -> their sum, on every rank.
+  virtual void all_reduce_sum(float* data, int64_t n) = 0;
+  // send[bytes] of every rank -> recv[size * bytes], rank-major.
+  virtual void all_gather(const void* send, size_t bytes, void* recv) = 0;
+  // Rank i sends send_bytes[j] bytes (consecutive in send) to rank j and
+  // receives recv_bytes[j] from rank j (consecutive in recv, rank order).
+  virtual void all_to_all_v(const void* send, const std::vector<size_t>& send_bytes, void* recv,
+                            const std::vector<size_t>& recv_bytes) = 0;
+  virtual void broadcast(void* data, size_t bytes, int root) = 0;
+  virtual void barrier() = 0;
+  // Collective: ranks with the same color form a group, ordered by key.
+  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+
+  // send[size * chunk] summed over ranks; rank r keeps chunk r in recv[chunk].
+  void reduce_scatter_sum(const float* send, int64_t chunk, float* recv);
+  // Like reduce_scatter_sum for n values not divisible by size: chunks of
+  // ceil(n / size), the last ones padded; rank r gets values
+  // [r * chunk, min(n, (r + 1) * chunk)) and returns how many.
+  int64_t reduce_scatter_sum_padded(const float* send, int64_t n, float* recv);
+};
+
+}  // namespace dsv4

@@ -1,0 +1,143 @@
+// Collectives of the local (threads) backend, sub-groups, the sharded
+// greedy argmax, and topology validation.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <random>
+#include <thread>
+
+#include "dist/local_communicator.h"
+#include "dist/topology.h"
+#include "dist/vocab_argmax.h"
+#include "test_util.h"
+
+namespace dsv4 {
+namespace {
+
+// Runs fn(comm) on `size` threads, one rank each.
+void on_ranks(int size, const std::function<void(Communicator&)>& fn) {
+  auto comms = LocalCommunicator::create(size);
+  std::vector<std::thread> threads;
+  for (auto& c : comms) threads.emplace_back([&fn, &c] { fn(*c); });
+  for (auto& t : threads) t.join();
+}
+
+float value(int rank, int i) { return std::sin(0.37f * i + rank) * std::pow(10.0f, (i + rank) % 7 - 3); }
+
+TEST(LocalCommunicator, AllReduceAddsInRankOrderOnEveryRank) {
+  const int size = 4, n = 1000;
+  std::vector<float> expect(n);
+  for (int i = 0; i < n; ++i) {
+    float s = value(0, i);
+    for (int r = 1; r < size; ++r) s += value(r, i);
+    expect[i] = s;
+  }
+  on_ranks(size, [&](Communicator& c) {
+    std::vector<float> x(n);
+    for (int i = 0; i < n; ++i) x[i] = value(c.rank(), i);
+    c.all_reduce_sum(x.data(), n);
+    EXPECT_EQ(x, expect) << "rank " << c.rank();
+  });
+}
+
+TEST(LocalCommunicator, GatherBroadcastAllToAllAndReduceScatter) {
+  const int size = 3;
+  on_ranks(size, [&](Communicator& c) {
+    const int me = c.rank();
+    // all_gather
+    int64_t mine[2] = {me, me * 10};
+    std::vector<int64_t> all(2 * size);
+    c.all_gather(mine, sizeof mine, all.data());
+    for (int r = 0; r < size; ++r) EXPECT_EQ(all[2 * r + 1], r * 10);
+    // broadcast from rank 2
+    double v = me == 2 ? 3.25 : 0.0;
+    c.broadcast(&v, sizeof v, 2);
+    EXPECT_EQ(v, 3.25);
+    // all_to_all_v: rank i sends (i + j) ints of value 100*i + j to rank j
+    std::vector<int32_t> send;
+    std::vector<size_t> sb(size), rb(size);
+    for (int j = 0; j < size; ++j) {
+      for (int k = 0; k < me + j; ++k) send.push_back(100 * me + j);
+      sb[j] = 4 * (me + j);
+      rb[j] = 4 * (j + me);
+    }
+    size_t total = 0;
+    for (size_t b : rb) total += b / 4;
+    std::vector<int32_t> recv(total);
+    c.all_to_all_v(send.data(), sb, recv.data(), rb);
+    size_t at = 0;
+    for (int j = 0; j < size; ++j)
+      for (int k = 0; k < j + me; ++k) EXPECT_EQ(recv[at++], 100 * j + me);
+    // reduce_scatter over 7 values: chunks of 3, the last one short
+    std::vector<float> x(7);
+    for (int i = 0; i < 7; ++i) x[i] = static_cast<float>(i + me);
+    std::vector<float> part(3);
+    const int64_t got = c.reduce_scatter_sum_padded(x.data(), 7, part.data());
+    EXPECT_EQ(got, me == 2 ? 1 : 3);
+    for (int64_t i = 0; i < got; ++i) EXPECT_EQ(part[i], 3.0f * (3 * me + i) + 3.0f);
+  });
+}
+
+TEST(LocalCommunicator, SplitIntoTensorAndDataParallelGroups) {
+  // 4 ranks as TP2 x DP2: TP groups {0,1} {2,3}, DP groups {0,2} {1,3}.
+  on_ranks(4, [&](Communicator& world) {
+    const int r = world.rank();
+    auto tp = world.split(r / 2, r % 2);
+    auto dp = world.split(r % 2, r / 2);
+    EXPECT_EQ(tp->size(), 2);
+    EXPECT_EQ(tp->rank(), r % 2);
+    EXPECT_EQ(dp->rank(), r / 2);
+    float x = static_cast<float>(r);
+    tp->all_reduce_sum(&x, 1);
+    EXPECT_EQ(x, r < 2 ? 1.0f : 5.0f);
+    float y = static_cast<float>(r);
+    dp->all_reduce_sum(&y, 1);
+    EXPECT_EQ(y, r % 2 ? 4.0f : 2.0f);
+  });
+}
+
+TEST(ShardedArgmax, EqualsTheArgmaxOfTheWholeRow) {
+  const int tp = 4, rows = 5, vocab = 512, n = vocab / tp;
+  std::mt19937 gen(3);
+  std::normal_distribution<float> dist;
+  std::vector<float> logits(rows * vocab);
+  for (float& v : logits) v = dist(gen);
+  logits[1 * vocab + 10] = logits[1 * vocab + 300] = 9.0f;  // a tie across shards: the lower id wins
+  std::vector<int32_t> expect(rows);
+  for (int r = 0; r < rows; ++r)
+    expect[r] = static_cast<int32_t>(std::max_element(&logits[r * vocab], &logits[(r + 1) * vocab]) - &logits[r * vocab]);
+  ASSERT_EQ(expect[1], 10);
+  on_ranks(tp, [&](Communicator& c) {
+    std::vector<float> slice(rows * n);
+    for (int r = 0; r < rows; ++r)
+      std::copy_n(&logits[r * vocab + c.rank() * n], n, &slice[r * n]);
+    std::vector<int32_t> got(rows);
+    sharded_argmax(c, slice.data(), rows, n, c.rank() * n, got.data());
+    EXPECT_EQ(got, expect);
+  });
+}
+
+TEST(Topology, ValidatesShapesWithClearErrors) {
+  const ModelConfig& c = testing::golden_model("small-real").config();  // 4 heads, 2 groups, 16 experts
+  auto ok = Topology::make({2, 2, 4}, c);
+  ASSERT_TRUE(ok.ok()) << ok.status().message();
+  EXPECT_EQ(ok->world, 4);
+  EXPECT_EQ(ok->describe(), "4 ranks: TP2 x DP2, EP4");
+  EXPECT_EQ(ok->tp_rank(3), 1);
+  EXPECT_EQ(ok->dp_rank(3), 1);
+  EXPECT_EQ(Topology::make({1, 1, 0}, c)->ep, 1);
+  for (const auto& [o, world, words] : std::vector<std::tuple<TopologyOptions, int, std::string>>{
+           {{4, 1, 0}, 0, "must divide the 2 output groups"},
+           {{2, 3, 4}, 0, "--ep 4 must divide the 6 ranks"},
+           {{2, 2, 3}, 0, "--ep 3 must divide the 4 ranks"},
+           {{1, 1, 0}, 4, "1 ranks, but 4 processes were started"},
+           {{0, 1, 0}, 0, "at least 1"},
+       }) {
+    auto t = Topology::make(o, c, world);
+    ASSERT_FALSE(t.ok()) << words;
+    EXPECT_NE(t.status().message().find(words), std::string::npos) << t.status().message();
+  }
+}
+
+}  // namespace
+}  // namespace dsv4
