@@ -9,6 +9,7 @@
 #include "dist/local_communicator.h"
 #include "dist/topology.h"
 #include "dist/vocab_argmax.h"
+#include "collective_checks.h"
 #include "test_util.h"
 
 namespace dsv4 {
@@ -38,6 +39,11 @@ TEST(LocalCommunicator, AllReduceAddsInRankOrderOnEveryRank) {
     c.all_reduce_sum(x.data(), n);
     EXPECT_EQ(x, expect) << "rank " << c.rank();
   });
+}
+
+TEST(LocalCommunicator, EveryCollectiveOnOneToFiveRanks) {
+  for (int size = 1; size <= 5; ++size)
+    on_ranks(size, [&](Communicator& c) { EXPECT_EQ(testing::run_collective_checks(c), "") << size << " ranks"; });
 }
 
 TEST(LocalCommunicator, GatherBroadcastAllToAllAndReduceScatter) {
