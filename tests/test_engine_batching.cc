@@ -4,6 +4,7 @@
 // `dsv4 verify` computes (rel L2 <= 1e-5) and the reference's greedy tokens.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -145,9 +146,14 @@ void expect_matches_verify(const GoldenRun& g, const EngineRun& run, int b, cons
   ASSERT_TRUE(run.logits.count(b) && run.tokens.count(b)) << mode << ": prompt " << b << " produced nothing";
   const auto& got = run.logits.at(b);
   ASSERT_EQ(got.size(), g.logits[b].size()) << mode;
-  for (size_t k = 0; k < got.size(); ++k)
-    EXPECT_LE(testing::rel_l2(got[k].data(), g.logits[b][k].data(), got[k].size()), 1e-5)
-        << mode << ": prompt " << b << ", sampled position " << k;
+  double worst = 0.0;
+  for (size_t k = 0; k < got.size(); ++k) {
+    const double e = testing::rel_l2(got[k].data(), g.logits[b][k].data(), got[k].size());
+    worst = std::max(worst, e);
+    EXPECT_LE(e, 1e-5) << mode << ": prompt " << b << ", sampled position " << k;
+  }
+  std::printf("  %s, prompt %d: worst logits rel L2 against verify %.3g over %zu positions\n", mode.c_str(), b, worst,
+              got.size());
   const auto& tokens = run.tokens.at(b);
   ASSERT_EQ(tokens.size(), g.decode[b].size() + 1) << mode;
   for (size_t t = 0; t < g.decode[b].size(); ++t)
