@@ -201,6 +201,10 @@ PlanOrError plan_chat(const ordered_json& b, const ServedModel& m) {
       if (!k[key].is_boolean()) return fail(std::string("chat_template_kwargs.") + key + " must be a boolean", "chat_template_kwargs");
       o.mode = k[key].get<bool>() ? ChatMode::kThinking : ChatMode::kChat;
     }
+    if (k.contains("drop_thinking")) {
+      if (!k["drop_thinking"].is_boolean()) return fail("chat_template_kwargs.drop_thinking must be a boolean", "chat_template_kwargs");
+      o.drop_thinking = k["drop_thinking"].get<bool>();
+    }
   }
   if (given(b, "response_format")) {
     const auto& rf = b["response_format"];
