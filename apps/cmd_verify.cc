@@ -8,6 +8,7 @@
 #include "args.h"
 #include "model/deepseek_v4.h"
 #include "model/golden_verify.h"
+#include "runtime/expert_parallel_verify.h"
 
 namespace dsv4::app {
 
@@ -21,6 +22,7 @@ const char* kHelp =
     "  --golden FILE  reference outputs (default: DIR/golden.safetensors)\n"
     "  --chunk N      prefill in chunks of N tokens (default: whole prompt)\n"
     "  --dump OUT     write every computed tensor to OUT (F32 safetensors)\n"
+    "  --ep N         spread the routed experts over N ranks (threads), each loading only its own\n"
     "Without --model: self-check of the embedded default model (whole-prompt\n"
     "prefill against chunked and token-by-token prefill).\n"
     "Exit code 0: every bound holds; 1: a bound is broken; 2: bad input.\n";
@@ -42,14 +44,16 @@ bool case_says_quantized(const std::string& golden, bool fallback) {
 }  // namespace
 
 int cmd_verify(int argc, char** argv) {
-  Args args(argc, argv, 2, {"model", "golden", "chunk", "dump"}, {"help"});
+  Args args(argc, argv, 2, {"model", "golden", "chunk", "dump", "ep"}, {"help"});
   long chunk = args.get_int("chunk", 0);
+  const long ep = args.get_int("ep", 1);
   if (args.has("help")) {
     std::fputs(kHelp, stdout);
     return 0;
   }
-  if (!args.ok() || chunk < 0) {
-    std::fprintf(stderr, "dsv4 verify: %s\n%s", args.ok() ? "--chunk must be >= 0" : args.error().c_str(), kHelp);
+  if (!args.ok() || chunk < 0 || ep < 1) {
+    std::fprintf(stderr, "dsv4 verify: %s\n%s",
+                 !args.ok() ? args.error().c_str() : chunk < 0 ? "--chunk must be >= 0" : "--ep must be at least 1", kHelp);
     return 2;
   }
   if (!args.has("model")) return self_check(static_cast<int>(chunk));
@@ -71,7 +75,19 @@ int cmd_verify(int argc, char** argv) {
               dir.c_str(), (*model)->config().summary().c_str(), opt.quantized ? "FP8/FP4" : "BF16/F32", load_s,
               opt.golden_path.c_str(), chunk > 0 ? ("chunks of " + std::to_string(chunk)).c_str() : "whole prompt");
   t0 = std::chrono::steady_clock::now();
-  auto report = verify_golden(**model, opt);
+  StatusOr<VerifyReport> report = Status(StatusCode::kInternal, "not run");
+  if (ep > 1) {
+    auto par = verify_golden_expert_parallel(dir, opt, static_cast<int>(ep));
+    if (par.ok()) {
+      std::printf("  experts over %ld ranks: %.2f MiB of routed-expert weights per rank, %.2f MiB in all\n", ep,
+                  par->expert_bytes_per_rank / 1048576.0, par->expert_bytes_total / 1048576.0);
+      report = par->report;
+    } else {
+      report = par.status();
+    }
+  } else {
+    report = verify_golden(**model, opt);
+  }
   if (!report.ok()) {
     std::fprintf(stderr, "dsv4 verify: %s\n", report.status().message().c_str());
     return 2;

@@ -12,6 +12,7 @@
 
 #include "model/deepseek_v4.h"
 #include "model/golden_verify.h"
+#include "runtime/expert_parallel_verify.h"
 #include "test_util.h"
 
 namespace dsv4 {
@@ -67,6 +68,63 @@ INSTANTIATE_TEST_SUITE_P(Cases, Golden, ::testing::ValuesIn(params()), [](const 
     if (c == '-') c = '_';
   return n;
 });
+
+}  // namespace
+}  // namespace dsv4
+
+namespace dsv4 {
+namespace {
+
+// Expert parallelism over threads: every rank loads only its experts and the
+// golden numbers stay exact.
+struct ExpertParallelParam {
+  std::string name;
+  int ep;
+  int chunk;
+};
+
+void PrintTo(const ExpertParallelParam& p, std::ostream* os) { *os << p.name << " ep " << p.ep << " chunk " << p.chunk; }
+
+class GoldenExpertParallel : public ::testing::TestWithParam<ExpertParallelParam> {};
+
+TEST_P(GoldenExpertParallel, MatchesReferenceBitForBit) {
+  const auto& p = GetParam();
+  VerifyOptions opt;
+  opt.golden_path = testing::golden_dir() + "/" + p.name + "/golden.safetensors";
+  opt.chunk = p.chunk;
+  opt.quantized = model_is_quantized(testing::golden_model(p.name));
+  auto run = verify_golden_expert_parallel(testing::golden_dir() + "/" + p.name, opt, p.ep);
+  ASSERT_TRUE(run.ok()) << run.status().message();
+  for (const auto& t : run->report.tensors) {
+    if (t.bound >= 0) {
+      EXPECT_LE(t.rel_l2, t.bound) << t.name;
+    }
+    EXPECT_EQ(t.rel_l2, 0.0) << t.name;
+  }
+  EXPECT_EQ(run->report.greedy_match, run->report.greedy_total);
+  EXPECT_EQ(run->expert_bytes_per_rank * p.ep, run->expert_bytes_total) << "each rank holds 1/ep of the experts";
+  EXPECT_GT(run->expert_bytes_per_rank, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, GoldenExpertParallel,
+                         ::testing::Values(ExpertParallelParam{"tiny-a", 2, 0}, ExpertParallelParam{"tiny-a", 8, 7},
+                                           ExpertParallelParam{"small-real", 4, 64},
+                                           ExpertParallelParam{"small-fp8", 2, 1}),
+                         [](const auto& info) {
+                           std::string n = info.param.name + "_ep" + std::to_string(info.param.ep) + "_chunk" +
+                                           std::to_string(info.param.chunk);
+                           for (char& c : n)
+                             if (c == '-') c = '_';
+                           return n;
+                         });
+
+TEST(GoldenExpertParallelErrors, EpMustDivideTheExperts) {
+  VerifyOptions opt;
+  opt.golden_path = testing::golden_dir() + "/tiny-a/golden.safetensors";
+  auto run = verify_golden_expert_parallel(testing::golden_dir() + "/tiny-a", opt, 3);
+  ASSERT_FALSE(run.ok());
+  EXPECT_NE(run.status().message().find("--ep 3 must divide the 8 routed experts"), std::string::npos);
+}
 
 }  // namespace
 }  // namespace dsv4

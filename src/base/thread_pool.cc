@@ -35,7 +35,10 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
   grain = std::max<int64_t>(1, grain);
   int64_t max_chunks = (n + grain - 1) / grain;
   int64_t chunks = std::min<int64_t>(max_chunks, static_cast<int64_t>(num_threads()) * 4);
-  if (chunks <= 1 || workers_.empty() || t_inside_pool) {
+  // Nested calls, and callers that find the pool busy with another thread's
+  // job (ranks as threads), run their range themselves.
+  std::unique_lock<std::mutex> submit(submit_mu_, std::defer_lock);
+  if (chunks <= 1 || workers_.empty() || t_inside_pool || !submit.try_lock()) {
     fn(0, n);
     return;
   }

@@ -32,6 +32,7 @@ class ThreadPool {
 
   std::vector<std::thread> workers_;
   std::mutex mu_;
+  std::mutex submit_mu_;  // one job at a time; other callers run theirs inline
   std::condition_variable wake_, done_;
   const std::function<void(int64_t, int64_t)>* job_ = nullptr;
   int64_t job_n_ = 0, job_chunk_ = 0;

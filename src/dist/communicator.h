@@ -11,16 +11,14 @@
 #include <memory>
 #include <vector>
 
+#include "model/collectives.h"
+
 namespace dsv4 {
 
-class Communicator {
+class Communicator : public Collectives {
  public:
-  virtual ~Communicator() = default;
-  virtual int rank() const = 0;
-  virtual int size() const = 0;
-
-  // data[n] of every rank -> their sum, on every rank.
-  virtual void all_reduce_sum(float* data, int64_t n) = 0;
+  // data[n] of every rank -> their sum, on every rank (rank order).
+  void all_reduce_sum(float* data, int64_t n) override = 0;
   // send[bytes] of every rank -> recv[size * bytes], rank-major.
   virtual void all_gather(const void* send, size_t bytes, void* recv) = 0;
   // Rank i sends send_bytes[j] bytes (consecutive in send) to rank j and

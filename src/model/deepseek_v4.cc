@@ -42,7 +42,7 @@ void rms_norm_rows(const std::vector<float>& weight, float eps, float* x, int64_
 StatusOr<std::unique_ptr<DeepseekV4>> DeepseekV4::load(const std::string& dir, const ModelOptions& options) {
   DSV4_ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::load(dir + "/config.json"));
   DSV4_ASSIGN_OR_RETURN(auto ckpt, Checkpoint::open(dir));
-  DSV4_ASSIGN_OR_RETURN(auto weights, ModelWeights::load(config, *ckpt, options.on_progress));
+  DSV4_ASSIGN_OR_RETURN(auto weights, ModelWeights::load(config, *ckpt, options.on_progress, options.experts));
   return std::make_unique<DeepseekV4>(std::move(config), std::move(weights), options);
 }
 
@@ -99,7 +99,7 @@ void DeepseekV4::block(const BlockWeights& b, int cache_layer, const ForwardBatc
 
   mix = hc_pre(b.hc_ffn, c, h, rows, rr, x.data());
   rms_norm_rows(b.ffn_norm, c.norm_eps, x.data(), rows, dim);
-  moe_forward(b.ffn, c, x.data(), batch.token_ids.data(), rows, rr, y.data());
+  moe_forward(b.ffn, c, x.data(), batch.token_ids.data(), rows, rr, expert_group_, y.data());
   hc_post(mix, c, y.data(), rows, h);
 }
 

@@ -23,6 +23,7 @@ struct ModelOptions {
   // the formats as well, like a real cast.
   bool qat_rounding = false;
   LoadProgress on_progress;  // optional, while weights load
+  ExpertShard experts;       // the routed experts this rank holds (expert parallelism)
 };
 
 class DeepseekV4 {
@@ -32,6 +33,9 @@ class DeepseekV4 {
   DeepseekV4(ModelConfig config, std::unique_ptr<ModelWeights> weights, const ModelOptions& options = {});
 
   const ModelConfig& config() const { return config_; }
+  // The expert-parallel group (each rank holding options.experts); the
+  // forwards of its ranks must run in lockstep. Null: this rank holds all.
+  void set_expert_group(Collectives* group) { expert_group_ = group; }
   const ModelWeights& weights() const { return *weights_; }
 
   // Contiguous caches for one sequence: the main layers, or MTP block k.
@@ -59,6 +63,7 @@ class DeepseekV4 {
   ModelConfig config_;
   ModelOptions options_;
   std::unique_ptr<ModelWeights> weights_;
+  Collectives* expert_group_ = nullptr;
   Rope window_rope_;    // plain RoPE for sliding-window layers
   Rope compress_rope_;  // YaRN for compressed layers
 };

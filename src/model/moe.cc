@@ -75,30 +75,44 @@ Routing route_tokens(const MoEWeights& w, const ModelConfig& c, const float* x, 
 }
 
 void moe_forward(const MoEWeights& w, const ModelConfig& c, const float* x, const int32_t* token_ids, int64_t rows,
-                 const ReferenceRows& rr, float* out) {
+                 const ReferenceRows& rr, Collectives* expert_group, float* out) {
   const int64_t dim = c.dim, k = c.n_activated_experts;
   Routing rt = route_tokens(w, c, x, token_ids, rows, rr);
-  std::vector<float> y(rows * dim, 0.0f);
-  // Experts in index order, each over the rows that picked it.
-  std::vector<int64_t> rows_of;
+  // Each (row, choice) slot gets its expert's output; experts this rank
+  // does not hold leave their slots zero for the group to fill.
+  std::vector<float> slots(rows * k * dim, 0.0f);
+  std::vector<int64_t> slot_of;
   std::vector<float> xin, wts, yout;
   for (int e = 0; e < c.n_routed_experts; ++e) {
-    rows_of.clear();
+    if (w.experts[e].w1.out == 0) continue;  // held by another rank
+    slot_of.clear();
     wts.clear();
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t j = 0; j < k; ++j)
-        if (rt.experts[r * k + j] == e) {
-          rows_of.push_back(r);
-          wts.push_back(rt.weights[r * k + j]);
-        }
-    if (rows_of.empty()) continue;
-    const int64_t n = static_cast<int64_t>(rows_of.size());
+    for (int64_t s = 0; s < rows * k; ++s)
+      if (rt.experts[s] == e) {
+        slot_of.push_back(s);
+        wts.push_back(rt.weights[s]);
+      }
+    if (slot_of.empty()) continue;
+    const int64_t n = static_cast<int64_t>(slot_of.size());
     xin.resize(n * dim);
     yout.resize(n * dim);
-    for (int64_t i = 0; i < n; ++i) std::copy_n(x + rows_of[i] * dim, dim, &xin[i * dim]);
+    for (int64_t i = 0; i < n; ++i) std::copy_n(x + slot_of[i] / k * dim, dim, &xin[i * dim]);
     expert_forward(w.experts[e], c.swiglu_limit, xin.data(), n, wts.data(), yout.data());
-    for (int64_t i = 0; i < n; ++i)
-      for (int64_t d = 0; d < dim; ++d) y[rows_of[i] * dim + d] += yout[i * dim + d];
+    for (int64_t i = 0; i < n; ++i) std::copy_n(&yout[i * dim], dim, &slots[slot_of[i] * dim]);
+  }
+  // Every slot has one owner, so the group's sum is exactly that owner's
+  // output (adding zeros changes nothing).
+  if (expert_group && expert_group->size() > 1) expert_group->all_reduce_sum(slots.data(), rows * k * dim);
+  // Per row, the experts' outputs in expert-index order (the reference's
+  // loop over experts), then the shared expert.
+  std::vector<float> y(rows * dim, 0.0f);
+  std::vector<int64_t> order(k);
+  for (int64_t r = 0; r < rows; ++r) {
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int64_t a, int64_t b) { return rt.experts[r * k + a] < rt.experts[r * k + b]; });
+    for (int64_t j : order)
+      for (int64_t d = 0; d < dim; ++d) y[r * dim + d] += slots[(r * k + j) * dim + d];
   }
   expert_forward(w.shared, c.swiglu_limit, x, rows, nullptr, out);
   for (int64_t i = 0; i < rows * dim; ++i) out[i] += y[i];

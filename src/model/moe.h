@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "model/collectives.h"
 #include "model/config.h"
 #include "model/reference_rows.h"
 #include "model/weights.h"
@@ -21,7 +22,9 @@ Routing route_tokens(const MoEWeights& w, const ModelConfig& c, const float* x, 
                      const ReferenceRows& rr);
 
 // x: [rows, dim] (after ffn_norm) -> out: [rows, dim].
+// With an expert group, each rank runs the experts it holds and the group
+// combines their outputs; the result is the same bits as one rank holding all.
 void moe_forward(const MoEWeights& w, const ModelConfig& c, const float* x, const int32_t* token_ids, int64_t rows,
-                 const ReferenceRows& rr, float* out);
+                 const ReferenceRows& rr, Collectives* expert_group, float* out);
 
 }  // namespace dsv4

@@ -22,7 +22,9 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // tensor and the file it came from.
 class Loader {
  public:
-  Loader(const Checkpoint& ckpt, const LoadProgress& progress) : ckpt_(ckpt), progress_(progress) {}
+  Loader(const Checkpoint& ckpt, const LoadProgress& progress, const ExpertShard& experts)
+      : ckpt_(ckpt), progress_(progress), experts_(experts) {}
+  const ExpertShard& experts() const { return experts_; }
 
   StatusOr<const TensorInfo*> tensor(const std::string& name, const std::vector<int64_t>& shape) {
     DSV4_ASSIGN_OR_RETURN(const TensorInfo* t, ckpt_.get(name));
@@ -147,6 +149,7 @@ class Loader {
 
   const Checkpoint& ckpt_;
   const LoadProgress& progress_;
+  ExpertShard experts_;
   uint64_t loaded_ = 0;
 };
 
@@ -212,6 +215,10 @@ StatusOr<MoEWeights> load_moe(Loader& ld, const std::string& p, const ModelConfi
     DSV4_ASSIGN_OR_RETURN(m.gate_bias, ld.floats(p + ".gate.bias", {c.n_routed_experts}));
   }
   for (int e = 0; e < c.n_routed_experts; ++e) {
+    if (!ld.experts().owns(e, c.n_routed_experts)) {  // another rank's expert
+      m.experts.emplace_back();
+      continue;
+    }
     DSV4_ASSIGN_OR_RETURN(auto ex, load_expert(ld, p + ".experts." + std::to_string(e), c));
     m.experts.push_back(std::move(ex));
   }
@@ -249,8 +256,11 @@ StatusOr<BlockWeights> load_block(Loader& ld, const std::string& p, const ModelC
 }  // namespace
 
 StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::load(const ModelConfig& c, const Checkpoint& ckpt,
-                                                          const LoadProgress& progress) {
-  Loader ld(ckpt, progress);
+                                                          const LoadProgress& progress, const ExpertShard& experts) {
+  if (experts.size < 1 || experts.rank < 0 || experts.rank >= experts.size || c.n_routed_experts % experts.size)
+    return invalid_argument("expert shard " + std::to_string(experts.rank) + " of " + std::to_string(experts.size) +
+                            " does not divide the " + std::to_string(c.n_routed_experts) + " routed experts");
+  Loader ld(ckpt, progress, experts);
   auto w = std::make_unique<ModelWeights>();
   DSV4_ASSIGN_OR_RETURN(w->embed, ld.floats("embed.weight", {c.vocab_size, c.dim}));
   for (int i = 0; i < c.n_layers; ++i) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "model/collectives.h"
 #include "model/config.h"
 #include "ops/linear.h"
 
@@ -99,8 +100,10 @@ struct ModelWeights {
 
   // Loads and checks every tensor the config implies; errors name the tensor
   // and its file.
+  // Routed experts outside `experts` are not loaded (left empty).
   static StatusOr<std::unique_ptr<ModelWeights>> load(const ModelConfig& config, const Checkpoint& ckpt,
-                                                     const LoadProgress& progress = {});
+                                                     const LoadProgress& progress = {},
+                                                     const ExpertShard& experts = {});
 };
 
 }  // namespace dsv4

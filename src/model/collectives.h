@@ -1,0 +1,26 @@
+// What the forward needs from its parallel group, as an interface the dist
+// layer implements (dist sits above model). Sums are rank-ordered, so every
+// rank gets the same bits.
+#pragma once
+
+#include <cstdint>
+
+namespace dsv4 {
+
+class Collectives {
+ public:
+  virtual ~Collectives() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual void all_reduce_sum(float* data, int64_t n) = 0;
+};
+
+// Which routed experts a rank holds: contiguous blocks of
+// num_experts / size, like the reference's experts_start_idx.
+struct ExpertShard {
+  int rank = 0;
+  int size = 1;
+  bool owns(int expert, int num_experts) const { return expert / (num_experts / size) == rank; }
+};
+
+}  // namespace dsv4
