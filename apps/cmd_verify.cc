@@ -13,6 +13,7 @@
 namespace dsv4::app {
 
 int self_check(int chunk);  // cmd_verify_self.cc
+int verify_over_mpi(int argc, char** argv, const std::string& dir, const std::string& golden, int chunk);  // cmd_verify_mpi.cc
 
 namespace {
 
@@ -23,6 +24,8 @@ const char* kHelp =
     "  --chunk N      prefill in chunks of N tokens (default: whole prompt)\n"
     "  --dump OUT     write every computed tensor to OUT (F32 safetensors)\n"
     "  --ep N         spread the routed experts over N ranks (threads), each loading only its own\n"
+    "  --dist mpi     one rank per MPI process instead (mpirun -np N dsv4 verify --dist mpi ...):\n"
+    "                 the experts spread over the N processes; rank 0 reports\n"
     "Without --model: self-check of the embedded default model (whole-prompt\n"
     "prefill against chunked and token-by-token prefill).\n"
     "Exit code 0: every bound holds; 1: a bound is broken; 2: bad input.\n";
@@ -44,7 +47,7 @@ bool case_says_quantized(const std::string& golden, bool fallback) {
 }  // namespace
 
 int cmd_verify(int argc, char** argv) {
-  Args args(argc, argv, 2, {"model", "golden", "chunk", "dump", "ep"}, {"help"});
+  Args args(argc, argv, 2, {"model", "golden", "chunk", "dump", "ep", "dist"}, {"help"});
   long chunk = args.get_int("chunk", 0);
   const long ep = args.get_int("ep", 1);
   if (args.has("help")) {
@@ -57,6 +60,12 @@ int cmd_verify(int argc, char** argv) {
     return 2;
   }
   if (!args.has("model")) return self_check(static_cast<int>(chunk));
+  const std::string dist = args.get("dist", "local");
+  if (dist != "local" && dist != "mpi") {
+    std::fprintf(stderr, "dsv4 verify: --dist must be local or mpi, got '%s'\n", dist.c_str());
+    return 2;
+  }
+  if (dist == "mpi") return verify_over_mpi(argc, argv, args.get("model"), args.get("golden"), static_cast<int>(chunk));
 
   const std::string dir = args.get("model");
   auto t0 = std::chrono::steady_clock::now();
