@@ -8,7 +8,7 @@
 #include "args.h"
 #include "model/deepseek_v4.h"
 #include "model/golden_verify.h"
-#include "runtime/expert_parallel_verify.h"
+#include "runtime/parallel_verify.h"
 
 namespace dsv4::app {
 
@@ -23,7 +23,8 @@ const char* kHelp =
     "  --golden FILE  reference outputs (default: DIR/golden.safetensors)\n"
     "  --chunk N      prefill in chunks of N tokens (default: whole prompt)\n"
     "  --dump OUT     write every computed tensor to OUT (F32 safetensors)\n"
-    "  --ep N         spread the routed experts over N ranks (threads), each loading only its own\n"
+    "  --tp N         split the attention heads over N ranks (threads), each loading only its share\n"
+    "  --ep N         spread the routed experts over N ranks (default: the --tp ranks)\n"
     "  --dist mpi     one rank per MPI process instead (mpirun -np N dsv4 verify --dist mpi ...):\n"
     "                 the experts spread over the N processes; rank 0 reports\n"
     "Without --model: self-check of the embedded default model (whole-prompt\n"
@@ -47,16 +48,17 @@ bool case_says_quantized(const std::string& golden, bool fallback) {
 }  // namespace
 
 int cmd_verify(int argc, char** argv) {
-  Args args(argc, argv, 2, {"model", "golden", "chunk", "dump", "ep", "dist"}, {"help"});
+  Args args(argc, argv, 2, {"model", "golden", "chunk", "dump", "ep", "tp", "dist"}, {"help"});
   long chunk = args.get_int("chunk", 0);
-  const long ep = args.get_int("ep", 1);
+  const long tp = args.get_int("tp", 1);
+  const long ep = args.get_int("ep", tp);  // experts over the same ranks by default
   if (args.has("help")) {
     std::fputs(kHelp, stdout);
     return 0;
   }
-  if (!args.ok() || chunk < 0 || ep < 1) {
+  if (!args.ok() || chunk < 0 || ep < 1 || tp < 1) {
     std::fprintf(stderr, "dsv4 verify: %s\n%s",
-                 !args.ok() ? args.error().c_str() : chunk < 0 ? "--chunk must be >= 0" : "--ep must be at least 1", kHelp);
+                 !args.ok() ? args.error().c_str() : chunk < 0 ? "--chunk must be >= 0" : "--tp and --ep must be at least 1", kHelp);
     return 2;
   }
   if (!args.has("model")) return self_check(static_cast<int>(chunk));
@@ -85,11 +87,11 @@ int cmd_verify(int argc, char** argv) {
               opt.golden_path.c_str(), chunk > 0 ? ("chunks of " + std::to_string(chunk)).c_str() : "whole prompt");
   t0 = std::chrono::steady_clock::now();
   StatusOr<VerifyReport> report = Status(StatusCode::kInternal, "not run");
-  if (ep > 1) {
-    auto par = verify_golden_expert_parallel(dir, opt, static_cast<int>(ep));
+  if (ep > 1 || tp > 1) {
+    auto par = verify_golden_parallel(dir, opt, {static_cast<int>(tp), static_cast<int>(ep)});
     if (par.ok()) {
-      std::printf("  experts over %ld ranks: %.2f MiB of routed-expert weights per rank, %.2f MiB in all\n", ep,
-                  par->expert_bytes_per_rank / 1048576.0, par->expert_bytes_total / 1048576.0);
+      std::printf("  %d ranks (TP%ld, EP%ld): %.2f MiB of weights per rank, %.2f MiB on one rank\n", par->ranks, tp, ep,
+                  par->weight_bytes_per_rank / 1048576.0, par->weight_bytes_single / 1048576.0);
       report = par->report;
     } else {
       report = par.status();

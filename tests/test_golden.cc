@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -12,7 +13,7 @@
 
 #include "model/deepseek_v4.h"
 #include "model/golden_verify.h"
-#include "runtime/expert_parallel_verify.h"
+#include "runtime/parallel_verify.h"
 #include "test_util.h"
 
 namespace dsv4 {
@@ -75,25 +76,28 @@ INSTANTIATE_TEST_SUITE_P(Cases, Golden, ::testing::ValuesIn(params()), [](const 
 namespace dsv4 {
 namespace {
 
-// Expert parallelism over threads: every rank loads only its experts and the
-// golden numbers stay exact.
+// Tensor and expert parallelism over threads: every rank loads only its
+// heads and experts, and the golden numbers stay exact.
 struct ExpertParallelParam {
   std::string name;
   int ep;
   int chunk;
+  int tp = 1;
 };
 
-void PrintTo(const ExpertParallelParam& p, std::ostream* os) { *os << p.name << " ep " << p.ep << " chunk " << p.chunk; }
+void PrintTo(const ExpertParallelParam& p, std::ostream* os) {
+  *os << p.name << " tp " << p.tp << " ep " << p.ep << " chunk " << p.chunk;
+}
 
-class GoldenExpertParallel : public ::testing::TestWithParam<ExpertParallelParam> {};
+class GoldenParallel : public ::testing::TestWithParam<ExpertParallelParam> {};
 
-TEST_P(GoldenExpertParallel, MatchesReferenceBitForBit) {
+TEST_P(GoldenParallel, MatchesReferenceBitForBit) {
   const auto& p = GetParam();
   VerifyOptions opt;
   opt.golden_path = testing::golden_dir() + "/" + p.name + "/golden.safetensors";
   opt.chunk = p.chunk;
   opt.quantized = model_is_quantized(testing::golden_model(p.name));
-  auto run = verify_golden_expert_parallel(testing::golden_dir() + "/" + p.name, opt, p.ep);
+  auto run = verify_golden_parallel(testing::golden_dir() + "/" + p.name, opt, {p.tp, p.ep});
   ASSERT_TRUE(run.ok()) << run.status().message();
   for (const auto& t : run->report.tensors) {
     if (t.bound >= 0) {
@@ -102,26 +106,31 @@ TEST_P(GoldenExpertParallel, MatchesReferenceBitForBit) {
     EXPECT_EQ(t.rel_l2, 0.0) << t.name;
   }
   EXPECT_EQ(run->report.greedy_match, run->report.greedy_total);
-  EXPECT_EQ(run->expert_bytes_per_rank * p.ep, run->expert_bytes_total) << "each rank holds 1/ep of the experts";
-  EXPECT_GT(run->expert_bytes_per_rank, 0);
+  EXPECT_LT(run->weight_bytes_per_rank, run->weight_bytes_single) << "each rank holds a share of the weights";
+  std::printf("  %s TP%d EP%d: %.2f MiB of weights per rank, %.2f MiB on one rank\n", p.name.c_str(), p.tp, p.ep,
+              run->weight_bytes_per_rank / 1048576.0, run->weight_bytes_single / 1048576.0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, GoldenExpertParallel,
+INSTANTIATE_TEST_SUITE_P(Cases, GoldenParallel,
                          ::testing::Values(ExpertParallelParam{"tiny-a", 2, 0}, ExpertParallelParam{"tiny-a", 8, 7},
                                            ExpertParallelParam{"small-real", 4, 64},
-                                           ExpertParallelParam{"small-fp8", 2, 1}),
+                                           ExpertParallelParam{"small-fp8", 2, 1},
+                                           ExpertParallelParam{"tiny-a", 2, 7, 2},
+                                           ExpertParallelParam{"small-real", 2, 0, 2},
+                                           ExpertParallelParam{"small-fp8", 2, 7, 2},
+                                           ExpertParallelParam{"small-fp8", 1, 0, 2}),
                          [](const auto& info) {
-                           std::string n = info.param.name + "_ep" + std::to_string(info.param.ep) + "_chunk" +
-                                           std::to_string(info.param.chunk);
+                           std::string n = info.param.name + "_tp" + std::to_string(info.param.tp) + "_ep" +
+                                           std::to_string(info.param.ep) + "_chunk" + std::to_string(info.param.chunk);
                            for (char& c : n)
                              if (c == '-') c = '_';
                            return n;
                          });
 
-TEST(GoldenExpertParallelErrors, EpMustDivideTheExperts) {
+TEST(GoldenParallelErrors, EpMustDivideTheExperts) {
   VerifyOptions opt;
   opt.golden_path = testing::golden_dir() + "/tiny-a/golden.safetensors";
-  auto run = verify_golden_expert_parallel(testing::golden_dir() + "/tiny-a", opt, 3);
+  auto run = verify_golden_parallel(testing::golden_dir() + "/tiny-a", opt, {1, 3});
   ASSERT_FALSE(run.ok());
   EXPECT_NE(run.status().message().find("--ep 3 must divide the 8 routed experts"), std::string::npos);
 }

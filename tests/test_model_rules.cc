@@ -92,7 +92,7 @@ TEST(Indexer, QueriesSeeOnlyFinishedRows) {
   std::vector<float> q(n * 4, 1.0f), w(n, 1.0f), keys(3 * 4, 1.0f);
   std::vector<const float*> rows = {&keys[0], &keys[4], &keys[8]};
   std::vector<std::vector<int32_t>> picked;
-  indexer_select(s, q.data(), w.data(), rows.data(), 0, n, 0, &picked);
+  indexer_select(s, q.data(), w.data(), rows.data(), 0, n, 0, nullptr, &picked);
   for (int64_t t = 0; t < n; ++t) EXPECT_EQ(static_cast<int64_t>(picked[t].size()), (t + 1) / 4) << t;
 }
 
@@ -102,7 +102,7 @@ TEST(Indexer, TopkKeepsTheBestRows) {
   std::vector<float> keys = {0.1f, 0, 0.9f, 0, -1.0f, 0, 0.5f, 0};  // scores .1 .9 0 .5
   std::vector<const float*> rows = {&keys[0], &keys[2], &keys[4], &keys[6]};
   std::vector<std::vector<int32_t>> picked;
-  indexer_select(s, q.data(), w.data(), rows.data(), 15, 1, 0, &picked);
+  indexer_select(s, q.data(), w.data(), rows.data(), 15, 1, 0, nullptr, &picked);
   ASSERT_EQ(picked[0].size(), 2u);
   EXPECT_EQ(picked[0][0], 1);
   EXPECT_EQ(picked[0][1], 3);

@@ -20,7 +20,7 @@ class Communicator : public Collectives {
   // data[n] of every rank -> their sum, on every rank (rank order).
   void all_reduce_sum(float* data, int64_t n) override = 0;
   // send[bytes] of every rank -> recv[size * bytes], rank-major.
-  virtual void all_gather(const void* send, size_t bytes, void* recv) = 0;
+  void all_gather(const void* send, size_t bytes, void* recv) override = 0;
   // Rank i sends send_bytes[j] bytes (consecutive in send) to rank j and
   // receives recv_bytes[j] from rank j (consecutive in recv, rank order).
   virtual void all_to_all_v(const void* send, const std::vector<size_t>& send_bytes, void* recv,

@@ -92,7 +92,8 @@ void attention_forward(const AttentionWeights& w, const LayerContext& ctx, const
                        const float* x, int64_t rows, float* out) {
   const ModelConfig& c = ctx.config;
   const Rope& rope = ctx.rope;
-  const int heads = c.n_heads, hd = c.head_dim, rd = c.rope_head_dim, win = c.window_size;
+  // This rank's query heads (all of them without tensor parallelism).
+  const int heads = static_cast<int>(w.attn_sink.size()), hd = c.head_dim, rd = c.rope_head_dim, win = c.window_size;
   const std::vector<int64_t> pos = row_positions(chunks, rows);
 
   // Queries: wq_a -> q_norm -> wq_b, then a weightless RMS norm per head.
@@ -118,7 +119,7 @@ void attention_forward(const AttentionWeights& w, const LayerContext& ctx, const
 
   // Indexer queries and head weights.
   Buffer iq, iw;
-  const int ih = c.index_n_heads, id = c.index_head_dim;
+  const int ih = w.indexer ? static_cast<int>(w.indexer->weights_proj.out) : 0, id = c.index_head_dim;
   if (w.indexer) {
     iq.resize(rows * ih * id);
     iw.resize(rows * ih);
@@ -133,7 +134,7 @@ void attention_forward(const AttentionWeights& w, const LayerContext& ctx, const
     });
     linear_forward(w.indexer->weights_proj, x, rows, iw.data());
     // Computed in double and rounded once, as the reference's Python scalars.
-    const float wscale = static_cast<float>(std::pow(id, -0.5) * std::pow(ih, -0.5));
+    const float wscale = static_cast<float>(std::pow(id, -0.5) * std::pow(c.index_n_heads, -0.5));
     for (float& v : iw) v *= wscale;
     run_compressor(w.indexer->compressor, ctx, x, rows, chunks, true);
   }
@@ -150,7 +151,7 @@ void attention_forward(const AttentionWeights& w, const LayerContext& ctx, const
       std::vector<const float*> keys((ch.start_pos + ch.num_tokens) / w.ratio);
       for (size_t j = 0; j < keys.size(); ++j) keys[j] = cache->index_row(layer, j);
       indexer_select(shape, iq.data() + ch.row_begin * ih * id, iw.data() + ch.row_begin * ih, keys.data(),
-                     ch.start_pos, ch.num_tokens, ch.prefill_len, &picked);
+                     ch.start_pos, ch.num_tokens, ch.prefill_len, ctx.tp, &picked);
     }
     auto key_at = [&](int64_t p) -> const float* {
       return p < ch.start_pos ? cache->window_row(layer, p) : &kv[(ch.row_begin + p - ch.start_pos) * hd];
@@ -175,13 +176,27 @@ void attention_forward(const AttentionWeights& w, const LayerContext& ctx, const
 
   // De-rotate the output, then the grouped low-rank projection.
   rope_tail(rope, o.data(), rows * heads, hd, rd, [&](int64_t v) { return pos[v / heads]; }, true);
-  const int64_t g = c.o_groups, group_in = static_cast<int64_t>(heads) * hd / g, olr = c.o_lora_rank;
+  const int64_t olr = c.o_lora_rank, g = w.wo_a.out / olr, group_in = static_cast<int64_t>(heads) * hd / g;
   Buffer og(rows * g * olr), ogroup(rows * olr), xin(rows * group_in);
   for (int64_t gi = 0; gi < g; ++gi) {
     for (int64_t r = 0; r < rows; ++r)
       std::memcpy(&xin[r * group_in], &o[(r * g + gi) * group_in], sizeof(float) * group_in);
     matmul(xin.data(), rows, group_in, w.wo_a.w.data() + gi * olr * group_in, olr, ogroup.data());
     for (int64_t r = 0; r < rows; ++r) std::memcpy(&og[(r * g + gi) * olr], &ogroup[r * olr], sizeof(float) * olr);
+  }
+  // Under tensor parallelism each rank has its groups' outputs; gather the
+  // full rows (wo_b and its FP8 input rounding see whole rows) and finish
+  // wo_b on every rank, exactly as one rank would.
+  if (ctx.tp && ctx.tp->size() > 1) {
+    const int ranks = ctx.tp->size();
+    Buffer all(og.size() * ranks), full(og.size() * ranks);
+    ctx.tp->all_gather(og.data(), sizeof(float) * og.size(), all.data());
+    const int64_t local = g * olr;
+    for (int r = 0; r < ranks; ++r)
+      for (int64_t row = 0; row < rows; ++row)
+        std::memcpy(&full[(row * ranks + r) * local], &all[(r * rows + row) * local], sizeof(float) * local);
+    linear_forward(w.wo_b, full.data(), rows, out);
+    return;
   }
   linear_forward(w.wo_b, og.data(), rows, out);
 }

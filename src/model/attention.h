@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "model/collectives.h"
 #include "model/config.h"
 #include "model/forward_batch.h"
 #include "model/rope.h"
@@ -18,6 +19,7 @@ struct LayerContext {
   const Rope& rope;     // plain for window layers, YaRN for compressed ones
   int cache_layer = 0;  // which layer of each sequence's cache this block uses
   bool qat_round = false;
+  Collectives* tp = nullptr;  // tensor-parallel group: this rank holds a slice of the heads
 };
 
 // x: [rows, dim] (after attn_norm) -> out: [rows, dim]. Reads and extends

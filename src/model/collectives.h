@@ -3,6 +3,7 @@
 // rank gets the same bits.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace dsv4 {
@@ -13,6 +14,15 @@ class Collectives {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual void all_reduce_sum(float* data, int64_t n) = 0;
+  // send[bytes] of every rank -> recv[size * bytes], rank-major.
+  virtual void all_gather(const void* send, size_t bytes, void* recv) = 0;
+};
+
+// Which slice of the attention heads (query heads, output groups, indexer
+// heads) a rank holds under tensor parallelism: contiguous blocks.
+struct TensorShard {
+  int rank = 0;
+  int size = 1;
 };
 
 // Which routed experts a rank holds: contiguous blocks of

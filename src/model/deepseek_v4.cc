@@ -42,7 +42,7 @@ void rms_norm_rows(const std::vector<float>& weight, float eps, float* x, int64_
 StatusOr<std::unique_ptr<DeepseekV4>> DeepseekV4::load(const std::string& dir, const ModelOptions& options) {
   DSV4_ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::load(dir + "/config.json"));
   DSV4_ASSIGN_OR_RETURN(auto ckpt, Checkpoint::open(dir));
-  DSV4_ASSIGN_OR_RETURN(auto weights, ModelWeights::load(config, *ckpt, options.on_progress, options.experts));
+  DSV4_ASSIGN_OR_RETURN(auto weights, ModelWeights::load(config, *ckpt, options.on_progress, options.experts, options.heads));
   return std::make_unique<DeepseekV4>(std::move(config), std::move(weights), options);
 }
 
@@ -93,7 +93,7 @@ void DeepseekV4::block(const BlockWeights& b, int cache_layer, const ForwardBatc
 
   HcMix mix = hc_pre(b.hc_attn, c, h, rows, rr, x.data());
   rms_norm_rows(b.attn_norm, c.norm_eps, x.data(), rows, dim);
-  const LayerContext ctx{c, rope_for(b.attn.ratio), cache_layer, options_.qat_rounding};
+  const LayerContext ctx{c, rope_for(b.attn.ratio), cache_layer, options_.qat_rounding, tensor_group_};
   attention_forward(b.attn, ctx, batch.chunks, x.data(), rows, y.data());
   hc_post(mix, c, y.data(), rows, h);
 

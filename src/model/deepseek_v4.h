@@ -24,6 +24,7 @@ struct ModelOptions {
   bool qat_rounding = false;
   LoadProgress on_progress;  // optional, while weights load
   ExpertShard experts;       // the routed experts this rank holds (expert parallelism)
+  TensorShard heads;         // the attention heads this rank holds (tensor parallelism)
 };
 
 class DeepseekV4 {
@@ -36,6 +37,8 @@ class DeepseekV4 {
   // The expert-parallel group (each rank holding options.experts); the
   // forwards of its ranks must run in lockstep. Null: this rank holds all.
   void set_expert_group(Collectives* group) { expert_group_ = group; }
+  // The tensor-parallel group (each rank holding options.heads).
+  void set_tensor_group(Collectives* group) { tensor_group_ = group; }
   const ModelWeights& weights() const { return *weights_; }
 
   // Contiguous caches for one sequence: the main layers, or MTP block k.
@@ -64,6 +67,7 @@ class DeepseekV4 {
   ModelOptions options_;
   std::unique_ptr<ModelWeights> weights_;
   Collectives* expert_group_ = nullptr;
+  Collectives* tensor_group_ = nullptr;
   Rope window_rope_;    // plain RoPE for sliding-window layers
   Rope compress_rope_;  // YaRN for compressed layers
 };

@@ -10,7 +10,29 @@
 namespace dsv4 {
 
 void indexer_select(const IndexerShape& s, const float* q, const float* weights, const float* const* keys,
-                    int64_t start_pos, int64_t n, int64_t prefill_len, std::vector<std::vector<int32_t>>* selected) {
+                    int64_t start_pos, int64_t n, int64_t prefill_len, Collectives* tp,
+                    std::vector<std::vector<int32_t>>* selected) {
+  // Per query row i, compressed row j and head h: relu(q . k) * weight.
+  std::vector<int64_t> offset(n + 1, 0);
+  for (int64_t i = 0; i < n; ++i) offset[i + 1] = offset[i] + (start_pos + i + 1) / s.ratio * s.heads;
+  std::vector<float> terms(offset[n]);
+  parallel_for(n, 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t visible = (start_pos + i + 1) / s.ratio;
+      for (int64_t j = 0; j < visible; ++j)
+        for (int h = 0; h < s.heads; ++h) {
+          const float dotv = kernels::dot(q + (i * s.heads + h) * s.head_dim, keys[j], s.head_dim);
+          terms[offset[i] + j * s.heads + h] = std::max(dotv, 0.0f) * weights[i * s.heads + h];
+        }
+    }
+  });
+  const int ranks = tp ? tp->size() : 1;
+  std::vector<float> all;
+  if (ranks > 1) {
+    all.resize(terms.size() * ranks);
+    tp->all_gather(terms.data(), sizeof(float) * terms.size(), all.data());
+  }
+  const float* by_rank = ranks > 1 ? all.data() : terms.data();
   selected->assign(n, {});
   parallel_for(n, 1, [&](int64_t i0, int64_t i1) {
     std::vector<float> score;
@@ -20,11 +42,9 @@ void indexer_select(const IndexerShape& s, const float* q, const float* weights,
       const int64_t ranked = pos < prefill_len ? prefill_len / s.ratio : visible;
       score.assign(ranked, -INFINITY);
       for (int64_t j = 0; j < visible; ++j) {
-        float acc = 0.0f;
-        for (int h = 0; h < s.heads; ++h) {
-          float dotv = kernels::dot(q + (i * s.heads + h) * s.head_dim, keys[j], s.head_dim);
-          acc += std::max(dotv, 0.0f) * weights[i * s.heads + h];
-        }
+        float acc = 0.0f;  // heads in global order: rank-major blocks
+        for (int r = 0; r < ranks; ++r)
+          for (int h = 0; h < s.heads; ++h) acc += by_rank[r * terms.size() + offset[i] + j * s.heads + h];
         score[j] = acc;
       }
       const int64_t k = std::min<int64_t>(s.topk, ranked);

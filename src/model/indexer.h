@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "model/collectives.h"
+
 namespace dsv4 {
 
 struct IndexerShape {
@@ -26,7 +28,12 @@ struct IndexerShape {
 // visible rows. So positions below prefill_len rank as in the one-shot prefill
 // of a prefill_len-token prompt, later ones as in decode: the choice then
 // does not depend on how a prompt is split into chunks.
+//
+// Under tensor parallelism (tp set) this rank holds shape.heads of the
+// heads; the ranks' per-head terms are gathered and added in global head
+// order, so every rank selects what one rank holding all heads would.
 void indexer_select(const IndexerShape& shape, const float* q, const float* weights, const float* const* keys,
-                    int64_t start_pos, int64_t n, int64_t prefill_len, std::vector<std::vector<int32_t>>* selected);
+                    int64_t start_pos, int64_t n, int64_t prefill_len, Collectives* tp,
+                    std::vector<std::vector<int32_t>>* selected);
 
 }  // namespace dsv4

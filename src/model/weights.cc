@@ -22,9 +22,10 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // tensor and the file it came from.
 class Loader {
  public:
-  Loader(const Checkpoint& ckpt, const LoadProgress& progress, const ExpertShard& experts)
-      : ckpt_(ckpt), progress_(progress), experts_(experts) {}
+  Loader(const Checkpoint& ckpt, const LoadProgress& progress, const ExpertShard& experts, const TensorShard& heads)
+      : ckpt_(ckpt), progress_(progress), experts_(experts), heads_(heads) {}
   const ExpertShard& experts() const { return experts_; }
+  const TensorShard& heads() const { return heads_; }
 
   StatusOr<const TensorInfo*> tensor(const std::string& name, const std::vector<int64_t>& shape) {
     DSV4_ASSIGN_OR_RETURN(const TensorInfo* t, ckpt_.get(name));
@@ -150,6 +151,7 @@ class Loader {
   const Checkpoint& ckpt_;
   const LoadProgress& progress_;
   ExpertShard experts_;
+  TensorShard heads_;
   uint64_t loaded_ = 0;
 };
 
@@ -168,6 +170,16 @@ StatusOr<CompressorWeights> load_compressor(Loader& ld, const std::string& p, co
   DSV4_ASSIGN_OR_RETURN(w.ape, ld.floats(p + ".ape", {ratio, width}));
   DSV4_ASSIGN_OR_RETURN(w.norm, ld.floats(p + ".norm.weight", {head_dim}));
   return w;
+}
+
+// Rows [begin, begin + count) of a linear (a rank's output features).
+Linear slice_rows(const Linear& l, int64_t begin, int64_t count) {
+  Linear s;
+  s.out = count;
+  s.in = l.in;
+  s.format = l.format;
+  s.w.assign(l.w.begin() + begin * l.in, l.w.begin() + (begin + count) * l.in);
+  return s;
 }
 
 StatusOr<AttentionWeights> load_attention(Loader& ld, const std::string& p, const ModelConfig& c, int ratio) {
@@ -192,6 +204,19 @@ StatusOr<AttentionWeights> load_attention(Loader& ld, const std::string& p, cons
       ix.weights_proj.format = WeightFormat::kDense;  // bf16 in the reference
       DSV4_ASSIGN_OR_RETURN(ix.compressor, load_compressor(ld, p + ".indexer.compressor", c, ratio, c.index_head_dim, true));
       a.indexer = std::move(ix);
+    }
+  }
+  // Tensor parallelism: this rank's heads, output groups, indexer heads.
+  const TensorShard& tp = ld.heads();
+  if (tp.size > 1) {
+    const int64_t hl = heads / tp.size, gl = c.o_groups / tp.size, olr = c.o_lora_rank;
+    a.attn_sink.assign(a.attn_sink.begin() + tp.rank * hl, a.attn_sink.begin() + (tp.rank + 1) * hl);
+    a.wq_b = slice_rows(a.wq_b, tp.rank * hl * hd, hl * hd);
+    a.wo_a = slice_rows(a.wo_a, tp.rank * gl * olr, gl * olr);
+    if (a.indexer) {
+      const int64_t il = c.index_n_heads / tp.size;
+      a.indexer->wq_b = slice_rows(a.indexer->wq_b, tp.rank * il * c.index_head_dim, il * c.index_head_dim);
+      a.indexer->weights_proj = slice_rows(a.indexer->weights_proj, tp.rank * il, il);
     }
   }
   return a;
@@ -256,11 +281,17 @@ StatusOr<BlockWeights> load_block(Loader& ld, const std::string& p, const ModelC
 }  // namespace
 
 StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::load(const ModelConfig& c, const Checkpoint& ckpt,
-                                                          const LoadProgress& progress, const ExpertShard& experts) {
+                                                          const LoadProgress& progress, const ExpertShard& experts,
+                                                          const TensorShard& heads) {
+  if (heads.size < 1 || heads.rank < 0 || heads.rank >= heads.size || c.n_heads % heads.size ||
+      c.o_groups % heads.size || c.index_n_heads % heads.size)
+    return invalid_argument("tensor parallelism over " + std::to_string(heads.size) + " ranks must divide the " +
+                            std::to_string(c.n_heads) + " heads, " + std::to_string(c.o_groups) +
+                            " output groups and " + std::to_string(c.index_n_heads) + " indexer heads");
   if (experts.size < 1 || experts.rank < 0 || experts.rank >= experts.size || c.n_routed_experts % experts.size)
     return invalid_argument("expert shard " + std::to_string(experts.rank) + " of " + std::to_string(experts.size) +
                             " does not divide the " + std::to_string(c.n_routed_experts) + " routed experts");
-  Loader ld(ckpt, progress, experts);
+  Loader ld(ckpt, progress, experts, heads);
   auto w = std::make_unique<ModelWeights>();
   DSV4_ASSIGN_OR_RETURN(w->embed, ld.floats("embed.weight", {c.vocab_size, c.dim}));
   for (int i = 0; i < c.n_layers; ++i) {

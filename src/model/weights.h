@@ -101,9 +101,11 @@ struct ModelWeights {
   // Loads and checks every tensor the config implies; errors name the tensor
   // and its file.
   // Routed experts outside `experts` are not loaded (left empty).
+  // With `heads`, only that rank's attention heads, output groups and
+  // indexer heads are kept.
   static StatusOr<std::unique_ptr<ModelWeights>> load(const ModelConfig& config, const Checkpoint& ckpt,
                                                      const LoadProgress& progress = {},
-                                                     const ExpertShard& experts = {});
+                                                     const ExpertShard& experts = {}, const TensorShard& heads = {});
 };
 
 }  // namespace dsv4
