@@ -13,7 +13,8 @@
 namespace dsv4::app {
 
 int self_check(int chunk);  // cmd_verify_self.cc
-int verify_over_mpi(int argc, char** argv, const std::string& dir, const std::string& golden, int chunk);  // cmd_verify_mpi.cc
+// cmd_verify_mpi.cc; split_heads: tensor parallelism over the processes too
+int verify_over_mpi(int argc, char** argv, const std::string& dir, const std::string& golden, int chunk, bool split_heads);
 
 namespace {
 
@@ -26,7 +27,7 @@ const char* kHelp =
     "  --tp N         split the attention heads over N ranks (threads), each loading only its share\n"
     "  --ep N         spread the routed experts over N ranks (default: the --tp ranks)\n"
     "  --dist mpi     one rank per MPI process instead (mpirun -np N dsv4 verify --dist mpi ...):\n"
-    "                 the experts spread over the N processes; rank 0 reports\n"
+    "                 the experts spread over the N processes (and the heads with --tp N); rank 0 reports\n"
     "Without --model: self-check of the embedded default model (whole-prompt\n"
     "prefill against chunked and token-by-token prefill).\n"
     "Exit code 0: every bound holds; 1: a bound is broken; 2: bad input.\n";
@@ -67,7 +68,8 @@ int cmd_verify(int argc, char** argv) {
     std::fprintf(stderr, "dsv4 verify: --dist must be local or mpi, got '%s'\n", dist.c_str());
     return 2;
   }
-  if (dist == "mpi") return verify_over_mpi(argc, argv, args.get("model"), args.get("golden"), static_cast<int>(chunk));
+  if (dist == "mpi")
+    return verify_over_mpi(argc, argv, args.get("model"), args.get("golden"), static_cast<int>(chunk), tp > 1);
 
   const std::string dir = args.get("model");
   auto t0 = std::chrono::steady_clock::now();

@@ -10,7 +10,7 @@
 
 namespace dsv4::app {
 
-int verify_over_mpi(int argc, char** argv, const std::string& dir, const std::string& golden, int chunk) {
+int verify_over_mpi(int argc, char** argv, const std::string& dir, const std::string& golden, int chunk, bool split_heads) {
   auto world = MpiCommunicator::world(&argc, &argv);
   const int rank = world->rank(), size = world->size();
   auto finish = [&](int code) {
@@ -25,12 +25,14 @@ int verify_over_mpi(int argc, char** argv, const std::string& dir, const std::st
   };
   ModelOptions mo;
   mo.experts = {rank, size};
+  if (split_heads) mo.heads = {rank, size};
   auto model = DeepseekV4::load(dir, mo);
   if (!model.ok()) {
     std::fprintf(stderr, "dsv4 verify (rank %d of %d): %s\n", rank, size, model.status().message().c_str());
     return finish(2);
   }
   (*model)->set_expert_group(world.get());
+  if (split_heads) (*model)->set_tensor_group(world.get());
   VerifyOptions opt;
   opt.golden_path = golden.empty() ? dir + "/golden.safetensors" : golden;
   opt.chunk = chunk;
@@ -41,8 +43,8 @@ int verify_over_mpi(int argc, char** argv, const std::string& dir, const std::st
     return finish(2);
   }
   if (rank == 0)
-    std::printf("dsv4 verify over %d MPI ranks (experts spread over them)\n  model   %s\n%s", size, dir.c_str(),
-                report->format().c_str());
+    std::printf("dsv4 verify over %d MPI ranks (experts%s spread over them)\n  model   %s\n%s", size,
+                split_heads ? " and attention heads" : "", dir.c_str(), report->format().c_str());
   return finish(report->pass() ? 0 : 1);
 }
 
