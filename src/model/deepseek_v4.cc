@@ -78,9 +78,16 @@ Status DeepseekV4::check_batch(const ForwardBatch& batch) const {
 }
 
 void DeepseekV4::embed(const ForwardBatch& batch, float* out) const {
-  const int64_t dim = config_.dim;
-  for (int64_t r = 0; r < batch.num_rows(); ++r)
-    std::memcpy(out + r * dim, &weights_->embed[static_cast<int64_t>(batch.token_ids[r]) * dim], sizeof(float) * dim);
+  const int64_t dim = config_.dim, rows = batch.num_rows();
+  const int64_t part = static_cast<int64_t>(weights_->embed.size()) / dim;  // this rank's vocabulary
+  const int64_t first = tensor_group_ ? tensor_group_->rank() * part : 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t t = static_cast<int64_t>(batch.token_ids[r]) - first;
+    if (t >= 0 && t < part) std::memcpy(out + r * dim, &weights_->embed[t * dim], sizeof(float) * dim);
+    else std::fill_n(out + r * dim, dim, 0.0f);
+  }
+  // Sharded by vocabulary: one rank has each row, the others add zeros.
+  if (tensor_group_ && tensor_group_->size() > 1) tensor_group_->all_reduce_sum(out, rows * dim);
 }
 
 // One block as the paper draws it: hc_pre -> norm -> attention -> hc_post,
@@ -118,7 +125,19 @@ void DeepseekV4::head(const HcHeadWeights& hc, const std::vector<float>& norm, c
   hc_head(hc, c, last.data(), n, last_row.data(), rr, x.data());
   rms_norm_rows(norm, c.norm_eps, x.data(), n, c.dim);
   out->logits.resize(n * c.vocab_size);
-  matmul(x.data(), n, c.dim, weights_->head.data(), c.vocab_size, out->logits.data());
+  const int64_t part = static_cast<int64_t>(weights_->head.size()) / c.dim;  // this rank's vocabulary
+  if (part == c.vocab_size) {
+    matmul(x.data(), n, c.dim, weights_->head.data(), c.vocab_size, out->logits.data());
+    return;
+  }
+  // Sharded by vocabulary: each rank's columns, gathered into whole rows.
+  std::vector<float> mine(n * part), all(n * c.vocab_size);
+  matmul(x.data(), n, c.dim, weights_->head.data(), part, mine.data());
+  tensor_group_->all_gather(mine.data(), sizeof(float) * mine.size(), all.data());
+  const int ranks = tensor_group_->size();
+  for (int r = 0; r < ranks; ++r)
+    for (int64_t i = 0; i < n; ++i)
+      std::copy_n(&all[(r * n + i) * part], part, &out->logits[i * c.vocab_size + r * part]);
 }
 
 Status DeepseekV4::forward(const ForwardBatch& batch, ForwardOutput* out, bool want_hidden) const {

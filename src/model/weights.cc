@@ -284,10 +284,11 @@ StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::load(const ModelConfig& c,
                                                           const LoadProgress& progress, const ExpertShard& experts,
                                                           const TensorShard& heads) {
   if (heads.size < 1 || heads.rank < 0 || heads.rank >= heads.size || c.n_heads % heads.size ||
-      c.o_groups % heads.size || c.index_n_heads % heads.size)
+      c.o_groups % heads.size || c.index_n_heads % heads.size || c.vocab_size % heads.size)
     return invalid_argument("tensor parallelism over " + std::to_string(heads.size) + " ranks must divide the " +
-                            std::to_string(c.n_heads) + " heads, " + std::to_string(c.o_groups) +
-                            " output groups and " + std::to_string(c.index_n_heads) + " indexer heads");
+                            std::to_string(c.n_heads) + " heads, " + std::to_string(c.o_groups) + " output groups, " +
+                            std::to_string(c.index_n_heads) + " indexer heads and the vocabulary of " +
+                            std::to_string(c.vocab_size));
   if (experts.size < 1 || experts.rank < 0 || experts.rank >= experts.size || c.n_routed_experts % experts.size)
     return invalid_argument("expert shard " + std::to_string(experts.rank) + " of " + std::to_string(experts.size) +
                             " does not divide the " + std::to_string(c.n_routed_experts) + " routed experts");
@@ -312,6 +313,11 @@ StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::load(const ModelConfig& c,
     DSV4_ASSIGN_OR_RETURN(m.norm, ld.floats(p + "norm.weight", {c.dim}));
     DSV4_ASSIGN_OR_RETURN(m.hc_head, load_hc_head(ld, p, c));
     w->mtp.push_back(std::move(m));
+  }
+  if (heads.size > 1) {  // embedding and head by vocabulary
+    const int64_t part = static_cast<int64_t>(c.vocab_size) / heads.size, from = heads.rank * part * c.dim;
+    w->embed = std::vector<float>(w->embed.begin() + from, w->embed.begin() + from + part * c.dim);
+    w->head = std::vector<float>(w->head.begin() + from, w->head.begin() + from + part * c.dim);
   }
   if (progress) progress(ckpt.total_bytes(), ckpt.total_bytes());
   return w;
