@@ -18,6 +18,7 @@
 namespace dsv4 {
 namespace {
 
+using testing::greedy;
 using testing::golden_dir;
 using testing::golden_model;
 
@@ -66,14 +67,6 @@ const GoldenRun& golden_run(const std::string& name) {
     for (int64_t b = 0; b < B; ++b) batch.add(&caches[b], &g.decode[b][step], 1);
   }
   return cache[name] = std::move(g);
-}
-
-SamplingParams greedy(int64_t max_tokens) {
-  SamplingParams p;
-  p.temperature = 0.0f;
-  p.max_tokens = max_tokens;
-  p.ignore_eos = true;
-  return p;
 }
 
 // Other traffic: `len` tokens, or fewer when the model's context is short.

@@ -16,6 +16,7 @@
 namespace dsv4 {
 namespace {
 
+using testing::greedy;
 using testing::golden_model;
 
 // The formula of docs/kv-cache.md, from the config alone.
@@ -149,14 +150,6 @@ std::vector<int32_t> tokens(int64_t n, int seed, int64_t vocab) {
   std::vector<int32_t> t(n);
   for (int64_t i = 0; i < n; ++i) t[i] = static_cast<int32_t>((i * 131 + seed * 7 + 3) % vocab);
   return t;
-}
-
-SamplingParams greedy(int64_t max_tokens) {
-  SamplingParams p;
-  p.temperature = 0.0f;
-  p.max_tokens = max_tokens;
-  p.ignore_eos = true;
-  return p;
 }
 
 EngineOptions tight_options() {

@@ -17,6 +17,7 @@
 namespace dsv4 {
 namespace {
 
+using testing::greedy;
 using testing::golden_model;
 
 void expect_invalid(const SamplingParams& p, const std::string& words) {
@@ -174,14 +175,6 @@ TEST(Detokenizer, WaitsForWholeCharactersAndCutsAtStopStrings) {
   for (char c : std::string("STEP STOOP")) text += n.add({static_cast<unsigned char>(c)});
   EXPECT_FALSE(n.stopped());
   EXPECT_EQ(text + n.flush(), "STEP STOOP");
-}
-
-SamplingParams greedy(int64_t max_tokens) {
-  SamplingParams p;
-  p.temperature = 0.0f;
-  p.max_tokens = max_tokens;
-  p.ignore_eos = true;
-  return p;
 }
 
 std::vector<int32_t> run_alone(const DeepseekV4& model, const std::vector<int32_t>& prompt, const SamplingParams& p) {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "model/deepseek_v4.h"
+#include "sched/sampling_params.h"
 
 namespace dsv4::testing {
 
@@ -53,6 +54,15 @@ inline CliResult run_dsv4(const std::string& args) {
   const int status = pclose(p);
   r.code = WEXITSTATUS(status);
   return r;
+}
+
+// Greedy decoding of exactly max_tokens tokens (EOS does not stop it).
+inline SamplingParams greedy(int64_t max_tokens) {
+  SamplingParams p;
+  p.temperature = 0.0f;
+  p.max_tokens = max_tokens;
+  p.ignore_eos = true;
+  return p;
 }
 
 inline double rel_l2(const float* a, const float* b, int64_t n) {
