@@ -173,13 +173,23 @@ std::vector<std::vector<float>> alone(const DeepseekV4& model, const std::vector
   return logits;
 }
 
-TEST(KvCacheIsolation, DecodingWhileAnotherPrefillsTouchesOnlyOwnPages) {
+// An engine on tiny-a with a tight token budget, and its empty-cache page count.
+class KvCacheIsolation : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto created = Engine::create(&model, tight_options());
+    ASSERT_TRUE(created.ok()) << created.status().message();
+    engine = std::move(*created);
+    baseline = engine->cache().pages_in_use();
+  }
   const DeepseekV4& model = golden_model("tiny-a");
   const int64_t V = model.config().vocab_size;
-  auto engine = Engine::create(&model, tight_options());
-  ASSERT_TRUE(engine.ok());
-  Engine& e = **engine;
-  const int64_t baseline = e.cache().pages_in_use();
+  std::unique_ptr<Engine> engine;
+  int64_t baseline = 0;
+};
+
+TEST_F(KvCacheIsolation, DecodingWhileAnotherPrefillsTouchesOnlyOwnPages) {
+  Engine& e = *engine;
   std::map<int64_t, std::vector<std::vector<float>>> logits;
   e.set_logits_observer([&](int64_t id, int64_t, const float* l) { logits[id].emplace_back(l, l + V); });
   IsolationChecker check(&e);
@@ -212,13 +222,8 @@ TEST(KvCacheIsolation, DecodingWhileAnotherPrefillsTouchesOnlyOwnPages) {
   }
 }
 
-TEST(KvCacheIsolation, FinishedAndAbortedRequestsHandTheirPagesToNewOnes) {
-  const DeepseekV4& model = golden_model("tiny-a");
-  const int64_t V = model.config().vocab_size;
-  auto engine = Engine::create(&model, tight_options());
-  ASSERT_TRUE(engine.ok());
-  Engine& e = **engine;
-  const int64_t baseline = e.cache().pages_in_use();
+TEST_F(KvCacheIsolation, FinishedAndAbortedRequestsHandTheirPagesToNewOnes) {
+  Engine& e = *engine;
   IsolationChecker check(&e);
   std::vector<int64_t> ids, newcomers;
   auto add = [&](int64_t len, int seed, int64_t max_tokens) {
