@@ -21,10 +21,8 @@ class Communicator : public Collectives {
   void all_reduce_sum(float* data, int64_t n) override = 0;
   // send[bytes] of every rank -> recv[size * bytes], rank-major.
   void all_gather(const void* send, size_t bytes, void* recv) override = 0;
-  // Rank i sends send_bytes[j] bytes (consecutive in send) to rank j and
-  // receives recv_bytes[j] from rank j (consecutive in recv, rank order).
-  virtual void all_to_all_v(const void* send, const std::vector<size_t>& send_bytes, void* recv,
-                            const std::vector<size_t>& recv_bytes) = 0;
+  void all_to_all_v(const void* send, const std::vector<size_t>& send_bytes, void* recv,
+                    const std::vector<size_t>& recv_bytes) override = 0;
   virtual void broadcast(void* data, size_t bytes, int root) = 0;
   virtual void barrier() = 0;
   // Collective: ranks with the same color form a group, ordered by key.

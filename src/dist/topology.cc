@@ -20,11 +20,13 @@ StatusOr<Topology> Topology::make(const TopologyOptions& o, const ModelConfig& c
     const char* what;
     int64_t n;
   };
-  for (const Dim& d : {Dim{"attention heads", c.n_heads}, Dim{"output groups (o_groups)", c.o_groups},
-                       Dim{"indexer heads", c.index_n_heads}, Dim{"shared expert width", c.moe_inter_dim},
-                       Dim{"vocabulary", c.vocab_size}})
+  for (const Dim& d : {Dim{"attention heads", c.n_heads}, Dim{"indexer heads", c.index_n_heads},
+                       Dim{"hidden size", c.dim}, Dim{"expert width", c.moe_inter_dim}, Dim{"vocabulary", c.vocab_size}})
     if (d.n % t.tp != 0)
       return bad("--tp " + std::to_string(t.tp) + " must divide the " + std::to_string(d.n) + " " + d.what);
+  if (c.o_groups % t.tp != 0 && t.tp % c.o_groups != 0)
+    return bad("--tp " + std::to_string(t.tp) + " must divide or be a multiple of the " + std::to_string(c.o_groups) +
+               " output groups (o_groups)");
   return t;
 }
 

@@ -9,6 +9,7 @@
 #include "kernels/kernels.h"
 #include "model/compressor.h"
 #include "model/indexer.h"
+#include "model/token_split.h"
 
 namespace dsv4 {
 namespace {
@@ -176,29 +177,43 @@ void attention_forward(const AttentionWeights& w, const LayerContext& ctx, const
 
   // De-rotate the output, then the grouped low-rank projection.
   rope_tail(rope, o.data(), rows * heads, hd, rd, [&](int64_t v) { return pos[v / heads]; }, true);
-  const int64_t olr = c.o_lora_rank, g = w.wo_a.out / olr, group_in = static_cast<int64_t>(heads) * hd / g;
-  Buffer og(rows * g * olr), ogroup(rows * olr), xin(rows * group_in);
-  for (int64_t gi = 0; gi < g; ++gi) {
-    for (int64_t r = 0; r < rows; ++r)
-      std::memcpy(&xin[r * group_in], &o[(r * g + gi) * group_in], sizeof(float) * group_in);
-    matmul(xin.data(), rows, group_in, w.wo_a.w.data() + gi * olr * group_in, olr, ogroup.data());
-    for (int64_t r = 0; r < rows; ++r) std::memcpy(&og[(r * g + gi) * olr], &ogroup[r * olr], sizeof(float) * olr);
+  Collectives* tp = ctx.tp && ctx.tp->size() > 1 ? ctx.tp : nullptr;
+  const int tp_size = tp ? tp->size() : 1, tp_rank = tp ? tp->rank() : 0;
+  const int64_t olr = c.o_lora_rank, G = c.o_groups, gl = w.wo_a.out / olr;
+  const int64_t group_heads = c.n_heads / G, group_in = group_heads * hd;
+  // The heads my groups read: my own, or, when a group spans several ranks,
+  // the whole group's gathered from the tensor-parallel group.
+  const float* oin = o.data();
+  int64_t oheads = heads, first_head = 0;
+  Buffer ofull;
+  if (heads < group_heads) {
+    ofull.resize(rows * c.n_heads * hd);
+    gather_columns(tp, TokenSplit::of(rows, tp), o.data(), heads * hd, ofull.data());
+    oin = ofull.data();
+    oheads = c.n_heads;
+    first_head = tp_rank / (tp_size / G) * group_heads;
   }
-  // Under tensor parallelism each rank has its groups' outputs; gather the
-  // full rows (wo_b and its FP8 input rounding see whole rows) and finish
-  // wo_b on every rank, exactly as one rank would.
-  if (ctx.tp && ctx.tp->size() > 1) {
-    const int ranks = ctx.tp->size();
-    Buffer all(og.size() * ranks), full(og.size() * ranks);
-    ctx.tp->all_gather(og.data(), sizeof(float) * og.size(), all.data());
-    const int64_t local = g * olr;
-    for (int r = 0; r < ranks; ++r)
-      for (int64_t row = 0; row < rows; ++row)
-        std::memcpy(&full[(row * ranks + r) * local], &all[(r * rows + row) * local], sizeof(float) * local);
-    linear_forward(w.wo_b, full.data(), rows, out);
+  Buffer og(rows * gl * olr), ogroup(rows * olr), xin(rows * group_in);
+  for (int64_t gi = 0; gi < gl; ++gi) {
+    for (int64_t r = 0; r < rows; ++r)
+      std::memcpy(&xin[r * group_in], oin + (r * oheads + first_head) * hd + gi * group_in, sizeof(float) * group_in);
+    matmul(xin.data(), rows, group_in, w.wo_a.w.data() + gi * olr * group_in, olr, ogroup.data());
+    for (int64_t r = 0; r < rows; ++r) std::memcpy(&og[(r * gl + gi) * olr], &ogroup[r * olr], sizeof(float) * olr);
+  }
+  if (!tp) {
+    linear_forward(w.wo_b, og.data(), rows, out);
     return;
   }
-  linear_forward(w.wo_b, og.data(), rows, out);
+  // wo_b and its FP8 input rounding see whole rows: gather every group's
+  // output, then this rank computes its share of wo_b's output features.
+  Buffer all(rows * gl * olr * tp_size), full(rows * G * olr);
+  gather_columns(tp, TokenSplit::of(rows, tp), og.data(), gl * olr, all.data());
+  const int64_t stride = gl * olr * tp_size, per_group = G >= tp_size ? 1 : tp_size / G;
+  for (int64_t row = 0; row < rows; ++row)
+    for (int64_t g = 0; g < G; ++g)  // group g from the first rank holding it
+      std::memcpy(&full[(row * G + g) * olr], &all[row * stride + (G >= tp_size ? g : g * per_group * gl) * olr],
+                  sizeof(float) * olr);
+  linear_forward(w.wo_b, full.data(), rows, out);
 }
 
 }  // namespace dsv4

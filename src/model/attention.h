@@ -22,8 +22,9 @@ struct LayerContext {
   Collectives* tp = nullptr;  // tensor-parallel group: this rank holds a slice of the heads
 };
 
-// x: [rows, dim] (after attn_norm) -> out: [rows, dim]. Reads and extends
-// each chunk's sequence cache at ctx.cache_layer.
+// x: [rows, dim] (after attn_norm) -> out: [rows, wo_b.out], this rank's
+// share of the output features (all of them without tensor parallelism).
+// Reads and extends each chunk's sequence cache at ctx.cache_layer.
 void attention_forward(const AttentionWeights& w, const LayerContext& ctx, const std::vector<SeqChunk>& chunks,
                        const float* x, int64_t rows, float* out);
 

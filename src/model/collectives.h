@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace dsv4 {
 
@@ -16,10 +17,16 @@ class Collectives {
   virtual void all_reduce_sum(float* data, int64_t n) = 0;
   // send[bytes] of every rank -> recv[size * bytes], rank-major.
   virtual void all_gather(const void* send, size_t bytes, void* recv) = 0;
+  // Rank i sends send_bytes[j] bytes (consecutive in send) to rank j and
+  // receives recv_bytes[j] from rank j (consecutive in recv, rank order).
+  virtual void all_to_all_v(const void* send, const std::vector<size_t>& send_bytes, void* recv,
+                            const std::vector<size_t>& recv_bytes) = 0;
 };
 
-// Which slice of the attention heads (query heads, output groups, indexer
-// heads) a rank holds under tensor parallelism: contiguous blocks.
+// Which slice of the tensor-parallel weights a rank holds: contiguous blocks
+// of the query heads, output groups (a group shared by tp / o_groups ranks
+// when there are fewer groups than ranks), indexer heads, wo_b's and the
+// shared expert's output features, and the vocabulary.
 struct TensorShard {
   int rank = 0;
   int size = 1;

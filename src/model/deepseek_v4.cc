@@ -7,6 +7,7 @@
 #include "kernels/kernels.h"
 #include "model/attention.h"
 #include "model/checkpoint.h"
+#include "model/forward_scope.h"
 #include "model/hyper_connection.h"
 #include "model/moe.h"
 
@@ -91,23 +92,51 @@ void DeepseekV4::embed(const ForwardBatch& batch, float* out) const {
 }
 
 // One block as the paper draws it: hc_pre -> norm -> attention -> hc_post,
-// then hc_pre -> norm -> MoE -> hc_post.
+// then hc_pre -> norm -> MoE -> hc_post. h holds the rows of the residual
+// stream this rank keeps (all, or its block under FlashComm1).
 void DeepseekV4::block(const BlockWeights& b, int cache_layer, const ForwardBatch& batch, const ReferenceRows& rr,
                        float* h) const {
   const ModelConfig& c = config_;
+  const ForwardScope& scope = ForwardScope::current();
+  const TokenSplit& split = scope.split;
   const int64_t rows = batch.num_rows(), dim = c.dim;
-  std::vector<float> x(rows * dim), y(rows * dim);
+  const int64_t held = scope.flashcomm ? split.count() : rows;
+  const ReferenceRows held_rr = scope.flashcomm ? rr.slice(split.begin(), held) : rr;
+  std::vector<float> x(held * dim), y(held * dim), x_all(scope.flashcomm ? rows * dim : 0);
+  // Sublayer inputs are every row of the forward: gathered under FlashComm1.
+  auto all_rows = [&]() -> const float* {
+    if (!scope.flashcomm) return x.data();
+    gather_rows(tensor_group_, split, x.data(), dim, x_all.data());
+    return x_all.data();
+  };
+  // Sublayer outputs [rows, width] split by features -> the held rows, whole.
+  auto held_rows = [&](const std::vector<float>& cols, int64_t width) {
+    if (scope.flashcomm) columns_to_rows(tensor_group_, split, cols.data(), width, y.data());
+    else gather_columns(tensor_group_, split, cols.data(), width, y.data());
+  };
 
-  HcMix mix = hc_pre(b.hc_attn, c, h, rows, rr, x.data());
-  rms_norm_rows(b.attn_norm, c.norm_eps, x.data(), rows, dim);
+  HcMix mix = hc_pre(b.hc_attn, c, h, held, held_rr, x.data());
+  rms_norm_rows(b.attn_norm, c.norm_eps, x.data(), held, dim);
   const LayerContext ctx{c, rope_for(b.attn.ratio), cache_layer, options_.qat_rounding, tensor_group_};
-  attention_forward(b.attn, ctx, batch.chunks, x.data(), rows, y.data());
-  hc_post(mix, c, y.data(), rows, h);
+  std::vector<float> cols(rows * b.attn.wo_b.out);
+  attention_forward(b.attn, ctx, batch.chunks, all_rows(), rows, cols.data());
+  held_rows(cols, b.attn.wo_b.out);
+  hc_post(mix, c, y.data(), held, h);
 
-  mix = hc_pre(b.hc_ffn, c, h, rows, rr, x.data());
-  rms_norm_rows(b.ffn_norm, c.norm_eps, x.data(), rows, dim);
-  moe_forward(b.ffn, c, x.data(), batch.token_ids.data(), rows, rr, expert_group_, y.data());
-  hc_post(mix, c, y.data(), rows, h);
+  mix = hc_pre(b.hc_ffn, c, h, held, held_rr, x.data());
+  rms_norm_rows(b.ffn_norm, c.norm_eps, x.data(), held, dim);
+  cols.resize(rows * b.ffn.shared.w2.out);
+  std::vector<float> routed(split.count() * dim), routed_all(scope.flashcomm ? 0 : rows * dim);
+  moe_forward(b.ffn, c, all_rows(), batch.token_ids.data(), rows, rr, split, {tensor_group_, expert_group_}, cols.data(),
+              routed.data());
+  held_rows(cols, b.ffn.shared.w2.out);
+  const float* r = routed.data();
+  if (!scope.flashcomm) {
+    gather_rows(tensor_group_, split, routed.data(), dim, routed_all.data());
+    r = routed_all.data();
+  }
+  for (int64_t i = 0; i < held * dim; ++i) y[i] += r[i];
+  hc_post(mix, c, y.data(), held, h);
 }
 
 void DeepseekV4::head(const HcHeadWeights& hc, const std::vector<float>& norm, const ForwardBatch& batch,
@@ -140,23 +169,50 @@ void DeepseekV4::head(const HcHeadWeights& hc, const std::vector<float>& norm, c
       std::copy_n(&all[(r * n + i) * part], part, &out->logits[i * c.vocab_size + r * part]);
 }
 
+ForwardScope DeepseekV4::scope_for(const ForwardBatch& batch) const {
+  ForwardScope scope;
+  const int64_t rows = batch.num_rows();
+  scope.split = TokenSplit::of(rows, tensor_group_);
+  const bool prefill = std::any_of(batch.chunks.begin(), batch.chunks.end(),
+                                   [](const SeqChunk& ch) { return ch.start_pos < ch.prefill_len; });
+  scope.flashcomm = options_.flashcomm.enabled && scope.split.size > 1 && prefill && rows > 0 &&
+                    rows >= options_.flashcomm.min_tokens;
+  return scope;
+}
+
+// Under FlashComm1 each rank holds its block of the streams; the head, the
+// trace and MTP want every row.
+void DeepseekV4::all_streams(const float* held, float* all, int64_t rows) const {
+  const ForwardScope& scope = ForwardScope::current();
+  const int64_t flat = static_cast<int64_t>(config_.hc_mult) * config_.dim;
+  if (scope.flashcomm) gather_rows(tensor_group_, scope.split, held, flat, all);
+  else std::copy_n(held, rows * flat, all);
+}
+
 Status DeepseekV4::forward(const ForwardBatch& batch, ForwardOutput* out, bool want_hidden) const {
   DSV4_RETURN_IF_ERROR(check_batch(batch));
   const ModelConfig& c = config_;
   const int64_t rows = batch.num_rows(), dim = c.dim, flat = static_cast<int64_t>(c.hc_mult) * dim;
-  std::vector<float> e(rows * dim), h(rows * flat);
+  const ForwardScope scope = scope_for(batch);
+  ForwardScope::Guard guard(scope);
+  const int64_t first = scope.flashcomm ? scope.split.begin() : 0, held = scope.flashcomm ? scope.split.count() : rows;
+  std::vector<float> e(rows * dim), h(held * flat), all(rows * flat);
   embed(batch, e.data());
   const ReferenceRows rr = ReferenceRows::of(batch);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int s = 0; s < c.hc_mult; ++s) std::memcpy(&h[r * flat + s * dim], &e[r * dim], sizeof(float) * dim);
+  for (int64_t r = 0; r < held; ++r)
+    for (int s = 0; s < c.hc_mult; ++s) std::memcpy(&h[r * flat + s * dim], &e[(first + r) * dim], sizeof(float) * dim);
 
   for (int i = 0; i < c.n_layers; ++i) {
     block(weights_->blocks[i], i, batch, rr, h.data());
-    if (batch.trace) batch.trace->record("layer_out." + std::to_string(i), h.data(), rows, flat);
+    if (batch.trace) {
+      all_streams(h.data(), all.data(), rows);
+      batch.trace->record("layer_out." + std::to_string(i), all.data(), rows, flat);
+    }
   }
-  if (batch.trace) batch.trace->record("final_hidden", h.data(), rows, flat);
-  head(weights_->hc_head, weights_->norm, batch, rr, h.data(), out);
-  if (want_hidden) out->hidden = std::move(h);
+  all_streams(h.data(), all.data(), rows);
+  if (batch.trace) batch.trace->record("final_hidden", all.data(), rows, flat);
+  head(weights_->hc_head, weights_->norm, batch, rr, all.data(), out);
+  if (want_hidden) out->hidden = std::move(all);
   for (const SeqChunk& ch : batch.chunks) ch.cache->length += ch.num_tokens;
   return Status::Ok();
 }
@@ -168,20 +224,25 @@ Status DeepseekV4::forward_mtp(int mtp_index, const ForwardBatch& batch, const f
   const ModelConfig& c = config_;
   const MtpWeights& m = weights_->mtp[mtp_index];
   const int64_t rows = batch.num_rows(), dim = c.dim, hc = c.hc_mult;
+  const ForwardScope scope = scope_for(batch);
+  ForwardScope::Guard guard(scope);
+  const int64_t first = scope.flashcomm ? scope.split.begin() : 0, held = scope.flashcomm ? scope.split.count() : rows;
   // Combine the embedding of the next token with the main model's streams:
   // e_proj(enorm(embed)) broadcast over the streams + h_proj(hnorm(h)).
-  std::vector<float> e(rows * dim), ep(rows * dim), hn(hidden, hidden + rows * hc * dim), h(rows * hc * dim);
+  std::vector<float> e(rows * dim), ep(held * dim), hn(hidden + first * hc * dim, hidden + (first + held) * hc * dim),
+      h(held * hc * dim), all(rows * hc * dim);
   embed(batch, e.data());
-  rms_norm_rows(m.enorm, c.norm_eps, e.data(), rows, dim);
-  linear_forward(m.e_proj, e.data(), rows, ep.data());
-  rms_norm_rows(m.hnorm, c.norm_eps, hn.data(), rows * hc, dim);
-  linear_forward(m.h_proj, hn.data(), rows * hc, h.data());
-  for (int64_t r = 0; r < rows; ++r)
+  rms_norm_rows(m.enorm, c.norm_eps, e.data() + first * dim, held, dim);
+  linear_forward(m.e_proj, e.data() + first * dim, held, ep.data());
+  rms_norm_rows(m.hnorm, c.norm_eps, hn.data(), held * hc, dim);
+  linear_forward(m.h_proj, hn.data(), held * hc, h.data());
+  for (int64_t r = 0; r < held; ++r)
     for (int64_t s = 0; s < hc; ++s)
       for (int64_t d = 0; d < dim; ++d) h[(r * hc + s) * dim + d] += ep[r * dim + d];
   const ReferenceRows rr = ReferenceRows::of(batch);
   block(m.block, c.n_layers + mtp_index, batch, rr, h.data());
-  head(m.hc_head, m.norm, batch, rr, h.data(), out);
+  all_streams(h.data(), all.data(), rows);
+  head(m.hc_head, m.norm, batch, rr, all.data(), out);
   for (const SeqChunk& ch : batch.chunks) ch.cache->length += ch.num_tokens;
   return Status::Ok();
 }

@@ -10,6 +10,7 @@
 #include "model/config.h"
 #include "model/contiguous_cache.h"
 #include "model/forward_batch.h"
+#include "model/forward_scope.h"
 #include "model/reference_rows.h"
 #include "model/rope.h"
 #include "model/weights.h"
@@ -24,7 +25,8 @@ struct ModelOptions {
   bool qat_rounding = false;
   LoadProgress on_progress;  // optional, while weights load
   ExpertShard experts;       // the routed experts this rank holds (expert parallelism)
-  TensorShard heads;         // the attention heads this rank holds (tensor parallelism)
+  TensorShard heads;         // the tensor-parallel weights this rank holds
+  FlashCommOptions flashcomm;
 };
 
 class DeepseekV4 {
@@ -61,6 +63,8 @@ class DeepseekV4 {
   void head(const HcHeadWeights& hc, const std::vector<float>& norm, const ForwardBatch& batch, const ReferenceRows& rr,
             const float* h,
             ForwardOutput* out) const;
+  ForwardScope scope_for(const ForwardBatch& batch) const;
+  void all_streams(const float* held, float* all, int64_t rows) const;
   const Rope& rope_for(int ratio) const { return ratio ? compress_rope_ : window_rope_; }
 
   ModelConfig config_;

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 
+#include "base/check.h"
 #include "base/thread_pool.h"
 #include "kernels/kernels.h"
 #include "ops/topk.h"
@@ -11,11 +13,14 @@
 namespace dsv4 {
 namespace {
 
-// x: [n, dim] -> out: [n, dim]; row weights (may be null) scale the hidden
-// activations before w2, as the reference does.
+// x: [n, dim] -> out: [n, w2.out]; row weights (may be null) scale the
+// hidden activations before w2, as the reference does. When w1/w3 hold
+// hidden features [hidden_begin, +w1.out) of hidden_width (tensor
+// parallelism), `group` gathers the whole hidden rows before w2.
 void expert_forward(const ExpertWeights& e, float limit, const float* x, int64_t n, const float* row_weights,
-                    float* out) {
-  const int64_t inter = e.w1.out;
+                    float* out, Collectives* group = nullptr) {
+  const int64_t inter = e.w1.out, ranks = group ? group->size() : 1, width = inter * ranks;
+  const int64_t first = group ? group->rank() * inter : 0;
   std::vector<float> gate(n * inter), up(n * inter);
   linear_forward(e.w1, x, n, gate.data());
   linear_forward(e.w3, x, n, up.data());
@@ -26,11 +31,101 @@ void expert_forward(const ExpertWeights& e, float limit, const float* x, int64_t
         u = std::clamp(u, -limit, limit);
         g = std::min(g, limit);
       }
-      float h = kernels::silu_at(g, r * inter + k, n * inter) * u;
+      // Where the element sits in the whole [n, width] tensor decides its rounding.
+      float h = kernels::silu_at(g, r * width + first + k, n * width) * u;
       gate[r * inter + k] = row_weights ? row_weights[r] * h : h;
     }
   }
-  linear_forward(e.w2, gate.data(), n, out);
+  if (!group) {
+    linear_forward(e.w2, gate.data(), n, out);
+    return;
+  }
+  std::vector<float> hidden(n * width);
+  gather_columns(group, TokenSplit::of(n, group), gate.data(), inter, hidden.data());
+  linear_forward(e.w2, hidden.data(), n, out);
+}
+
+// One (row, choice) slot on its way to the rank holding its expert.
+struct SlotHeader {
+  int32_t expert;
+  float weight;
+};
+
+// Routed experts over the expert group: every slot travels to the rank
+// holding its expert (an all-to-all), runs there, and its output comes back
+// (a second all-to-all). slots_out: [rows * k, dim] in slot order.
+void run_routed_experts(const MoEWeights& w, const ModelConfig& c, const float* x, const Routing& rt, int64_t rows,
+                        Collectives* ep, float* slots_out) {
+  const int64_t dim = c.dim, k = c.n_activated_experts, n_slots = rows * k;
+  const int ranks = ep ? ep->size() : 1, per_rank = c.n_routed_experts / ranks;
+  // Pack each destination's slots, in slot order: header then the row.
+  const int64_t record = sizeof(SlotHeader) + sizeof(float) * dim;
+  std::vector<std::vector<int64_t>> to(ranks);
+  for (int64_t s = 0; s < n_slots; ++s) to[rt.experts[s] / per_rank].push_back(s);
+  std::vector<size_t> send_bytes(ranks), recv_bytes(ranks), count_bytes(ranks, sizeof(int64_t));
+  std::vector<int64_t> send_counts(ranks), recv_counts(ranks);
+  std::vector<char> send(n_slots * record);
+  char* at = send.data();
+  for (int r = 0; r < ranks; ++r) {
+    send_counts[r] = static_cast<int64_t>(to[r].size());
+    send_bytes[r] = send_counts[r] * record;
+    for (int64_t s : to[r]) {
+      const SlotHeader hdr{rt.experts[s], rt.weights[s]};
+      std::memcpy(at, &hdr, sizeof hdr);
+      std::memcpy(at + sizeof hdr, x + s / k * dim, sizeof(float) * dim);
+      at += record;
+    }
+  }
+  std::vector<char> recv;
+  if (ep && ranks > 1) {
+    ep->all_to_all_v(send_counts.data(), count_bytes, recv_counts.data(), count_bytes);
+    int64_t total = 0;
+    for (int r = 0; r < ranks; ++r) total += recv_counts[r], recv_bytes[r] = recv_counts[r] * record;
+    recv.resize(total * record);
+    ep->all_to_all_v(send.data(), send_bytes, recv.data(), recv_bytes);
+  } else {
+    recv_counts = send_counts;
+    recv = std::move(send);
+  }
+  // Run each expert this rank holds over the slots it received, in arrival order.
+  const int64_t got = static_cast<int64_t>(recv.size()) / record;
+  std::vector<float> results(got * dim);
+  std::vector<int64_t> mine;
+  std::vector<float> xin, wts, yout;
+  for (int e = 0; e < c.n_routed_experts; ++e) {
+    mine.clear();
+    wts.clear();
+    for (int64_t i = 0; i < got; ++i) {
+      SlotHeader hdr;
+      std::memcpy(&hdr, &recv[i * record], sizeof hdr);
+      if (hdr.expert == e) mine.push_back(i), wts.push_back(hdr.weight);
+    }
+    if (mine.empty()) continue;
+    DSV4_CHECK_MSG(w.experts[e].w1.out > 0, "a slot for expert %d reached a rank that does not hold it", e);
+    const int64_t n = static_cast<int64_t>(mine.size());
+    xin.resize(n * dim);
+    yout.resize(n * dim);
+    for (int64_t i = 0; i < n; ++i)
+      std::memcpy(&xin[i * dim], &recv[mine[i] * record + sizeof(SlotHeader)], sizeof(float) * dim);
+    expert_forward(w.experts[e], c.swiglu_limit, xin.data(), n, wts.data(), yout.data());
+    for (int64_t i = 0; i < n; ++i) std::copy_n(&yout[i * dim], dim, &results[mine[i] * dim]);
+  }
+  // Outputs travel back the way their slots came.
+  std::vector<float> back;
+  if (ep && ranks > 1) {
+    std::vector<size_t> out_bytes(ranks), in_bytes(ranks);
+    for (int r = 0; r < ranks; ++r) {
+      out_bytes[r] = sizeof(float) * recv_counts[r] * dim;
+      in_bytes[r] = sizeof(float) * send_counts[r] * dim;
+    }
+    back.resize(n_slots * dim);
+    ep->all_to_all_v(results.data(), out_bytes, back.data(), in_bytes);
+  } else {
+    back = std::move(results);
+  }
+  int64_t i = 0;
+  for (int r = 0; r < ranks; ++r)
+    for (int64_t s : to[r]) std::copy_n(&back[i++ * dim], dim, slots_out + s * dim);
 }
 
 }  // namespace
@@ -75,47 +170,28 @@ Routing route_tokens(const MoEWeights& w, const ModelConfig& c, const float* x, 
 }
 
 void moe_forward(const MoEWeights& w, const ModelConfig& c, const float* x, const int32_t* token_ids, int64_t rows,
-                 const ReferenceRows& rr, Collectives* expert_group, float* out) {
+                 const ReferenceRows& rr, const TokenSplit& split, const MoeGroups& groups, float* shared_out,
+                 float* routed_out) {
   const int64_t dim = c.dim, k = c.n_activated_experts;
-  Routing rt = route_tokens(w, c, x, token_ids, rows, rr);
-  // Each (row, choice) slot gets its expert's output; experts this rank
-  // does not hold leave their slots zero for the group to fill.
-  std::vector<float> slots(rows * k * dim, 0.0f);
-  std::vector<int64_t> slot_of;
-  std::vector<float> xin, wts, yout;
-  for (int e = 0; e < c.n_routed_experts; ++e) {
-    if (w.experts[e].w1.out == 0) continue;  // held by another rank
-    slot_of.clear();
-    wts.clear();
-    for (int64_t s = 0; s < rows * k; ++s)
-      if (rt.experts[s] == e) {
-        slot_of.push_back(s);
-        wts.push_back(rt.weights[s]);
-      }
-    if (slot_of.empty()) continue;
-    const int64_t n = static_cast<int64_t>(slot_of.size());
-    xin.resize(n * dim);
-    yout.resize(n * dim);
-    for (int64_t i = 0; i < n; ++i) std::copy_n(x + slot_of[i] / k * dim, dim, &xin[i * dim]);
-    expert_forward(w.experts[e], c.swiglu_limit, xin.data(), n, wts.data(), yout.data());
-    for (int64_t i = 0; i < n; ++i) std::copy_n(&yout[i * dim], dim, &slots[slot_of[i] * dim]);
-  }
-  // Every slot has one owner, so the group's sum is exactly that owner's
-  // output (adding zeros changes nothing).
-  if (expert_group && expert_group->size() > 1) expert_group->all_reduce_sum(slots.data(), rows * k * dim);
+  // Routed experts for this rank's block of rows.
+  const int64_t first = split.begin(), n = split.count();
+  Routing rt = route_tokens(w, c, x + first * dim, token_ids + first, n, rr.slice(first, n));
+  std::vector<float> slots(n * k * dim);
+  run_routed_experts(w, c, x + first * dim, rt, n, groups.ep, slots.data());
   // Per row, the experts' outputs in expert-index order (the reference's
-  // loop over experts), then the shared expert.
-  std::vector<float> y(rows * dim, 0.0f);
+  // loop over experts).
+  std::fill_n(routed_out, n * dim, 0.0f);
   std::vector<int64_t> order(k);
-  for (int64_t r = 0; r < rows; ++r) {
+  for (int64_t r = 0; r < n; ++r) {
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(),
                      [&](int64_t a, int64_t b) { return rt.experts[r * k + a] < rt.experts[r * k + b]; });
     for (int64_t j : order)
-      for (int64_t d = 0; d < dim; ++d) y[r * dim + d] += slots[(r * k + j) * dim + d];
+      for (int64_t d = 0; d < dim; ++d) routed_out[r * dim + d] += slots[(r * k + j) * dim + d];
   }
-  expert_forward(w.shared, c.swiglu_limit, x, rows, nullptr, out);
-  for (int64_t i = 0; i < rows * dim; ++i) out[i] += y[i];
+  // The shared expert for every row, this rank's share of its features.
+  Collectives* tp = groups.tp && groups.tp->size() > 1 ? groups.tp : nullptr;
+  expert_forward(w.shared, c.swiglu_limit, x, rows, nullptr, shared_out, tp);
 }
 
 }  // namespace dsv4

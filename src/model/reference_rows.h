@@ -28,6 +28,14 @@ struct ReferenceRows {
   int64_t element(int64_t row, int64_t width, int64_t col) const { return index[row] * width + col; }
   int64_t elements(int64_t row, int64_t width) const { return count[row] * width; }
 
+  // Rows [begin, begin + n).
+  ReferenceRows slice(int64_t begin, int64_t n) const {
+    ReferenceRows s;
+    s.index.assign(index.begin() + begin, index.begin() + begin + n);
+    s.count.assign(count.begin() + begin, count.begin() + begin + n);
+    return s;
+  }
+
   static ReferenceRows of(const ForwardBatch& batch) {
     ReferenceRows rr;
     const int64_t rows = batch.num_rows();

@@ -1,5 +1,6 @@
 #include "model/weights.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -206,13 +207,18 @@ StatusOr<AttentionWeights> load_attention(Loader& ld, const std::string& p, cons
       a.indexer = std::move(ix);
     }
   }
-  // Tensor parallelism: this rank's heads, output groups, indexer heads.
+  // Tensor parallelism: this rank's heads, output groups, indexer heads and
+  // wo_b output features.
   const TensorShard& tp = ld.heads();
   if (tp.size > 1) {
-    const int64_t hl = heads / tp.size, gl = c.o_groups / tp.size, olr = c.o_lora_rank;
+    const int64_t hl = heads / tp.size, olr = c.o_lora_rank, G = c.o_groups;
+    // Fewer groups than ranks: a group's heads span tp / G ranks, each of
+    // which holds that group's wo_a.
+    const int64_t gl = std::max<int64_t>(1, G / tp.size), g0 = G >= tp.size ? tp.rank * gl : tp.rank / (tp.size / G);
     a.attn_sink.assign(a.attn_sink.begin() + tp.rank * hl, a.attn_sink.begin() + (tp.rank + 1) * hl);
     a.wq_b = slice_rows(a.wq_b, tp.rank * hl * hd, hl * hd);
-    a.wo_a = slice_rows(a.wo_a, tp.rank * gl * olr, gl * olr);
+    a.wo_a = slice_rows(a.wo_a, g0 * olr, gl * olr);
+    a.wo_b = slice_rows(a.wo_b, tp.rank * (c.dim / tp.size), c.dim / tp.size);
     if (a.indexer) {
       const int64_t il = c.index_n_heads / tp.size;
       a.indexer->wq_b = slice_rows(a.indexer->wq_b, tp.rank * il * c.index_head_dim, il * c.index_head_dim);
@@ -248,6 +254,13 @@ StatusOr<MoEWeights> load_moe(Loader& ld, const std::string& p, const ModelConfi
     m.experts.push_back(std::move(ex));
   }
   DSV4_ASSIGN_OR_RETURN(m.shared, load_expert(ld, p + ".shared_experts", c));
+  const TensorShard& tp = ld.heads();
+  if (tp.size > 1) {  // the shared expert by output features: w1/w3 hidden, w2 model dims
+    const int64_t inter = c.moe_inter_dim / tp.size, dim = c.dim / tp.size;
+    m.shared.w1 = slice_rows(m.shared.w1, tp.rank * inter, inter);
+    m.shared.w3 = slice_rows(m.shared.w3, tp.rank * inter, inter);
+    m.shared.w2 = slice_rows(m.shared.w2, tp.rank * dim, dim);
+  }
   return m;
 }
 
@@ -283,12 +296,14 @@ StatusOr<BlockWeights> load_block(Loader& ld, const std::string& p, const ModelC
 StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::load(const ModelConfig& c, const Checkpoint& ckpt,
                                                           const LoadProgress& progress, const ExpertShard& experts,
                                                           const TensorShard& heads) {
-  if (heads.size < 1 || heads.rank < 0 || heads.rank >= heads.size || c.n_heads % heads.size ||
-      c.o_groups % heads.size || c.index_n_heads % heads.size || c.vocab_size % heads.size)
-    return invalid_argument("tensor parallelism over " + std::to_string(heads.size) + " ranks must divide the " +
-                            std::to_string(c.n_heads) + " heads, " + std::to_string(c.o_groups) + " output groups, " +
-                            std::to_string(c.index_n_heads) + " indexer heads and the vocabulary of " +
-                            std::to_string(c.vocab_size));
+  const int tp = heads.size;
+  if (tp < 1 || heads.rank < 0 || heads.rank >= tp || c.n_heads % tp || (c.o_groups % tp && tp % c.o_groups) ||
+      c.index_n_heads % tp || c.vocab_size % tp || c.dim % tp || c.moe_inter_dim % tp)
+    return invalid_argument("tensor parallelism over " + std::to_string(tp) + " ranks must divide the " +
+                            std::to_string(c.n_heads) + " heads, " + std::to_string(c.index_n_heads) +
+                            " indexer heads, the hidden size " + std::to_string(c.dim) + ", the expert width " +
+                            std::to_string(c.moe_inter_dim) + " and the vocabulary of " + std::to_string(c.vocab_size) +
+                            ", and divide or be a multiple of the " + std::to_string(c.o_groups) + " output groups");
   if (experts.size < 1 || experts.rank < 0 || experts.rank >= experts.size || c.n_routed_experts % experts.size)
     return invalid_argument("expert shard " + std::to_string(experts.rank) + " of " + std::to_string(experts.size) +
                             " does not divide the " + std::to_string(c.n_routed_experts) + " routed experts");
