@@ -13,8 +13,9 @@
 namespace dsv4::app {
 
 int self_check(int chunk);  // cmd_verify_self.cc
-// cmd_verify_mpi.cc; split_heads: tensor parallelism over the processes too
-int verify_over_mpi(int argc, char** argv, const std::string& dir, const std::string& golden, int chunk, bool split_heads);
+// cmd_verify_mpi.cc: the same over MPI processes
+int verify_over_mpi(int argc, char** argv, const std::string& dir, const std::string& golden, int chunk,
+                    const ParallelVerifyOptions& parallel);
 
 namespace {
 
@@ -24,13 +25,20 @@ const char* kHelp =
     "  --golden FILE  reference outputs (default: DIR/golden.safetensors)\n"
     "  --chunk N      prefill in chunks of N tokens (default: whole prompt)\n"
     "  --dump OUT     write every computed tensor to OUT (F32 safetensors)\n"
-    "  --tp N         split the attention heads over N ranks (threads), each loading only its share\n"
-    "  --ep N         spread the routed experts over N ranks (default: the --tp ranks)\n"
-    "  --dist mpi     one rank per MPI process instead (mpirun -np N dsv4 verify --dist mpi ...):\n"
-    "                 the experts spread over the N processes (and the heads with --tp N); rank 0 reports\n"
+    "  --tp N --dp N --ep N\n"
+    "                 run on tp x dp ranks (threads): heads, output groups, wo_b, the shared\n"
+    "                 expert and the vocabulary split over each TP group, the prompts over the\n"
+    "                 DP groups, the routed experts over EP ranks (default: every rank)\n"
+    "  --enable-flashcomm1, --flashcomm1-sp-min-token-num N\n"
+    "                 sequence-parallel prefill in steps of at least N tokens (default 1000)\n"
+    "  --dist mpi     one rank per MPI process instead of threads\n"
+    "                 (mpirun -np TPxDP dsv4 verify --dist mpi ...); rank 0 reports\n"
     "Without --model: self-check of the embedded default model (whole-prompt\n"
     "prefill against chunked and token-by-token prefill).\n"
     "Exit code 0: every bound holds; 1: a bound is broken; 2: bad input.\n";
+
+
+}  // namespace
 
 // case.json beside the golden says whether the weights were FP8.
 bool case_says_quantized(const std::string& golden, bool fallback) {
@@ -46,20 +54,27 @@ bool case_says_quantized(const std::string& golden, bool fallback) {
   return fallback;
 }
 
-}  // namespace
-
 int cmd_verify(int argc, char** argv) {
-  Args args(argc, argv, 2, {"model", "golden", "chunk", "dump", "ep", "tp", "dist"}, {"help"});
+  Args args(argc, argv, 2,
+            {"model", "golden", "chunk", "dump", "ep", "tp", "dp", "dist", "flashcomm1-sp-min-token-num"},
+            {"help", "enable-flashcomm1"});
   long chunk = args.get_int("chunk", 0);
-  const long tp = args.get_int("tp", 1);
-  const long ep = args.get_int("ep", tp);  // experts over the same ranks by default
+  ParallelVerifyOptions par;
+  par.topology.tp = static_cast<int>(args.get_int("tp", 1));
+  par.topology.dp = static_cast<int>(args.get_int("dp", 1));
+  par.topology.ep = static_cast<int>(args.get_int("ep", 0));
+  par.flashcomm.enabled = args.has("enable-flashcomm1");
+  par.flashcomm.min_tokens = args.get_int("flashcomm1-sp-min-token-num", 1000);
   if (args.has("help")) {
     std::fputs(kHelp, stdout);
     return 0;
   }
-  if (!args.ok() || chunk < 0 || ep < 1 || tp < 1) {
+  if (!args.ok() || chunk < 0 || par.flashcomm.min_tokens < 1) {
     std::fprintf(stderr, "dsv4 verify: %s\n%s",
-                 !args.ok() ? args.error().c_str() : chunk < 0 ? "--chunk must be >= 0" : "--tp and --ep must be at least 1", kHelp);
+                 !args.ok() ? args.error().c_str()
+                 : chunk < 0 ? "--chunk must be >= 0"
+                             : "--flashcomm1-sp-min-token-num must be at least 1",
+                 kHelp);
     return 2;
   }
   if (!args.has("model")) return self_check(static_cast<int>(chunk));
@@ -68,8 +83,8 @@ int cmd_verify(int argc, char** argv) {
     std::fprintf(stderr, "dsv4 verify: --dist must be local or mpi, got '%s'\n", dist.c_str());
     return 2;
   }
-  if (dist == "mpi")
-    return verify_over_mpi(argc, argv, args.get("model"), args.get("golden"), static_cast<int>(chunk), tp > 1);
+  if (dist == "mpi") return verify_over_mpi(argc, argv, args.get("model"), args.get("golden"), static_cast<int>(chunk), par);
+  const bool parallel = par.topology.tp * par.topology.dp > 1 || par.topology.ep > 1;
 
   const std::string dir = args.get("model");
   auto t0 = std::chrono::steady_clock::now();
@@ -89,14 +104,15 @@ int cmd_verify(int argc, char** argv) {
               opt.golden_path.c_str(), chunk > 0 ? ("chunks of " + std::to_string(chunk)).c_str() : "whole prompt");
   t0 = std::chrono::steady_clock::now();
   StatusOr<VerifyReport> report = Status(StatusCode::kInternal, "not run");
-  if (ep > 1 || tp > 1) {
-    auto par = verify_golden_parallel(dir, opt, {static_cast<int>(tp), static_cast<int>(ep)});
-    if (par.ok()) {
-      std::printf("  %d ranks (TP%ld, EP%ld): %.2f MiB of weights per rank, %.2f MiB on one rank\n", par->ranks, tp, ep,
-                  par->weight_bytes_per_rank / 1048576.0, par->weight_bytes_single / 1048576.0);
-      report = par->report;
+  if (parallel) {
+    auto run = verify_golden_parallel(dir, opt, par);
+    if (run.ok()) {
+      std::printf("  %s%s: %.2f MiB of weights per rank (at most), %.2f MiB on one rank\n",
+                  run->topology.describe().c_str(), par.flashcomm.enabled ? ", FlashComm1" : "",
+                  run->weight_bytes_per_rank / 1048576.0, run->weight_bytes_single / 1048576.0);
+      report = run->report;
     } else {
-      report = par.status();
+      report = run.status();
     }
   } else {
     report = verify_golden(**model, opt);

@@ -76,20 +76,23 @@ INSTANTIATE_TEST_SUITE_P(Cases, Golden, ::testing::ValuesIn(params()), [](const 
 namespace dsv4 {
 namespace {
 
-// Tensor and expert parallelism over threads: every rank loads only its
-// heads and experts, and the golden numbers stay exact.
-struct ExpertParallelParam {
+// The TP x DP x EP topology over threads: every rank loads only its share,
+// each data-parallel group runs its share of the prompts (groups without
+// one step along empty), and the golden numbers stay exact, with FlashComm1
+// too (rows per step not divisible by TP included).
+struct TopologyParam {
   std::string name;
-  int ep;
+  int tp, dp, ep;  // ep 0: every rank
   int chunk;
-  int tp = 1;
+  int flashcomm_min = 0;  // 0: FlashComm1 off
 };
 
-void PrintTo(const ExpertParallelParam& p, std::ostream* os) {
-  *os << p.name << " tp " << p.tp << " ep " << p.ep << " chunk " << p.chunk;
+void PrintTo(const TopologyParam& p, std::ostream* os) {
+  *os << p.name << " tp " << p.tp << " dp " << p.dp << " ep " << p.ep << " chunk " << p.chunk << " flashcomm1 "
+      << p.flashcomm_min;
 }
 
-class GoldenParallel : public ::testing::TestWithParam<ExpertParallelParam> {};
+class GoldenParallel : public ::testing::TestWithParam<TopologyParam> {};
 
 TEST_P(GoldenParallel, MatchesReferenceBitForBit) {
   const auto& p = GetParam();
@@ -97,7 +100,10 @@ TEST_P(GoldenParallel, MatchesReferenceBitForBit) {
   opt.golden_path = testing::golden_dir() + "/" + p.name + "/golden.safetensors";
   opt.chunk = p.chunk;
   opt.quantized = model_is_quantized(testing::golden_model(p.name));
-  auto run = verify_golden_parallel(testing::golden_dir() + "/" + p.name, opt, {p.tp, p.ep});
+  ParallelVerifyOptions par;
+  par.topology = {p.tp, p.dp, p.ep};
+  par.flashcomm = {p.flashcomm_min > 0, p.flashcomm_min};
+  auto run = verify_golden_parallel(testing::golden_dir() + "/" + p.name, opt, par);
   ASSERT_TRUE(run.ok()) << run.status().message();
   for (const auto& t : run->report.tensors) {
     if (t.bound >= 0) {
@@ -106,33 +112,65 @@ TEST_P(GoldenParallel, MatchesReferenceBitForBit) {
     EXPECT_EQ(t.rel_l2, 0.0) << t.name;
   }
   EXPECT_EQ(run->report.greedy_match, run->report.greedy_total);
-  EXPECT_LT(run->weight_bytes_per_rank, run->weight_bytes_single) << "each rank holds a share of the weights";
-  std::printf("  %s TP%d EP%d: %.2f MiB of weights per rank, %.2f MiB on one rank\n", p.name.c_str(), p.tp, p.ep,
-              run->weight_bytes_per_rank / 1048576.0, run->weight_bytes_single / 1048576.0);
+  EXPECT_EQ(run->flashcomm_forwards > 0, p.flashcomm_min > 0) << "FlashComm1 ran in exactly the runs that enable it";
+  if (p.tp > 1 || run->topology.ep > 1) {
+    EXPECT_LT(run->weight_bytes_per_rank, run->weight_bytes_single) << "each rank holds a share of the weights";
+  }
+  std::printf("  %s %s%s: %.2f MiB of weights per rank, %.2f MiB on one rank; %lld FlashComm1 forwards\n",
+              p.name.c_str(), run->topology.describe().c_str(), p.flashcomm_min ? " FlashComm1" : "",
+              run->weight_bytes_per_rank / 1048576.0, run->weight_bytes_single / 1048576.0,
+              static_cast<long long>(run->flashcomm_forwards));
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, GoldenParallel,
-                         ::testing::Values(ExpertParallelParam{"tiny-a", 2, 0}, ExpertParallelParam{"tiny-a", 8, 7},
-                                           ExpertParallelParam{"small-real", 4, 64},
-                                           ExpertParallelParam{"small-fp8", 2, 1},
-                                           ExpertParallelParam{"tiny-a", 2, 7, 2},
-                                           ExpertParallelParam{"small-real", 2, 0, 2},
-                                           ExpertParallelParam{"small-fp8", 2, 7, 2},
-                                           ExpertParallelParam{"small-fp8", 1, 0, 2}),
-                         [](const auto& info) {
-                           std::string n = info.param.name + "_tp" + std::to_string(info.param.tp) + "_ep" +
-                                           std::to_string(info.param.ep) + "_chunk" + std::to_string(info.param.chunk);
-                           for (char& c : n)
-                             if (c == '-') c = '_';
-                           return n;
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Cases, GoldenParallel,
+    ::testing::Values(
+        // experts over data-parallel ranks (more groups than prompts: some
+        // step along empty), tensor parallelism alone and with experts
+        TopologyParam{"tiny-a", 1, 8, 8, 7}, TopologyParam{"small-real", 1, 4, 4, 64},
+        TopologyParam{"small-fp8", 1, 2, 2, 1},
+        TopologyParam{"tiny-a", 2, 1, 0, 7}, TopologyParam{"small-real", 2, 1, 0, 0},
+        TopologyParam{"small-fp8", 2, 1, 0, 7}, TopologyParam{"small-fp8", 2, 1, 1, 0},
+        // --dp 2 --ep 2
+        TopologyParam{"tiny-a", 1, 2, 2, 0}, TopologyParam{"small-real", 1, 2, 2, 7},
+        TopologyParam{"small-fp8", 1, 2, 2, 0},
+        // the canonical shape: TP4 x DP4, EP16 (tiny-a has 8 experts: EP8)
+        TopologyParam{"small-real", 4, 4, 16, 0}, TopologyParam{"small-fp8", 4, 4, 16, 7},
+        TopologyParam{"tiny-a", 4, 4, 8, 7},
+        // FlashComm1: 2 prompts x 7 tokens over TP4 (blocks 4,4,4,2), one
+        // prompt of 7 over TP2, whole prompts
+        TopologyParam{"small-fp8", 4, 1, 0, 7, 8}, TopologyParam{"small-real", 2, 2, 4, 7, 4},
+        TopologyParam{"tiny-a", 2, 1, 0, 0, 16}, TopologyParam{"small-real", 4, 4, 16, 0, 2}),
+    [](const auto& info) {
+      const TopologyParam& p = info.param;
+      std::string n = p.name + "_tp" + std::to_string(p.tp) + "_dp" + std::to_string(p.dp) + "_ep" +
+                      std::to_string(p.ep) + "_chunk" + std::to_string(p.chunk) +
+                      (p.flashcomm_min ? "_flashcomm1_" + std::to_string(p.flashcomm_min) : "");
+      for (char& c : n)
+        if (c == '-') c = '_';
+      return n;
+    });
 
 TEST(GoldenParallelErrors, EpMustDivideTheExperts) {
   VerifyOptions opt;
   opt.golden_path = testing::golden_dir() + "/tiny-a/golden.safetensors";
-  auto run = verify_golden_parallel(testing::golden_dir() + "/tiny-a", opt, {1, 3});
+  ParallelVerifyOptions par;
+  par.topology = {1, 3, 3};
+  auto run = verify_golden_parallel(testing::golden_dir() + "/tiny-a", opt, par);
   ASSERT_FALSE(run.ok());
-  EXPECT_NE(run.status().message().find("--ep 3 must divide the 8 routed experts"), std::string::npos);
+  EXPECT_NE(run.status().message().find("--ep 3 must divide the 8 routed experts"), std::string::npos)
+      << run.status().message();
+}
+
+TEST(GoldenParallelErrors, TpMustFitTheHeads) {
+  VerifyOptions opt;
+  opt.golden_path = testing::golden_dir() + "/tiny-a/golden.safetensors";
+  ParallelVerifyOptions par;
+  par.topology = {8, 1, 8};
+  auto run = verify_golden_parallel(testing::golden_dir() + "/tiny-a", opt, par);
+  ASSERT_FALSE(run.ok());
+  EXPECT_NE(run.status().message().find("--tp 8 must divide the 4 attention heads"), std::string::npos)
+      << run.status().message();
 }
 
 }  // namespace

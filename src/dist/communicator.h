@@ -28,12 +28,31 @@ class Communicator : public Collectives {
   // Collective: ranks with the same color form a group, ordered by key.
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
 
+  // What this rank has sent to the other ranks so far, each collective
+  // counted as its direct algorithm moves the data: its block to every other
+  // rank for gathers, reductions and broadcasts (from the root), each
+  // destination's block for all-to-all. Messages inside one process are
+  // memory copies, counted the same.
+  struct Traffic {
+    int64_t bytes = 0;
+    int64_t collectives = 0;
+  };
+  Traffic traffic() const { return traffic_; }
+
   // send[size * chunk] summed over ranks; rank r keeps chunk r in recv[chunk].
   void reduce_scatter_sum(const float* send, int64_t chunk, float* recv);
   // Like reduce_scatter_sum for n values not divisible by size: chunks of
   // ceil(n / size), the last ones padded; rank r gets values
   // [r * chunk, min(n, (r + 1) * chunk)) and returns how many.
   int64_t reduce_scatter_sum_padded(const float* send, int64_t n, float* recv);
+
+ protected:
+  void count_sent(size_t bytes) {
+    if (size() > 1) traffic_.bytes += static_cast<int64_t>(bytes), ++traffic_.collectives;
+  }
+
+ private:
+  Traffic traffic_;
 };
 
 }  // namespace dsv4

@@ -18,6 +18,7 @@ std::vector<std::unique_ptr<Communicator>> LocalCommunicator::create(int size) {
 
 void LocalCommunicator::all_reduce_sum(float* data, int64_t n) {
   LocalWorld& w = *world_;
+  count_sent(sizeof(float) * n * (w.size() - 1));
   w.slots_[rank_] = data;
   barrier();
   std::vector<float> sum(static_cast<const float*>(w.slots_[0]), static_cast<const float*>(w.slots_[0]) + n);
@@ -31,6 +32,7 @@ void LocalCommunicator::all_reduce_sum(float* data, int64_t n) {
 
 void LocalCommunicator::all_gather(const void* send, size_t bytes, void* recv) {
   LocalWorld& w = *world_;
+  count_sent(bytes * (w.size() - 1));
   w.slots_[rank_] = send;
   barrier();
   for (int r = 0; r < w.size(); ++r)
@@ -42,6 +44,7 @@ void LocalCommunicator::all_to_all_v(const void* send, const std::vector<size_t>
                                      const std::vector<size_t>& recv_bytes) {
   LocalWorld& w = *world_;
   DSV4_CHECK(static_cast<int>(send_bytes.size()) == w.size() && static_cast<int>(recv_bytes.size()) == w.size());
+  count_sent(std::accumulate(send_bytes.begin(), send_bytes.end(), size_t{0}) - send_bytes[rank_]);
   w.slots_[rank_] = send;
   w.sizes_[rank_] = send_bytes;
   barrier();
@@ -59,6 +62,7 @@ void LocalCommunicator::all_to_all_v(const void* send, const std::vector<size_t>
 
 void LocalCommunicator::broadcast(void* data, size_t bytes, int root) {
   LocalWorld& w = *world_;
+  if (rank_ == root) count_sent(bytes * (w.size() - 1));
   if (rank_ == root) w.slots_[root] = data;
   barrier();
   if (rank_ != root) std::memcpy(data, w.slots_[root], bytes);

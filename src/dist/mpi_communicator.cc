@@ -2,6 +2,7 @@
 
 #include <mpi.h>
 
+#include <numeric>
 #include <vector>
 
 #include "base/check.h"
@@ -69,6 +70,7 @@ void MpiCommunicator::all_reduce_sum(float* data, int64_t n) {
 
 void MpiCommunicator::all_gather(const void* send, size_t bytes, void* recv) {
   DSV4_CHECK_MSG(bytes <= static_cast<size_t>(INT32_MAX), "MPI message over 2 GiB");
+  count_sent(bytes * (size_ - 1));
   MPI_Allgather(send, static_cast<int>(bytes), MPI_BYTE, recv, static_cast<int>(bytes), MPI_BYTE, handle(comm_));
 }
 
@@ -76,11 +78,13 @@ void MpiCommunicator::all_to_all_v(const void* send, const std::vector<size_t>& 
                                    const std::vector<size_t>& recv_bytes) {
   const std::vector<int> sc = as_ints(send_bytes), rc = as_ints(recv_bytes);
   const std::vector<int> sd = displacements(sc), rd = displacements(rc);
+  count_sent(std::accumulate(send_bytes.begin(), send_bytes.end(), size_t{0}) - send_bytes[rank_]);
   MPI_Alltoallv(send, sc.data(), sd.data(), MPI_BYTE, recv, rc.data(), rd.data(), MPI_BYTE, handle(comm_));
 }
 
 void MpiCommunicator::broadcast(void* data, size_t bytes, int root) {
   DSV4_CHECK_MSG(bytes <= static_cast<size_t>(INT32_MAX), "MPI message over 2 GiB");
+  if (rank_ == root) count_sent(bytes * (size_ - 1));
   MPI_Bcast(data, static_cast<int>(bytes), MPI_BYTE, root, handle(comm_));
 }
 

@@ -30,6 +30,15 @@ StatusOr<Topology> Topology::make(const TopologyOptions& o, const ModelConfig& c
   return t;
 }
 
+RankGroups RankGroups::split(Communicator& world, const Topology& t) {
+  RankGroups g;
+  g.rank = world.rank();
+  g.tp = world.split(t.dp_rank(g.rank), t.tp_rank(g.rank));
+  g.ep = world.split(g.rank / t.ep, t.ep_rank(g.rank));
+  g.peers = world.split(t.tp_rank(g.rank), t.dp_rank(g.rank));
+  return g;
+}
+
 std::string Topology::describe() const {
   return std::to_string(world) + (world == 1 ? " rank" : " ranks") + ": TP" + std::to_string(tp) + " x DP" +
          std::to_string(dp) + ", EP" + std::to_string(ep);

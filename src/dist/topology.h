@@ -3,9 +3,11 @@
 // world and the expert count). Canonical DeepSeek-V4-Flash: tp 4, dp 4, ep 16.
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include "base/status.h"
+#include "dist/communicator.h"
 #include "model/config.h"
 
 namespace dsv4 {
@@ -29,6 +31,16 @@ struct Topology {
   int ep_rank(int rank) const { return rank % ep; }
   int experts_per_rank(const ModelConfig& c) const { return c.n_routed_experts / ep; }
   std::string describe() const;  // "16 ranks: TP4 x DP4, EP16"
+};
+
+// A rank's groups, split from the world (a collective over every rank).
+struct RankGroups {
+  int rank = 0;
+  std::unique_ptr<Communicator> tp;     // my data-parallel group's ranks, in TP order
+  std::unique_ptr<Communicator> ep;     // the ranks holding the routed experts between them
+  std::unique_ptr<Communicator> peers;  // the same TP rank of every data-parallel group, in DP order
+
+  static RankGroups split(Communicator& world, const Topology& topology);
 };
 
 }  // namespace dsv4

@@ -177,6 +177,7 @@ ForwardScope DeepseekV4::scope_for(const ForwardBatch& batch) const {
                                    [](const SeqChunk& ch) { return ch.start_pos < ch.prefill_len; });
   scope.flashcomm = options_.flashcomm.enabled && scope.split.size > 1 && prefill && rows > 0 &&
                     rows >= options_.flashcomm.min_tokens;
+  if (scope.flashcomm) ++flashcomm_forwards_;
   return scope;
 }
 

@@ -3,6 +3,7 @@
 // sequences at any positions.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -42,6 +43,8 @@ class DeepseekV4 {
   // The tensor-parallel group (each rank holding options.heads).
   void set_tensor_group(Collectives* group) { tensor_group_ = group; }
   const ModelWeights& weights() const { return *weights_; }
+  // How many forwards so far held the residual stream split (FlashComm1).
+  int64_t flashcomm_forwards() const { return flashcomm_forwards_.load(); }
 
   // Contiguous caches for one sequence: the main layers, or MTP block k.
   ContiguousCache new_sequence() const;
@@ -72,6 +75,7 @@ class DeepseekV4 {
   std::unique_ptr<ModelWeights> weights_;
   Collectives* expert_group_ = nullptr;
   Collectives* tensor_group_ = nullptr;
+  mutable std::atomic<int64_t> flashcomm_forwards_{0};
   Rope window_rope_;    // plain RoPE for sliding-window layers
   Rope compress_rope_;  // YaRN for compressed layers
 };

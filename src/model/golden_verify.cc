@@ -110,36 +110,41 @@ StatusOr<VerifyReport> verify_golden(const DeepseekV4& model, const VerifyOption
 
   std::map<std::string, std::vector<float>> computed;
   std::map<std::string, std::vector<int64_t>> shapes;
+  // The prompts this rank's data-parallel group runs.
+  std::vector<int64_t> mine;
+  for (int64_t b = opt.dp_rank; b < B; b += opt.dp_size) mine.push_back(b);
+  const int64_t M = static_cast<int64_t>(mine.size());
 
   // Prefill: chunk k of every prompt in one packed batch.
   std::vector<ContiguousCache> states;
-  for (int64_t b = 0; b < B; ++b) states.push_back(model.new_sequence());
+  for (int64_t i = 0; i < M; ++i) states.push_back(model.new_sequence());
   TraceCollector trace;
-  std::vector<std::vector<float>> hidden(B);
-  std::vector<float> prefill_logits(B * V);
+  std::vector<std::vector<float>> hidden(M);
+  std::vector<float> prefill_logits(B * V, 0.0f);
   for (int64_t s0 = 0; s0 < S; s0 += chunk) {
     const int64_t n = std::min(chunk, S - s0);
     ForwardBatch batch;
     batch.trace = &trace;
-    for (int64_t b = 0; b < B; ++b) {
+    for (int64_t i = 0; i < M; ++i) {
+      const int64_t b = mine[i];
       std::vector<int32_t> ids(prompt.begin() + b * S + s0, prompt.begin() + b * S + s0 + n);
-      batch.add(&states[b], ids.data(), n, /*prefill_len=*/S);
+      batch.add(&states[i], ids.data(), n, /*prefill_len=*/S);
     }
     ForwardOutput out;
     DSV4_RETURN_IF_ERROR(model.forward(batch, &out, /*want_hidden=*/true));
-    for (int64_t b = 0; b < B; ++b) {
-      hidden[b].insert(hidden[b].end(), out.hidden.begin() + b * n * flat, out.hidden.begin() + (b + 1) * n * flat);
-      if (s0 + n == S) std::copy_n(&out.logits[b * V], V, &prefill_logits[b * V]);
+    for (int64_t i = 0; i < M; ++i) {
+      hidden[i].insert(hidden[i].end(), out.hidden.begin() + i * n * flat, out.hidden.begin() + (i + 1) * n * flat);
+      if (s0 + n == S) std::copy_n(&out.logits[i * V], V, &prefill_logits[mine[i] * V]);
     }
   }
-  // Traces arrive per forward as [B, n] blocks; reorder to [B, S].
+  // Traces arrive per forward as [M, n] blocks; reorder to [B, S].
   for (auto& [name, rows] : trace.data_) {
-    std::vector<float> ordered(B * S * flat);
+    std::vector<float> ordered(B * S * flat, 0.0f);
     int64_t at = 0;
     for (int64_t s0 = 0; s0 < S; s0 += chunk) {
       const int64_t n = std::min(chunk, S - s0);
-      for (int64_t b = 0; b < B; ++b, at += n * flat)
-        std::copy_n(&rows[at], n * flat, &ordered[(b * S + s0) * flat]);
+      for (int64_t i = 0; i < M; ++i, at += n * flat)
+        std::copy_n(&rows[at], n * flat, &ordered[(mine[i] * S + s0) * flat]);
     }
     computed[name] = std::move(ordered);
     shapes[name] = {B, S, c.hc_mult, c.dim};
@@ -148,16 +153,16 @@ StatusOr<VerifyReport> verify_golden(const DeepseekV4& model, const VerifyOption
   shapes["prefill_logits"] = {B, V};
 
   // Decode with the reference's ids (teacher forcing).
-  std::vector<float> decode_logits(T * B * V);
+  std::vector<float> decode_logits(T * B * V, 0.0f);
   for (int64_t t = 0; t < T; ++t) {
     ForwardBatch batch;
-    for (int64_t b = 0; b < B; ++b) {
-      int32_t id = static_cast<int32_t>(decode[t * B + b]);
-      batch.add(&states[b], &id, 1);
+    for (int64_t i = 0; i < M; ++i) {
+      int32_t id = static_cast<int32_t>(decode[t * B + mine[i]]);
+      batch.add(&states[i], &id, 1);
     }
     ForwardOutput out;
     DSV4_RETURN_IF_ERROR(model.forward(batch, &out));
-    std::copy(out.logits.begin(), out.logits.end(), &decode_logits[t * B * V]);
+    for (int64_t i = 0; i < M; ++i) std::copy_n(&out.logits[i * V], V, &decode_logits[(t * B + mine[i]) * V]);
   }
   computed["decode_logits"] = decode_logits;
   shapes["decode_logits"] = {T, B, V};
@@ -167,24 +172,33 @@ StatusOr<VerifyReport> verify_golden(const DeepseekV4& model, const VerifyOption
   if (mtp_ids_t && !model.weights().mtp.empty()) {
     const std::vector<int64_t> mtp_ids = read_i64(mtp_ids_t);
     std::vector<ContiguousCache> mtp_states;
-    for (int64_t b = 0; b < B; ++b) mtp_states.push_back(model.new_mtp_sequence(0));
-    std::vector<float> mtp_logits(B * V);
+    for (int64_t i = 0; i < M; ++i) mtp_states.push_back(model.new_mtp_sequence(0));
+    std::vector<float> mtp_logits(B * V, 0.0f);
     for (int64_t s0 = 0; s0 < S; s0 += chunk) {
       const int64_t n = std::min(chunk, S - s0);
       ForwardBatch batch;
       std::vector<float> h;
-      for (int64_t b = 0; b < B; ++b) {
+      for (int64_t i = 0; i < M; ++i) {
+        const int64_t b = mine[i];
         std::vector<int32_t> ids(mtp_ids.begin() + b * S + s0, mtp_ids.begin() + b * S + s0 + n);
-        batch.add(&mtp_states[b], ids.data(), n, /*prefill_len=*/S);
-        h.insert(h.end(), hidden[b].begin() + s0 * flat, hidden[b].begin() + (s0 + n) * flat);
+        batch.add(&mtp_states[i], ids.data(), n, /*prefill_len=*/S);
+        h.insert(h.end(), hidden[i].begin() + s0 * flat, hidden[i].begin() + (s0 + n) * flat);
       }
       ForwardOutput out;
       DSV4_RETURN_IF_ERROR(model.forward_mtp(0, batch, h.data(), &out));
-      if (s0 + n == S) mtp_logits = out.logits;
+      if (s0 + n == S)
+        for (int64_t i = 0; i < M; ++i) std::copy_n(&out.logits[i * V], V, &mtp_logits[mine[i] * V]);
     }
     computed["mtp_logits"] = mtp_logits;
     shapes["mtp_logits"] = {B, V};
   }
+
+  // Every row was computed by exactly one data-parallel group and is zero
+  // in the others, so the sum over the groups is that group's values.
+  if (opt.merge && opt.merge->size() > 1)
+    for (auto& [name, values] : computed) opt.merge->all_reduce_sum(values.data(), static_cast<int64_t>(values.size()));
+  prefill_logits = computed["prefill_logits"];
+  decode_logits = computed["decode_logits"];
 
   // Compare.
   VerifyReport report;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "model/collectives.h"
 
 namespace dsv4 {
 
@@ -17,6 +18,13 @@ struct VerifyOptions {
   int chunk = 0;              // prefill chunk size; 0 = whole prompt
   std::string dump_path;      // when set, computed tensors are written here
   bool quantized = false;     // FP8/FP4 bounds (README) instead of the f32 ones
+  // Data parallelism: this rank runs the prompts b with b % dp_size ==
+  // dp_rank (possibly none, still stepping with its group), and `merge`
+  // (one rank of every data-parallel group, in group order) brings every
+  // group's rows together before the comparison.
+  int dp_rank = 0;
+  int dp_size = 1;
+  Collectives* merge = nullptr;
 };
 
 struct TensorCheck {

@@ -63,45 +63,67 @@ int64_t resident_weight_bytes(const DeepseekV4& m) {
   return n;
 }
 
+StatusOr<RankVerify> verify_golden_on_rank(const std::string& dir, const VerifyOptions& options,
+                                           const ParallelVerifyOptions& p, Communicator& world) {
+  DSV4_ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::load(dir + "/config.json"));
+  DSV4_ASSIGN_OR_RETURN(Topology topo, Topology::make(p.topology, config, world.size()));
+  RankGroups groups = RankGroups::split(world, topo);
+  const int rank = world.rank();
+  ModelOptions mo;
+  mo.experts = {topo.ep_rank(rank), topo.ep};
+  mo.heads = {topo.tp_rank(rank), topo.tp};
+  mo.flashcomm = p.flashcomm;
+  auto model = DeepseekV4::load(dir, mo);
+  // Every rank must get this far before any of them steps into the forward.
+  int loaded = model.ok(), all_loaded = 1;
+  std::vector<int> flags(world.size());
+  world.all_gather(&loaded, sizeof loaded, flags.data());
+  for (int f : flags) all_loaded &= f;
+  if (!model.ok()) return model.status();
+  if (!all_loaded) return internal_error("another rank could not load its share of the model");
+  if (topo.tp > 1) (*model)->set_tensor_group(groups.tp.get());
+  if (topo.ep > 1) (*model)->set_expert_group(groups.ep.get());
+  VerifyOptions o = options;
+  o.dp_rank = topo.dp_rank(rank);
+  o.dp_size = topo.dp;
+  o.merge = groups.peers.get();
+  o.quantized = o.quantized || model_is_quantized(**model);
+  if (rank != 0) o.dump_path.clear();
+  DSV4_ASSIGN_OR_RETURN(VerifyReport report, verify_golden(**model, o));
+  RankVerify out;
+  out.topology = topo;
+  out.report = std::move(report);
+  out.weight_bytes = resident_weight_bytes(**model);
+  out.flashcomm_forwards = (*model)->flashcomm_forwards();
+  const Communicator* comms[] = {&world, groups.tp.get(), groups.ep.get(), groups.peers.get()};
+  for (const Communicator* c : comms) {
+    out.traffic.bytes += c->traffic().bytes;
+    out.traffic.collectives += c->traffic().collectives;
+  }
+  return out;
+}
+
 StatusOr<ParallelVerify> verify_golden_parallel(const std::string& dir, const VerifyOptions& options,
                                                 const ParallelVerifyOptions& p) {
-  const int ranks = std::max(p.tp, p.ep);
-  if (p.tp < 1 || p.ep < 1 || (p.tp != 1 && p.tp != ranks) || (p.ep != 1 && p.ep != ranks))
-    return invalid_argument("--tp and --ep must each be 1 or the number of ranks");
   DSV4_ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::load(dir + "/config.json"));
-  if (config.n_routed_experts % p.ep != 0)
-    return invalid_argument("--ep " + std::to_string(p.ep) + " must divide the " + std::to_string(config.n_routed_experts) +
-                            " routed experts");
-  std::vector<std::unique_ptr<DeepseekV4>> models;
-  for (int r = 0; r < ranks; ++r) {
-    ModelOptions mo;
-    mo.experts = {p.ep > 1 ? r : 0, p.ep};
-    mo.heads = {p.tp > 1 ? r : 0, p.tp};
-    DSV4_ASSIGN_OR_RETURN(auto m, DeepseekV4::load(dir, mo));
-    models.push_back(std::move(m));
-  }
-  auto comms = LocalCommunicator::create(ranks);
-  std::vector<StatusOr<VerifyReport>> reports(ranks, Status(StatusCode::kInternal, "not run"));
+  DSV4_ASSIGN_OR_RETURN(Topology topo, Topology::make(p.topology, config));
+  auto comms = LocalCommunicator::create(topo.world);
+  std::vector<StatusOr<RankVerify>> runs(topo.world, Status(StatusCode::kInternal, "not run"));
   std::vector<std::thread> threads;
-  for (int r = 0; r < ranks; ++r) {
-    if (p.ep > 1) models[r]->set_expert_group(comms[r].get());
-    if (p.tp > 1) models[r]->set_tensor_group(comms[r].get());
-    threads.emplace_back([&, r] {
-      VerifyOptions o = options;
-      if (r) o.dump_path.clear();
-      reports[r] = verify_golden(*models[r], o);
-    });
-  }
+  for (int r = 0; r < topo.world; ++r)
+    threads.emplace_back([&, r] { runs[r] = verify_golden_on_rank(dir, options, p, *comms[r]); });
   for (auto& t : threads) t.join();
-  for (int r = 0; r < ranks; ++r) DSV4_RETURN_IF_ERROR(reports[r].status());
-  for (int r = 1; r < ranks; ++r)
-    for (size_t i = 0; i < reports[0]->tensors.size(); ++i)
-      if (reports[r]->tensors[i].rel_l2 != reports[0]->tensors[i].rel_l2)
-        return internal_error("ranks disagree on " + reports[0]->tensors[i].name);
+  for (int r = 0; r < topo.world; ++r) DSV4_RETURN_IF_ERROR(runs[r].status());
   ParallelVerify out;
-  out.ranks = ranks;
-  out.report = *reports[0];
-  out.weight_bytes_per_rank = resident_weight_bytes(*models[0]);
+  out.topology = topo;
+  out.report = runs[0]->report;
+  for (int r = 0; r < topo.world; ++r) {
+    for (size_t i = 0; i < out.report.tensors.size(); ++i)
+      if (runs[r]->report.tensors[i].rel_l2 != out.report.tensors[i].rel_l2)
+        return internal_error("ranks disagree on " + out.report.tensors[i].name);
+    out.weight_bytes_per_rank = std::max(out.weight_bytes_per_rank, runs[r]->weight_bytes);
+    out.flashcomm_forwards += runs[r]->flashcomm_forwards;
+  }
   DSV4_ASSIGN_OR_RETURN(auto single, DeepseekV4::load(dir));
   out.weight_bytes_single = resident_weight_bytes(*single);
   return out;

@@ -1,26 +1,43 @@
-// The golden protocol over ranks that are threads of this process: the
-// attention heads split over `tp` ranks and/or the routed experts over `ep`
-// ranks. Each rank loads only its share; the ranks run the protocol in
-// lockstep through one group.
+// The golden protocol over a TP x DP x EP topology: each rank loads only its
+// share of the weights, each data-parallel group runs its share of the
+// prompts, and the groups' rows are merged before the comparison. Ranks are
+// threads of this process (verify_golden_parallel) or MPI processes
+// (verify_golden_on_rank on every process).
 #pragma once
 
 #include <string>
 
 #include "base/status.h"
+#include "dist/communicator.h"
+#include "dist/topology.h"
+#include "model/forward_scope.h"
 #include "model/golden_verify.h"
 
 namespace dsv4 {
 
 struct ParallelVerifyOptions {
-  int tp = 1;  // 1 or the number of ranks
-  int ep = 1;  // 1 or the number of ranks
+  TopologyOptions topology;
+  FlashCommOptions flashcomm;
 };
 
+struct RankVerify {
+  Topology topology;
+  VerifyReport report;               // every rank's must agree
+  int64_t weight_bytes = 0;          // resident f32 weights of this rank
+  Communicator::Traffic traffic;     // sent by this rank over all its groups
+  int64_t flashcomm_forwards = 0;    // forwards that ran with FlashComm1
+};
+
+// Collective over `world`: every rank calls it.
+StatusOr<RankVerify> verify_golden_on_rank(const std::string& model_dir, const VerifyOptions& options,
+                                           const ParallelVerifyOptions& parallel, Communicator& world);
+
 struct ParallelVerify {
-  int ranks = 1;
-  VerifyReport report;               // rank 0's (every rank must agree)
-  int64_t weight_bytes_per_rank = 0;  // resident f32 weights of rank 0
+  Topology topology;
+  VerifyReport report;                // rank 0's (the ranks are checked to agree)
+  int64_t weight_bytes_per_rank = 0;  // the most any rank holds
   int64_t weight_bytes_single = 0;    // the same model on one rank
+  int64_t flashcomm_forwards = 0;     // over every rank
 };
 
 StatusOr<ParallelVerify> verify_golden_parallel(const std::string& model_dir, const VerifyOptions& options,
