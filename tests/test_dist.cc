@@ -132,8 +132,10 @@ TEST(Topology, ValidatesShapesWithClearErrors) {
   EXPECT_EQ(ok->tp_rank(3), 1);
   EXPECT_EQ(ok->dp_rank(3), 1);
   EXPECT_EQ(Topology::make({1, 1, 0}, c)->ep, 1);
+  EXPECT_TRUE(Topology::make({4, 4, 16}, c).ok()) << "two ranks share each output group";
   for (const auto& [o, world, words] : std::vector<std::tuple<TopologyOptions, int, std::string>>{
-           {{4, 1, 0}, 0, "must divide the 2 output groups"},
+           {{8, 1, 0}, 0, "--tp 8 must divide the 4 attention heads"},
+           {{3, 1, 1}, 0, "--tp 3 must divide the 4 attention heads"},
            {{2, 3, 4}, 0, "--ep 4 must divide the 6 ranks"},
            {{2, 2, 3}, 0, "--ep 3 must divide the 4 ranks"},
            {{1, 1, 0}, 4, "1 ranks, but 4 processes were started"},

@@ -100,7 +100,7 @@ PageDigest digest(KvCacheManager& kv, const BlockTable& t) {
     PagePool& pool = kv.pool(static_cast<CacheFamily>(f));
     for (int32_t id : t.pages[f]) {
       if (id < 0) continue;
-      const char* p = reinterpret_cast<const char*>(pool.page(id));
+      const char* p = reinterpret_cast<const char*>(kv.store().page(static_cast<CacheFamily>(f), id));
       d[{f, id}] = std::string(p, p + 4 * pool.page_floats());
     }
   }

@@ -78,7 +78,7 @@ StatusOr<int64_t> KvCacheManager::budget_for(const CacheGeometry& geometry, cons
 }
 
 StatusOr<std::unique_ptr<KvCacheManager>> KvCacheManager::create(const CacheGeometry& geometry,
-                                                                  const KvCacheOptions& o) {
+                                                                  const KvCacheOptions& o, int copies) {
   DSV4_ASSIGN_OR_RETURN(PageLayout layout, PageLayout::of(geometry, o.block_size));
   if (o.max_num_seqs <= 0) return invalid_argument("max-num-seqs must be positive");
   int64_t budget = o.memory_bytes;
@@ -98,15 +98,20 @@ StatusOr<std::unique_ptr<KvCacheManager>> KvCacheManager::create(const CacheGeom
     const int64_t compressed_pages =
         cost.per_compressed_page ? (budget / 4 - cost.fixed_floats) / cost.per_compressed_page : 0;
     std::unique_ptr<KvCacheManager> kv(new KvCacheManager(layout, o));
+    std::array<int64_t, kNumCacheFamilies> counts{};
+    for (CacheFamily f : kAllFamilies) {
+      int64_t n = 0;
+      if (pf(f) == 0) n = 0;
+      else if (f == CacheFamily::kOri) n = cost.ring_pages;
+      else if (is_state(f)) n = o.max_num_seqs;
+      else n = compressed_pages;
+      counts[static_cast<int>(f)] = n;
+    }
     try {
-      for (CacheFamily f : kAllFamilies) {
-        int64_t n = 0;
-        if (pf(f) == 0) n = 0;
-        else if (f == CacheFamily::kOri) n = cost.ring_pages;
-        else if (is_state(f)) n = o.max_num_seqs;
-        else n = compressed_pages;
-        kv->pools_[static_cast<int>(f)] = PagePool(family_name(f), pf(f), n);
-      }
+      // The stores first: they are the memory that may not be there.
+      for (int i = 0; i < copies; ++i) kv->stores_.push_back(std::make_unique<PageStore>(layout, counts));
+      for (CacheFamily f : kAllFamilies)
+        kv->pools_[static_cast<int>(f)] = PagePool(family_name(f), pf(f), counts[static_cast<int>(f)]);
     } catch (const std::bad_alloc&) {
       const int64_t smaller = std::max(min_bytes, budget / 2);
       if (smaller == budget) return resource_exhausted("cannot allocate the minimal KV cache of " + gib(budget));
@@ -147,17 +152,6 @@ bool KvCacheManager::allocate(BlockTable* table, int64_t new_len) {
       const int64_t p = static_cast<int64_t>(ids.size());
       ids.push_back(f != CacheFamily::kOri || p >= ring_from ? pool(f).allocate() : -1);
       DSV4_CHECK(f == CacheFamily::kOri && p < ring_from ? ids.back() == -1 : ids.back() >= 0);
-    }
-    if (is_state(f) && need[static_cast<int>(f)] > 0) {  // a fresh state page: empty windows
-      const FamilyLayout& fam = layout_.family(f);
-      float* page = pool(f).page(ids[0]);
-      for (size_t l = 0; l < fam.layer_offset.size(); ++l) {
-        if (fam.layer_offset[l] < 0) continue;
-        const int64_t floats = f == CacheFamily::kCsaInnerState ? layout_.geometry.layers[l].index_state_floats
-                                                                : layout_.geometry.layers[l].state_floats;
-        float* base = page + fam.layer_offset[l];
-        reset_compressor_state({base, base + floats}, floats);
-      }
     }
   }
   table->covered = new_len;
@@ -220,34 +214,49 @@ std::string KvCacheManager::summary() const {
   return s.str();
 }
 
-PagedSequenceCache::PagedSequenceCache(KvCacheManager* kv, BlockTable* table, int64_t length)
-    : kv_(kv), table_(table) {
+PagedSequenceCache::PagedSequenceCache(PageStore* store, const BlockTable* table, int64_t length)
+    : store_(store), layout_(store->layout()), table_(table) {
   this->length = length;
+}
+
+void PagedSequenceCache::reset_states() {
+  for (CacheFamily f : {CacheFamily::kCsaState, CacheFamily::kCsaInnerState, CacheFamily::kHcaState}) {
+    const FamilyLayout& fam = layout_.family(f);
+    if (fam.page_floats == 0 || table_->of(f).empty()) continue;
+    float* page = store_->page(f, table_->of(f)[0]);
+    for (size_t l = 0; l < fam.layer_offset.size(); ++l) {
+      if (fam.layer_offset[l] < 0) continue;
+      const int64_t floats = f == CacheFamily::kCsaInnerState ? layout_.geometry.layers[l].index_state_floats
+                                                              : layout_.geometry.layers[l].state_floats;
+      float* base = page + fam.layer_offset[l];
+      reset_compressor_state({base, base + floats}, floats);
+    }
+  }
 }
 
 float* PagedSequenceCache::row(CacheFamily f, int layer, int64_t page_index, int64_t row_in_page, int64_t width) {
   const auto& ids = table_->of(f);
   DSV4_CHECK_MSG(page_index < static_cast<int64_t>(ids.size()) && ids[page_index] >= 0,
                  "the forward touched a position this request holds no page for");
-  const int64_t offset = kv_->layout().family(f).layer_offset[layer];
+  const int64_t offset = layout_.family(f).layer_offset[layer];
   DSV4_CHECK(offset >= 0);
-  return kv_->pool(f).page(ids[page_index]) + offset + row_in_page * width;
+  return store_->page(f, ids[page_index]) + offset + row_in_page * width;
 }
 
 float* PagedSequenceCache::window_row(int layer, int64_t pos) {
-  const int64_t bs = kv_->layout().block_size;
-  return row(CacheFamily::kOri, layer, pos / bs, pos % bs, kv_->layout().geometry.head_dim);
+  const int64_t bs = layout_.block_size;
+  return row(CacheFamily::kOri, layer, pos / bs, pos % bs, layout_.geometry.head_dim);
 }
 
 float* PagedSequenceCache::compressed_row(int layer, int64_t r) {
-  const CacheFamily f = kv_->layout().compressed_family(layer);
-  const int64_t per_page = kv_->layout().family(f).rows_per_page[layer];
-  return row(f, layer, r / per_page, r % per_page, kv_->layout().geometry.head_dim);
+  const CacheFamily f = layout_.compressed_family(layer);
+  const int64_t per_page = layout_.family(f).rows_per_page[layer];
+  return row(f, layer, r / per_page, r % per_page, layout_.geometry.head_dim);
 }
 
 float* PagedSequenceCache::index_row(int layer, int64_t r) {
-  const int64_t per_page = kv_->layout().family(CacheFamily::kIdx).rows_per_page[layer];
-  return row(CacheFamily::kIdx, layer, r / per_page, r % per_page, kv_->layout().geometry.index_head_dim);
+  const int64_t per_page = layout_.family(CacheFamily::kIdx).rows_per_page[layer];
+  return row(CacheFamily::kIdx, layer, r / per_page, r % per_page, layout_.geometry.index_head_dim);
 }
 
 CompressorStateView PagedSequenceCache::state(CacheFamily f, int layer, int64_t floats) {
@@ -256,12 +265,12 @@ CompressorStateView PagedSequenceCache::state(CacheFamily f, int layer, int64_t 
 }
 
 CompressorStateView PagedSequenceCache::compressor_state(int layer) {
-  const LayerCacheShape& s = kv_->layout().geometry.layers[layer];
+  const LayerCacheShape& s = layout_.geometry.layers[layer];
   return state(s.ratio == 4 ? CacheFamily::kCsaState : CacheFamily::kHcaState, layer, s.state_floats);
 }
 
 CompressorStateView PagedSequenceCache::index_compressor_state(int layer) {
-  return state(CacheFamily::kCsaInnerState, layer, kv_->layout().geometry.layers[layer].index_state_floats);
+  return state(CacheFamily::kCsaInnerState, layer, layout_.geometry.layers[layer].index_state_floats);
 }
 
 }  // namespace dsv4

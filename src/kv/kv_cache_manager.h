@@ -6,11 +6,13 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 #include "kv/block_table.h"
 #include "kv/page_layout.h"
 #include "kv/page_pool.h"
+#include "kv/page_store.h"
 #include "model/sequence_cache.h"
 
 namespace dsv4 {
@@ -25,13 +27,18 @@ struct KvCacheOptions {
 
 class KvCacheManager {
  public:
-  // Sizes the pools from the budget. If the storage cannot be allocated, it
-  // retries at half the size (and says so) down to the minimum that still
-  // serves max_num_seqs requests.
-  static StatusOr<std::unique_ptr<KvCacheManager>> create(const CacheGeometry& geometry, const KvCacheOptions& options);
+  // Sizes the pools from the budget (per copy) and allocates `copies` page
+  // stores (one per rank of a tensor-parallel group in this process; 0 when
+  // the ranks are elsewhere). If the memory cannot be had, it retries at
+  // half the size (and says so) down to the minimum that still serves
+  // max_num_seqs requests.
+  static StatusOr<std::unique_ptr<KvCacheManager>> create(const CacheGeometry& geometry, const KvCacheOptions& options,
+                                                          int copies = 1);
 
   // Gives `table` pages for positions [table->covered, new_len) in every
-  // family: all of them or, when some family runs out, none (false).
+  // family: all of them or, when some family runs out, none (false). The
+  // pages hold whatever they held; a chunk starting at position 0 resets its
+  // state pages (PagedSequenceCache::reset_states).
   bool allocate(BlockTable* table, int64_t new_len);
   // After a step confirms `length` processed positions: releases the ori
   // pages wholly behind the sliding window.
@@ -49,11 +56,13 @@ class KvCacheManager {
   // What a request with `length` processed positions holds, per token.
   double bytes_per_token(int64_t length) const;
   int64_t pages_in_use() const;
-  int64_t bytes() const;
+  int64_t bytes() const;  // of one copy
   std::string summary() const;
 
   PagePool& pool(CacheFamily f) { return pools_[static_cast<int>(f)]; }
   const PageLayout& layout() const { return layout_; }
+  PageStore& store(int copy = 0) { return *stores_.at(copy); }
+  int copies() const { return static_cast<int>(stores_.size()); }
 
  private:
   KvCacheManager(PageLayout layout, const KvCacheOptions& options) : layout_(std::move(layout)), options_(options) {}
@@ -63,13 +72,17 @@ class KvCacheManager {
   PageLayout layout_;
   KvCacheOptions options_;
   std::array<PagePool, kNumCacheFamilies> pools_;
+  std::vector<std::unique_ptr<PageStore>> stores_;
   int64_t token_capacity_ = 0;
 };
 
-// A request's caches as the forward sees them, over its block table.
+// A request's caches as the forward sees them: its block table over one
+// rank's page store.
 class PagedSequenceCache : public SequenceCache {
  public:
-  PagedSequenceCache(KvCacheManager* kv, BlockTable* table, int64_t length);
+  PagedSequenceCache(PageStore* store, const BlockTable* table, int64_t length);
+  // Empty compressor windows in the state pages (a sequence starting at 0).
+  void reset_states();
 
   float* window_row(int layer, int64_t pos) override;
   float* compressed_row(int layer, int64_t row) override;
@@ -81,8 +94,9 @@ class PagedSequenceCache : public SequenceCache {
   float* row(CacheFamily f, int layer, int64_t page_index, int64_t row_in_page, int64_t width);
   CompressorStateView state(CacheFamily f, int layer, int64_t floats);
 
-  KvCacheManager* kv_;
-  BlockTable* table_;
+  PageStore* store_;
+  const PageLayout& layout_;
+  const BlockTable* table_;
 };
 
 }  // namespace dsv4

@@ -7,7 +7,6 @@ namespace dsv4 {
 PagePool::PagePool(std::string name, int64_t page_floats, int64_t num_pages)
     : name_(std::move(name)),
       page_floats_(page_floats),
-      storage_(new float[static_cast<size_t>(page_floats * num_pages)]),
       in_use_(num_pages, 0) {
   free_.reserve(num_pages);
   for (int64_t i = num_pages - 1; i >= 0; --i) free_.push_back(static_cast<int32_t>(i));
@@ -25,11 +24,6 @@ void PagePool::release(int32_t page) {
   DSV4_CHECK_MSG(in_use(page), "releasing a page that is not in use");
   in_use_[page] = 0;
   free_.push_back(page);
-}
-
-float* PagePool::page(int32_t id) {
-  DSV4_CHECK_MSG(in_use(id), "touching a page that is not in use");
-  return storage_.get() + static_cast<int64_t>(id) * page_floats_;
 }
 
 }  // namespace dsv4

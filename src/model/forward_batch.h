@@ -34,6 +34,9 @@ struct ForwardBatch {
   std::vector<int32_t> token_ids;  // all chunks' tokens, packed in chunk order
   std::vector<SeqChunk> chunks;
   ForwardTrace* trace = nullptr;
+  // With the head split by vocabulary: logits of this rank's vocabulary
+  // slice only (greedy decoding exchanges just each slice's best).
+  bool local_logits = false;
 
   void add(SequenceCache* cache, const int32_t* tokens, int64_t n, int64_t prefill_len = 0) {
     chunks.push_back({cache, cache->length, n, static_cast<int64_t>(token_ids.size()), prefill_len});
@@ -43,7 +46,11 @@ struct ForwardBatch {
 };
 
 struct ForwardOutput {
-  std::vector<float> logits;  // [chunks, vocab]: at each chunk's last position
+  // [chunks, vocab_size]: at each chunk's last position; the columns
+  // [vocab_begin, vocab_begin + vocab_size) of the vocabulary.
+  std::vector<float> logits;
+  int64_t vocab_begin = 0;
+  int64_t vocab_size = 0;
   std::vector<float> hidden;  // [rows, hc, dim]: the streams entering the head (input of MTP)
 };
 

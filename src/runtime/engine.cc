@@ -3,13 +3,12 @@
 #include <algorithm>
 
 #include "base/check.h"
-#include "model/forward_batch.h"
+#include "runtime/local_executor.h"
 
 namespace dsv4 {
 
-StatusOr<std::unique_ptr<Engine>> Engine::create(const DeepseekV4* model, const EngineOptions& options) {
-  const ModelConfig& c = model->config();
-  SchedulerOptions sched = options.scheduler;
+StatusOr<KvCacheOptions> Engine::cache_options(const ModelConfig& c, EngineOptions options) {
+  SchedulerOptions& sched = options.scheduler;
   if (sched.max_model_len <= 0) sched.max_model_len = c.max_position_embeddings;
   if (sched.max_model_len > c.max_position_embeddings)
     return invalid_argument("max-model-len " + std::to_string(sched.max_model_len) + " exceeds the model's " +
@@ -19,15 +18,34 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const DeepseekV4* model, const 
   KvCacheOptions cache = options.cache;
   cache.max_num_seqs = sched.max_num_seqs;
   cache.max_num_batched_tokens = sched.max_num_batched_tokens;
-  DSV4_ASSIGN_OR_RETURN(auto kv, KvCacheManager::create(CacheGeometry::of(c), cache));
-  return std::unique_ptr<Engine>(new Engine(model, std::move(kv), sched));
+  return cache;
 }
 
-Engine::Engine(const DeepseekV4* model, std::unique_ptr<KvCacheManager> kv, const SchedulerOptions& options)
-    : model_(model), kv_(std::move(kv)), scheduler_(std::make_unique<Scheduler>(options, kv_.get())) {}
+StatusOr<std::unique_ptr<Engine>> Engine::create(const DeepseekV4* model, const EngineOptions& options) {
+  DSV4_ASSIGN_OR_RETURN(KvCacheOptions cache, cache_options(model->config(), options));
+  DSV4_ASSIGN_OR_RETURN(auto executor, LocalExecutor::single(model, cache));
+  return create(std::move(executor), options.scheduler);
+}
+
+StatusOr<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<StepExecutor> executor,
+                                                 const SchedulerOptions& options) {
+  const ModelConfig& c = executor->config();
+  SchedulerOptions sched = options;
+  if (sched.max_model_len <= 0) sched.max_model_len = c.max_position_embeddings;
+  DSV4_ASSIGN_OR_RETURN(KvCacheOptions unused, cache_options(c, {sched, {}}));
+  (void)unused;
+  return std::unique_ptr<Engine>(new Engine(std::move(executor), sched));
+}
+
+Engine::Engine(std::unique_ptr<StepExecutor> executor, const SchedulerOptions& options)
+    : executor_(std::move(executor)) {
+  std::vector<KvCacheManager*> parts;
+  for (int g = 0; g < executor_->num_groups(); ++g) parts.push_back(executor_->cache(g));
+  scheduler_ = std::make_unique<Scheduler>(options, parts);
+}
 
 StatusOr<int64_t> Engine::add_request(std::vector<int32_t> prompt, const SamplingParams& params) {
-  const int64_t vocab = model_->config().vocab_size;
+  const int64_t vocab = config().vocab_size;
   DSV4_RETURN_IF_ERROR(params.validate(vocab));
   for (int32_t t : prompt)
     if (t < 0 || t >= vocab)
@@ -48,12 +66,15 @@ bool Engine::finish(int64_t id, FinishReason reason) {
 }
 
 std::string Engine::capacity_summary() const {
-  std::string s = kv_->summary();
+  const KvCacheManager& kv = cache(0);
+  std::string s = kv.summary();
   const int64_t len = scheduler_->options().max_model_len;
-  if (kv_->token_capacity() >= 0) {
-    const int64_t full = std::min<int64_t>(kv_->token_capacity() / len, scheduler_->options().max_num_seqs);
+  if (kv.token_capacity() >= 0) {
+    const int64_t full = std::min<int64_t>(kv.token_capacity() / len, scheduler_->options().max_num_seqs);
     s += "\n  " + std::to_string(full) + " requests of max-model-len " + std::to_string(len) + " fit at once";
   }
+  if (num_groups() > 1)
+    s += "\n  in each of " + std::to_string(num_groups()) + " data-parallel groups (" + executor_->describe() + ")";
   return s;
 }
 
@@ -66,7 +87,7 @@ bool Engine::preempt(int64_t id) {
 FinishReason Engine::take_token(Request* r, const SampledToken& t) const {
   r->output.push_back(t.token);
   const SamplingParams& p = r->params;
-  const int eos = model_->config().eos_token_id;
+  const int eos = config().eos_token_id;
   if (!p.ignore_eos && t.token == eos) return FinishReason::kStop;
   if (std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), t.token) != p.stop_token_ids.end())
     return FinishReason::kStop;
@@ -74,59 +95,81 @@ FinishReason Engine::take_token(Request* r, const SampledToken& t) const {
   return FinishReason::kNone;
 }
 
+void Engine::abort_unfittable(std::vector<RequestOutput>* outputs) {
+  for (int g = 0; g < scheduler_->num_partitions(); ++g) {
+    if (scheduler_->num_running(g) > 0) continue;
+    Request* r = scheduler_->next_waiting(g);
+    if (!r) continue;
+    RequestOutput o;
+    o.id = r->id;
+    o.finished = true;
+    o.finish_reason = FinishReason::kAbort;
+    o.error = "the request needs more KV cache pages than the whole cache has";
+    o.prompt_tokens = static_cast<int64_t>(r->prompt.size());
+    finish(r->id, FinishReason::kAbort);
+    outputs->push_back(std::move(o));
+  }
+}
+
+StepPlan Engine::plan_step(const SchedulerOutput& schedule) const {
+  StepPlan plan;
+  plan.argmax_only.assign(num_groups(), observer_ ? 0 : 1);
+  for (const ScheduledChunk& c : schedule.chunks) {
+    const Request* r = c.request;
+    PlannedChunk p;
+    p.group = c.partition;
+    p.start = c.start;
+    // Prompt positions keep the prompt's one-shot layout, also when
+    // recomputed after a preemption (see ReferenceRows).
+    p.prefill_len = static_cast<int64_t>(r->prompt.size());
+    p.samples = c.samples;
+    p.tokens.resize(c.num_tokens);
+    for (int64_t i = 0; i < c.num_tokens; ++i) p.tokens[i] = r->token(c.start + i);
+    p.pages = r->pages;
+    if (c.samples && !r->params.argmax_only()) plan.argmax_only[c.partition] = 0;
+    plan.chunks.push_back(std::move(p));
+  }
+  return plan;
+}
+
 std::vector<RequestOutput> Engine::step() {
   std::vector<RequestOutput> outputs;
-  SchedulerOutput plan = scheduler_->schedule();
+  SchedulerOutput schedule = scheduler_->schedule();
   last_step_.clear();
-  for (const ScheduledChunk& c : plan.chunks) last_step_.push_back(c.request->id);
-  stats_.preemptions += static_cast<int64_t>(plan.preempted.size());
-  if (plan.chunks.empty()) {
-    // Nothing runs and nothing can be admitted: the first waiting request
-    // does not fit even an empty cache.
-    if (scheduler_->has_unfinished() && scheduler_->num_running() == 0) {
-      if (Request* r = scheduler_->next_waiting()) {
-        RequestOutput o;
-        o.id = r->id;
-        o.finished = true;
-        o.finish_reason = FinishReason::kAbort;
-        o.error = "the request needs more KV cache pages than the whole cache has";
-        o.prompt_tokens = static_cast<int64_t>(r->prompt.size());
-        finish(r->id, FinishReason::kAbort);
-        outputs.push_back(std::move(o));
-      }
-    }
+  for (const ScheduledChunk& c : schedule.chunks) last_step_.push_back(c.request->id);
+  stats_.preemptions += static_cast<int64_t>(schedule.preempted.size());
+  if (schedule.chunks.empty()) {
+    // Nothing runs and nothing can be admitted: a waiting request does not
+    // fit even an empty cache.
+    if (scheduler_->has_unfinished()) abort_unfittable(&outputs);
     return outputs;
   }
   ++stats_.steps;
-
-  // One packed forward over every chunk, each with its own paged cache.
-  ForwardBatch batch;
-  std::vector<std::unique_ptr<PagedSequenceCache>> caches;
-  std::vector<int32_t> tokens;
-  for (const ScheduledChunk& c : plan.chunks) {
-    Request* r = c.request;
-    caches.push_back(std::make_unique<PagedSequenceCache>(kv_.get(), &r->pages, c.start));
-    tokens.resize(c.num_tokens);
-    for (int64_t i = 0; i < c.num_tokens; ++i) tokens[i] = r->token(c.start + i);
-    // Prompt positions keep the prompt's one-shot layout, also when
-    // recomputed after a preemption (see ReferenceRows).
-    batch.add(caches.back().get(), tokens.data(), c.num_tokens, static_cast<int64_t>(r->prompt.size()));
+  for (const ScheduledChunk& c : schedule.chunks) {
+    const Request* r = c.request;
     stats_.prompt_tokens += std::max<int64_t>(0, std::min<int64_t>(c.start + c.num_tokens, r->prompt.size()) - c.start);
   }
-  ForwardOutput fwd;
-  const Status st = model_->forward(batch, &fwd);
-  DSV4_CHECK_MSG(st.ok(), st.message().c_str());
 
-  const int64_t vocab = model_->config().vocab_size;
-  for (size_t i = 0; i < plan.chunks.size(); ++i) {
-    const ScheduledChunk& c = plan.chunks[i];
+  // Every group steps (the experts span them), idle ones with no chunks.
+  const StepPlan plan = plan_step(schedule);
+  StatusOr<std::vector<SampledLogits>> sampled = executor_->run(plan);
+  DSV4_CHECK_MSG(sampled.ok(), "%s", sampled.status().message().c_str());
+
+  const int64_t vocab = config().vocab_size;
+  size_t next = 0;
+  for (const ScheduledChunk& c : schedule.chunks) {
     Request* r = c.request;
     scheduler_->commit(c);
     if (!c.samples) continue;
-    const float* logits = &fwd.logits[i * vocab];
+    const SampledLogits& s = (*sampled)[next++];
     const int64_t position = c.start + c.num_tokens - 1;
-    if (observer_) observer_(r->id, position, logits);
-    const SampledToken t = sample_token(logits, vocab, r->params, r->prompt, r->output, &rngs_.at(r->id));
+    SampledToken t;
+    if (s.argmax >= 0) {
+      t.token = s.argmax;
+    } else {
+      if (observer_) observer_(r->id, position, s.logits.data());
+      t = sample_token(s.logits.data(), vocab, r->params, r->prompt, r->output, &rngs_.at(r->id));
+    }
     const FinishReason reason = take_token(r, t);
     ++stats_.generated_tokens;
     RequestOutput o;

@@ -1,7 +1,7 @@
-// The engine step loop: schedule, run the forward over the scheduled chunks
-// with their paged caches, sample, commit. add_request / step / abort are the
-// API the HTTP server and `dsv4 run` sit on. Not thread-safe: one thread
-// drives an engine.
+// The engine step loop: schedule, have the executor run the scheduled
+// chunks on the ranks (with their paged caches), sample, commit.
+// add_request / step / abort are the API the HTTP server and `dsv4 run` sit
+// on. Not thread-safe: one thread drives an engine.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +16,7 @@
 #include "kv/kv_cache_manager.h"
 #include "model/deepseek_v4.h"
 #include "runtime/sampler.h"
+#include "runtime/step_executor.h"
 #include "sched/scheduler.h"
 
 namespace dsv4 {
@@ -45,7 +46,14 @@ struct EngineStats {
 
 class Engine {
  public:
+  // One rank over `model` (not owned).
   static StatusOr<std::unique_ptr<Engine>> create(const DeepseekV4* model, const EngineOptions& options);
+  // Over the executor's ranks, one cache partition per data-parallel group.
+  static StatusOr<std::unique_ptr<Engine>> create(std::unique_ptr<StepExecutor> executor,
+                                                  const SchedulerOptions& options);
+  // The cache options the scheduler options imply (state pages and rings
+  // for max_num_seqs requests).
+  static StatusOr<KvCacheOptions> cache_options(const ModelConfig& config, EngineOptions options);
 
   // Validates the parameters and the prompt (token ids, length) and queues it.
   StatusOr<int64_t> add_request(std::vector<int32_t> prompt, const SamplingParams& params);
@@ -65,21 +73,27 @@ class Engine {
 
   // The cache and what it holds in tokens and requests, for start-up logs.
   std::string capacity_summary() const;
-  const KvCacheManager& cache() const { return *kv_; }
-  KvCacheManager& cache() { return *kv_; }
+  // A data-parallel group's cache (the only one without data parallelism).
+  KvCacheManager& cache(int group = 0) { return *executor_->cache(group); }
+  const KvCacheManager& cache(int group = 0) const { return *executor_->cache(group); }
+  int num_groups() const { return executor_->num_groups(); }
   const Scheduler& scheduler() const { return *scheduler_; }
   const EngineStats& stats() const { return stats_; }
   // The requests the last step ran (decodes and prefill chunks).
   const std::vector<int64_t>& last_step_requests() const { return last_step_; }
-  const DeepseekV4& model() const { return *model_; }
+  const ModelConfig& config() const { return executor_->config(); }
+  StepExecutor& executor() { return *executor_; }
 
  private:
-  Engine(const DeepseekV4* model, std::unique_ptr<KvCacheManager> kv, const SchedulerOptions& options);
+  Engine(std::unique_ptr<StepExecutor> executor, const SchedulerOptions& options);
+  StepPlan plan_step(const SchedulerOutput& schedule) const;
+  // Aborts a partition's first waiting request when nothing runs there and
+  // it does not fit even the empty cache.
+  void abort_unfittable(std::vector<RequestOutput>* outputs);
   // Appends a sampled token and decides whether the request is done.
   FinishReason take_token(Request* r, const SampledToken& t) const;
 
-  const DeepseekV4* model_;
-  std::unique_ptr<KvCacheManager> kv_;
+  std::unique_ptr<StepExecutor> executor_;
   std::unique_ptr<Scheduler> scheduler_;
   std::map<int64_t, std::mt19937_64> rngs_;
   LogitsObserver observer_;

@@ -22,6 +22,7 @@ struct Request {
   std::vector<int32_t> output;  // generated tokens
   int64_t num_computed = 0;     // tokens whose caches are written
   BlockTable pages;
+  int partition = 0;  // the data-parallel group holding its pages
   RequestStatus status = RequestStatus::kWaiting;
   FinishReason finish = FinishReason::kNone;
   int num_preemptions = 0;

@@ -31,6 +31,13 @@ struct SamplingParams {
   std::optional<int> logprobs;
 
   bool greedy() const { return temperature == 0.0f; }
+  // The plain argmax of the raw logits decides the token: greedy, no
+  // penalties, no logprobs (so ranks holding vocabulary slices need to
+  // exchange only their best).
+  bool argmax_only() const {
+    return greedy() && presence_penalty == 0.0f && frequency_penalty == 0.0f && repetition_penalty == 1.0f &&
+           !logprobs;
+  }
   // Checks every range; token ids against the vocabulary.
   Status validate(int64_t vocab_size) const;
   // Reads the OpenAI/vLLM request fields present in `j` over the defaults

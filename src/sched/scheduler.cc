@@ -16,6 +16,43 @@ const char* finish_reason_name(FinishReason r) {
   return "none";
 }
 
+Scheduler::Scheduler(const SchedulerOptions& options, const std::vector<KvCacheManager*>& partitions)
+    : options_(options) {
+  DSV4_CHECK(!partitions.empty());
+  for (KvCacheManager* kv : partitions) parts_.push_back({kv, {}, {}});
+}
+
+int Scheduler::least_loaded() const {
+  // Fewest requests, then fewest tokens still to compute, then the first.
+  int best = 0;
+  std::pair<int64_t, int64_t> best_load{INT64_MAX, INT64_MAX};
+  for (int p = 0; p < num_partitions(); ++p) {
+    std::pair<int64_t, int64_t> load{0, 0};
+    load.first = static_cast<int64_t>(parts_[p].running.size() + parts_[p].waiting.size());
+    for (const Request* r : parts_[p].running) load.second += r->num_tokens() - r->num_computed;
+    for (const Request* r : parts_[p].waiting) load.second += r->num_tokens() - r->num_computed;
+    if (load < best_load) best_load = load, best = p;
+  }
+  return best;
+}
+
+int64_t Scheduler::num_running() const {
+  int64_t n = 0;
+  for (const Partition& p : parts_) n += static_cast<int64_t>(p.running.size());
+  return n;
+}
+
+int64_t Scheduler::num_waiting() const {
+  int64_t n = 0;
+  for (const Partition& p : parts_) n += static_cast<int64_t>(p.waiting.size());
+  return n;
+}
+
+Request* Scheduler::next_waiting(int partition) {
+  auto& w = parts_[partition].waiting;
+  return w.empty() ? nullptr : w.front();
+}
+
 Status Scheduler::add(std::unique_ptr<Request> r) {
   const int64_t prompt = static_cast<int64_t>(r->prompt.size()), limit = options_.max_model_len;
   if (prompt == 0) return invalid_argument("the prompt is empty");
@@ -29,7 +66,8 @@ Status Scheduler::add(std::unique_ptr<Request> r) {
                             " to generate)");
   if (requests_.count(r->id)) return invalid_argument("request id " + std::to_string(r->id) + " is already in use");
   r->status = RequestStatus::kWaiting;
-  waiting_.push_back(r.get());
+  r->partition = least_loaded();
+  parts_[r->partition].waiting.push_back(r.get());
   requests_[r->id] = std::move(r);
   return Status::Ok();
 }
@@ -41,25 +79,35 @@ int64_t Scheduler::chunk_size(const Request& r, int64_t budget) const {
 }
 
 void Scheduler::preempt(Request* r) {
-  kv_->free(&r->pages);
+  Partition& part = parts_[r->partition];
+  part.kv->free(&r->pages);
   r->num_computed = 0;
   r->status = RequestStatus::kWaiting;
   ++r->num_preemptions;
-  running_.erase(std::find(running_.begin(), running_.end(), r));
-  waiting_.push_front(r);
+  part.running.erase(std::find(part.running.begin(), part.running.end(), r));
+  part.waiting.push_front(r);
 }
 
 SchedulerOutput Scheduler::schedule() {
   SchedulerOutput out;
+  for (int p = 0; p < num_partitions(); ++p) schedule(p, &out);
+  return out;
+}
+
+void Scheduler::schedule(int partition, SchedulerOutput* all) {
+  Partition& part = parts_[partition];
+  std::vector<Request*>& running = part.running;
+  std::deque<Request*>& waiting = part.waiting;
+  SchedulerOutput out;
   int64_t budget = options_.max_num_batched_tokens;
   // Running requests first, oldest first; preempt from the newest end.
-  for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
-    Request* r = running_[i];
+  for (size_t i = 0; i < running.size() && budget > 0; ++i) {
+    Request* r = running[i];
     const int64_t n = chunk_size(*r, budget);
     if (n <= 0) continue;
     bool scheduled = true;
-    while (!kv_->allocate(&r->pages, r->num_computed + n)) {
-      Request* victim = running_.back();
+    while (!part.kv->allocate(&r->pages, r->num_computed + n)) {
+      Request* victim = running.back();
       out.preempted.push_back(victim->id);
       preempt(victim);
       if (victim == r) {
@@ -68,39 +116,41 @@ SchedulerOutput Scheduler::schedule() {
       }
     }
     if (!scheduled) break;
-    out.chunks.push_back({r, r->num_computed, n, r->num_computed + n == r->num_tokens()});
+    out.chunks.push_back({r, partition, r->num_computed, n, r->num_computed + n == r->num_tokens()});
     budget -= n;
   }
   // Then admit waiting requests in arrival order (none after a preemption:
   // the pages are short).
-  while (out.preempted.empty() && !waiting_.empty() && budget > 0 &&
-         static_cast<int64_t>(running_.size()) < options_.max_num_seqs) {
-    Request* r = waiting_.front();
+  while (out.preempted.empty() && !waiting.empty() && budget > 0 &&
+         static_cast<int64_t>(running.size()) < options_.max_num_seqs) {
+    Request* r = waiting.front();
     const int64_t n = chunk_size(*r, budget);
-    if (!kv_->allocate(&r->pages, r->num_computed + n)) break;
-    waiting_.pop_front();
+    if (!part.kv->allocate(&r->pages, r->num_computed + n)) break;
+    waiting.pop_front();
     r->status = RequestStatus::kRunning;
-    running_.push_back(r);
-    out.chunks.push_back({r, r->num_computed, n, r->num_computed + n == r->num_tokens()});
+    running.push_back(r);
+    out.chunks.push_back({r, partition, r->num_computed, n, r->num_computed + n == r->num_tokens()});
     budget -= n;
   }
-  return out;
+  all->chunks.insert(all->chunks.end(), out.chunks.begin(), out.chunks.end());
+  all->preempted.insert(all->preempted.end(), out.preempted.begin(), out.preempted.end());
 }
 
 void Scheduler::commit(const ScheduledChunk& c) {
   Request* r = c.request;
   DSV4_CHECK(r->status == RequestStatus::kRunning && c.start == r->num_computed);
   r->num_computed += c.num_tokens;
-  kv_->release_behind_window(&r->pages, r->num_computed);
+  parts_[r->partition].kv->release_behind_window(&r->pages, r->num_computed);
 }
 
 bool Scheduler::finish(int64_t id, FinishReason reason) {
   auto it = requests_.find(id);
   if (it == requests_.end()) return false;
   Request* r = it->second.get();
-  kv_->free(&r->pages);
-  if (r->status == RequestStatus::kRunning) running_.erase(std::find(running_.begin(), running_.end(), r));
-  if (r->status == RequestStatus::kWaiting) waiting_.erase(std::find(waiting_.begin(), waiting_.end(), r));
+  Partition& part = parts_[r->partition];
+  part.kv->free(&r->pages);
+  if (r->status == RequestStatus::kRunning) part.running.erase(std::find(part.running.begin(), part.running.end(), r));
+  if (r->status == RequestStatus::kWaiting) part.waiting.erase(std::find(part.waiting.begin(), part.waiting.end(), r));
   r->status = RequestStatus::kFinished;
   r->finish = reason;
   requests_.erase(it);

@@ -4,7 +4,11 @@
 // one forward, within max_num_batched_tokens and max_num_seqs. When pages
 // run out, the most recently admitted request is preempted: its pages are
 // freed and it recomputes its tokens (prompt and output so far) later.
-// The scheduler owns the requests but no tensors.
+// With data-parallel attention the cache is partitioned, one partition per
+// DP group: a request is assigned to the least loaded partition when it
+// arrives and stays there (its pages live in that group's ranks); each
+// partition is scheduled with its own budget, as each DP group runs its own
+// batch. The scheduler owns the requests but no tensors.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +34,7 @@ struct SchedulerOptions {
 
 struct ScheduledChunk {
   Request* request = nullptr;
+  int partition = 0;       // the request's data-parallel group
   int64_t start = 0;       // first position
   int64_t num_tokens = 0;  // the request's tokens [start, start + num_tokens)
   bool samples = false;    // reaches the last known token: its logits give the next one
@@ -47,7 +52,10 @@ struct SchedulerOutput {
 
 class Scheduler {
  public:
-  Scheduler(const SchedulerOptions& options, KvCacheManager* kv) : options_(options), kv_(kv) {}
+  // One cache per partition (data-parallel group).
+  Scheduler(const SchedulerOptions& options, const std::vector<KvCacheManager*>& partitions);
+  Scheduler(const SchedulerOptions& options, KvCacheManager* kv)
+      : Scheduler(options, std::vector<KvCacheManager*>{kv}) {}
 
   // Queues a request after checking it fits max_model_len by its own length.
   Status add(std::unique_ptr<Request> request);
@@ -64,22 +72,30 @@ class Scheduler {
 
   Request* find(int64_t id);
   const Request* find(int64_t id) const { return const_cast<Scheduler*>(this)->find(id); }
-  Request* next_waiting() { return waiting_.empty() ? nullptr : waiting_.front(); }
   bool has_unfinished() const { return !requests_.empty(); }
-  int64_t num_running() const { return static_cast<int64_t>(running_.size()); }
-  int64_t num_waiting() const { return static_cast<int64_t>(waiting_.size()); }
+  int num_partitions() const { return static_cast<int>(parts_.size()); }
+  Request* next_waiting(int partition);
+  int64_t num_running(int partition) const { return static_cast<int64_t>(parts_[partition].running.size()); }
+  int64_t num_waiting(int partition) const { return static_cast<int64_t>(parts_[partition].waiting.size()); }
+  int64_t num_running() const;  // over every partition
+  int64_t num_waiting() const;
   const SchedulerOptions& options() const { return options_; }
 
  private:
+  struct Partition {
+    KvCacheManager* kv = nullptr;
+    std::deque<Request*> waiting;
+    std::vector<Request*> running;  // in admission order
+  };
   // Tokens a request runs this step given what is left of the budget.
   int64_t chunk_size(const Request& r, int64_t budget) const;
+  void schedule(int partition, SchedulerOutput* out);
   void preempt(Request* r);
+  int least_loaded() const;
 
   SchedulerOptions options_;
-  KvCacheManager* kv_;
+  std::vector<Partition> parts_;
   std::map<int64_t, std::unique_ptr<Request>> requests_;  // unfinished ones
-  std::deque<Request*> waiting_;
-  std::vector<Request*> running_;  // in admission order
 };
 
 }  // namespace dsv4

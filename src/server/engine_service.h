@@ -65,7 +65,7 @@ class EngineService {
   void shutdown(int grace_ms);
 
   EngineSnapshot snapshot();
-  const DeepseekV4& model() const { return engine_->model(); }
+  const ModelConfig& config() const { return engine_->config(); }
   const Engine& engine() const { return *engine_; }
   int64_t max_model_len() const { return engine_->scheduler().options().max_model_len; }
 

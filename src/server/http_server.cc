@@ -64,7 +64,7 @@ HttpServer::HttpServer(EngineService* service, const Tokenizer* tokenizer, const
   served_.name = options.model_name;
   served_.tokenizer = tokenizer;
   served_.max_model_len = service->max_model_len();
-  served_.vocab_size = service->model().config().vocab_size;
+  served_.vocab_size = service->config().vocab_size;
   const int threads = options.threads;
   http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   http_->set_payload_max_length(options.max_body_bytes);
@@ -196,7 +196,7 @@ void HttpServer::generate(const httplib::Request& req, httplib::Response& res, b
   // One engine request per prompt and choice; they report to one channel.
   auto channel = std::make_shared<EventChannel>();
   auto choices = std::make_shared<std::vector<Choice>>(plan.prompts.size() * plan.n);
-  std::vector<int32_t> skip = {tokenizer_->bos_id(), tokenizer_->eos_id(), service_->model().config().eos_token_id};
+  std::vector<int32_t> skip = {tokenizer_->bos_id(), tokenizer_->eos_id(), service_->config().eos_token_id};
   for (size_t i = 0; i < choices->size(); ++i) {
     const auto& prompt = plan.prompts[i / plan.n];
     SamplingParams p = plan.params;

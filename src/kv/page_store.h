@@ -1,0 +1,32 @@
+// The memory behind the seven page pools, for one rank. The scheduler hands
+// out page ids (PagePool) without touching memory; every rank of a
+// tensor-parallel group computes the same KV rows, so each holds its own
+// copy of the pages under the same ids.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+
+#include "kv/page_layout.h"
+
+namespace dsv4 {
+
+class PageStore {
+ public:
+  // num_pages per family. Throws std::bad_alloc when the memory cannot be
+  // had (the cache manager retries smaller).
+  PageStore(const PageLayout& layout, const std::array<int64_t, kNumCacheFamilies>& num_pages);
+
+  float* page(CacheFamily f, int32_t id);
+  const PageLayout& layout() const { return layout_; }
+  int64_t bytes() const;
+
+ private:
+  PageLayout layout_;
+  std::array<int64_t, kNumCacheFamilies> num_pages_;
+  // Uninitialized: a page is written before it is read.
+  std::array<std::unique_ptr<float[]>, kNumCacheFamilies> storage_;
+};
+
+}  // namespace dsv4

@@ -1,0 +1,124 @@
+#include "runtime/local_executor.h"
+
+#include "dist/local_communicator.h"
+
+namespace dsv4 {
+
+StatusOr<std::unique_ptr<LocalExecutor>> LocalExecutor::single(const DeepseekV4* model, const KvCacheOptions& cache) {
+  std::unique_ptr<LocalExecutor> e(new LocalExecutor());
+  e->config_ = model->config();
+  DSV4_ASSIGN_OR_RETURN(e->topology_, Topology::make({}, e->config_));
+  DSV4_ASSIGN_OR_RETURN(auto kv, KvCacheManager::create(CacheGeometry::of(e->config_), cache));
+  e->workers_.push_back(std::make_unique<RankWorker>(model, &kv->store(), nullptr, 0));
+  e->caches_.push_back(std::move(kv));
+  e->results_.resize(1, Status(StatusCode::kInternal, "not run"));
+  return e;
+}
+
+StatusOr<std::unique_ptr<LocalExecutor>> LocalExecutor::create(const std::string& dir, const ModelOptions& base,
+                                                                const ParallelOptions& p, const KvCacheOptions& cache) {
+  std::unique_ptr<LocalExecutor> e(new LocalExecutor());
+  DSV4_ASSIGN_OR_RETURN(e->config_, ModelConfig::load(dir + "/config.json"));
+  DSV4_ASSIGN_OR_RETURN(e->topology_, Topology::make(p.topology, e->config_));
+  const Topology& t = e->topology_;
+  for (int g = 0; g < t.dp; ++g) {
+    DSV4_ASSIGN_OR_RETURN(auto kv, KvCacheManager::create(CacheGeometry::of(e->config_), cache, t.tp));
+    e->caches_.push_back(std::move(kv));
+  }
+  // Splitting the world into groups is collective: every rank at once.
+  auto worlds = LocalCommunicator::create(t.world);
+  e->ranks_.resize(t.world);
+  {
+    std::vector<std::thread> split;
+    for (int r = 0; r < t.world; ++r)
+      split.emplace_back([&, r] { e->ranks_[r].groups = RankGroups::split(*worlds[r], t); });
+    for (auto& th : split) th.join();
+  }
+  for (int r = 0; r < t.world; ++r) {
+    Rank& rank = e->ranks_[r];
+    rank.world = std::move(worlds[r]);
+    ModelOptions mo = base;
+    mo.experts = {t.ep_rank(r), t.ep};
+    mo.heads = {t.tp_rank(r), t.tp};
+    mo.flashcomm = p.flashcomm;
+    if (r) mo.on_progress = nullptr;
+    DSV4_ASSIGN_OR_RETURN(rank.model, DeepseekV4::load(dir, mo));
+    if (t.tp > 1) rank.model->set_tensor_group(rank.groups.tp.get());
+    if (t.ep > 1) rank.model->set_expert_group(rank.groups.ep.get());
+    const int g = t.dp_rank(r);
+    e->workers_.push_back(std::make_unique<RankWorker>(rank.model.get(), &e->caches_[g]->store(t.tp_rank(r)),
+                                                       t.tp > 1 ? rank.groups.tp.get() : nullptr, g));
+  }
+  e->results_.resize(t.world, Status(StatusCode::kInternal, "not run"));
+  if (t.world > 1) e->start_threads();
+  return e;
+}
+
+LocalExecutor::~LocalExecutor() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  start_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+void LocalExecutor::start_threads() {
+  for (int r = 0; r < static_cast<int>(workers_.size()); ++r) threads_.emplace_back([this, r] { rank_loop(r); });
+}
+
+void LocalExecutor::rank_loop(int rank) {
+  int64_t seen = 0;
+  for (;;) {
+    const StepPlan* plan = nullptr;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      start_.wait(lock, [&] { return stopping_ || generation_ != seen; });
+      if (stopping_) return;
+      seen = generation_;
+      plan = plan_;
+    }
+    StatusOr<GroupResult> result = workers_[rank]->execute(*plan);
+    std::lock_guard<std::mutex> lock(mu_);
+    results_[rank] = std::move(result);
+    if (--pending_ == 0) done_.notify_all();
+  }
+}
+
+StatusOr<std::vector<SampledLogits>> LocalExecutor::run(const StepPlan& plan) {
+  if (threads_.empty()) {
+    results_[0] = workers_[0]->execute(plan);
+  } else {
+    std::unique_lock<std::mutex> lock(mu_);
+    plan_ = &plan;
+    pending_ = static_cast<int>(workers_.size());
+    ++generation_;
+    start_.notify_all();
+    done_.wait(lock, [&] { return pending_ == 0; });
+  }
+  for (const auto& r : results_) DSV4_RETURN_IF_ERROR(r.status());
+  // Each group's first rank has its sampling chunks in plan order.
+  std::vector<size_t> next(num_groups(), 0);
+  std::vector<SampledLogits> out;
+  for (const PlannedChunk& c : plan.chunks) {
+    if (!c.samples) continue;
+    GroupResult& g = *results_[c.group * topology_.tp];
+    out.push_back(std::move(g.at(next[c.group]++)));
+  }
+  return out;
+}
+
+std::vector<Communicator::Traffic> LocalExecutor::traffic() const {
+  std::vector<Communicator::Traffic> out;
+  for (const Rank& r : ranks_) {
+    Communicator::Traffic t;
+    for (const Communicator* c : {r.world.get(), r.groups.tp.get(), r.groups.ep.get(), r.groups.peers.get()}) {
+      t.bytes += c->traffic().bytes;
+      t.collectives += c->traffic().collectives;
+    }
+    out.push_back(t);
+  }
+  return out;
+}
+
+}  // namespace dsv4

@@ -1,0 +1,74 @@
+// Steps on ranks that are threads of this process: one rank over a loaded
+// model (no threads), or tp x dp ranks, each loading only its share of the
+// checkpoint and holding its copy of its group's pages, stepping in
+// lockstep on persistent threads.
+#pragma once
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "dist/topology.h"
+#include "model/deepseek_v4.h"
+#include "runtime/rank_worker.h"
+#include "runtime/step_executor.h"
+
+namespace dsv4 {
+
+struct ParallelOptions {
+  TopologyOptions topology;
+  FlashCommOptions flashcomm;
+};
+
+class LocalExecutor : public StepExecutor {
+ public:
+  // One rank over `model` (not owned).
+  static StatusOr<std::unique_ptr<LocalExecutor>> single(const DeepseekV4* model, const KvCacheOptions& cache);
+  // tp x dp ranks as threads, each loading its share of the checkpoint in
+  // `dir`; cache sizes each rank's copy of its group's pages.
+  static StatusOr<std::unique_ptr<LocalExecutor>> create(const std::string& dir, const ModelOptions& model,
+                                                         const ParallelOptions& parallel, const KvCacheOptions& cache);
+  ~LocalExecutor() override;
+
+  const ModelConfig& config() const override { return config_; }
+  int num_groups() const override { return static_cast<int>(caches_.size()); }
+  KvCacheManager* cache(int group) override { return caches_[group].get(); }
+  StatusOr<std::vector<SampledLogits>> run(const StepPlan& plan) override;
+  std::string describe() const override { return topology_.describe(); }
+
+  const Topology& topology() const { return topology_; }
+  const DeepseekV4& model(int rank) const { return workers_[rank]->model(); }
+  // Traffic each rank sent over its groups so far.
+  std::vector<Communicator::Traffic> traffic() const;
+
+ private:
+  struct Rank {
+    std::unique_ptr<DeepseekV4> model;  // null when not owned
+    std::unique_ptr<Communicator> world;
+    RankGroups groups;
+  };
+  LocalExecutor() = default;
+  void start_threads();
+  void rank_loop(int rank);
+
+  ModelConfig config_;
+  Topology topology_;
+  std::vector<Rank> ranks_;
+  std::vector<std::unique_ptr<KvCacheManager>> caches_;  // per group, one page store per TP rank
+  std::vector<std::unique_ptr<RankWorker>> workers_;
+
+  // Lockstep: the driver publishes a plan and a generation; each rank runs
+  // it and reports.
+  std::vector<std::thread> threads_;
+  std::mutex mu_;
+  std::condition_variable start_, done_;
+  const StepPlan* plan_ = nullptr;
+  int64_t generation_ = 0;
+  int pending_ = 0;
+  bool stopping_ = false;
+  std::vector<StatusOr<GroupResult>> results_;
+};
+
+}  // namespace dsv4

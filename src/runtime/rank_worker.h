@@ -1,0 +1,39 @@
+// One rank's part of every engine step: its share of the model, its copy of
+// its data-parallel group's pages, and its tensor-parallel group. Each rank
+// runs its group's chunks of the plan; the group's first rank hands back
+// what sampling needs.
+#pragma once
+
+#include "base/status.h"
+#include "dist/communicator.h"
+#include "kv/page_store.h"
+#include "model/deepseek_v4.h"
+#include "runtime/step_plan.h"
+
+namespace dsv4 {
+
+class RankWorker {
+ public:
+  // tp: null or the rank's tensor-parallel group (its vocabulary slice for
+  // greedy decoding).
+  RankWorker(const DeepseekV4* model, PageStore* store, Communicator* tp, int group)
+      : model_(model), store_(store), tp_(tp), group_(group) {}
+
+  // A group without chunks still steps with the others (the routed experts
+  // span the groups) but runs no attention and writes no page. The result
+  // is the group's sampling chunks in plan order on its first rank, empty
+  // on the others.
+  StatusOr<GroupResult> execute(const StepPlan& plan);
+
+  int group() const { return group_; }
+  bool leader() const { return !tp_ || tp_->rank() == 0; }
+  const DeepseekV4& model() const { return *model_; }
+
+ private:
+  const DeepseekV4* model_;
+  PageStore* store_;
+  Communicator* tp_;
+  int group_;
+};
+
+}  // namespace dsv4

@@ -1,0 +1,115 @@
+#include "runtime/step_plan.h"
+
+#include <cstring>
+
+namespace dsv4 {
+namespace {
+
+class Writer {
+ public:
+  template <typename T>
+  void put(const T& v) {
+    const char* p = reinterpret_cast<const char*>(&v);
+    out.insert(out.end(), p, p + sizeof(T));
+  }
+  template <typename T>
+  void put_vector(const std::vector<T>& v) {
+    put<uint64_t>(v.size());
+    const char* p = reinterpret_cast<const char*>(v.data());
+    out.insert(out.end(), p, p + sizeof(T) * v.size());
+  }
+  std::vector<char> out;
+};
+
+class Reader {
+ public:
+  Reader(const char* data, size_t size) : p_(data), end_(data + size) {}
+  template <typename T>
+  bool get(T* v) {
+    if (static_cast<size_t>(end_ - p_) < sizeof(T)) return false;
+    std::memcpy(v, p_, sizeof(T));
+    p_ += sizeof(T);
+    return true;
+  }
+  template <typename T>
+  bool get_vector(std::vector<T>* v) {
+    uint64_t n = 0;
+    if (!get(&n) || n > static_cast<uint64_t>(end_ - p_) / sizeof(T)) return false;
+    v->resize(n);
+    std::memcpy(v->data(), p_, sizeof(T) * n);
+    p_ += sizeof(T) * n;
+    return true;
+  }
+  bool done() const { return p_ == end_; }
+
+ private:
+  const char* p_;
+  const char* end_;
+};
+
+}  // namespace
+
+std::vector<char> serialize(const StepPlan& plan) {
+  Writer w;
+  w.put<uint8_t>(plan.stop);
+  w.put_vector(plan.argmax_only);
+  w.put<uint64_t>(plan.chunks.size());
+  for (const PlannedChunk& c : plan.chunks) {
+    w.put<int32_t>(c.group);
+    w.put(c.start);
+    w.put(c.prefill_len);
+    w.put<uint8_t>(c.samples);
+    w.put_vector(c.tokens);
+    w.put(c.pages.covered);
+    for (const auto& ids : c.pages.pages) w.put_vector(ids);
+  }
+  return std::move(w.out);
+}
+
+StatusOr<StepPlan> deserialize_plan(const std::vector<char>& bytes) {
+  Reader r(bytes.data(), bytes.size());
+  StepPlan plan;
+  uint8_t stop = 0;
+  uint64_t n = 0;
+  bool ok = r.get(&stop) && r.get_vector(&plan.argmax_only) && r.get(&n);
+  plan.stop = stop;
+  for (uint64_t i = 0; ok && i < n; ++i) {
+    PlannedChunk c;
+    int32_t group = 0;
+    uint8_t samples = 0;
+    ok = r.get(&group) && r.get(&c.start) && r.get(&c.prefill_len) && r.get(&samples) && r.get_vector(&c.tokens) &&
+         r.get(&c.pages.covered);
+    for (auto& ids : c.pages.pages) ok = ok && r.get_vector(&ids);
+    c.group = group;
+    c.samples = samples;
+    plan.chunks.push_back(std::move(c));
+  }
+  if (!ok || !r.done()) return internal_error("a step plan arrived damaged");
+  return plan;
+}
+
+std::vector<char> serialize(const GroupResult& result) {
+  Writer w;
+  w.put<uint64_t>(result.size());
+  for (const SampledLogits& s : result) {
+    w.put(s.argmax);
+    w.put_vector(s.logits);
+  }
+  return std::move(w.out);
+}
+
+StatusOr<GroupResult> deserialize_result(const char* data, size_t size) {
+  Reader r(data, size);
+  uint64_t n = 0;
+  bool ok = r.get(&n);
+  GroupResult out;
+  for (uint64_t i = 0; ok && i < n; ++i) {
+    SampledLogits s;
+    ok = r.get(&s.argmax) && r.get_vector(&s.logits);
+    out.push_back(std::move(s));
+  }
+  if (!ok || !r.done()) return internal_error("a step result arrived damaged");
+  return out;
+}
+
+}  // namespace dsv4
