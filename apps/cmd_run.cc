@@ -34,14 +34,18 @@ int cmd_run(int argc, char** argv) {
   std::set<std::string> valued = {"model", "prompt", "prompt-file"};
   for (const auto& k : engine_option_names()) valued.insert(k);
   for (const auto& k : sampling_option_names()) valued.insert(k);
-  Args args(argc, argv, 2, valued, {"help", "ignore-eos"});
+  for (const auto& k : parallel_option_names()) valued.insert(k);
+  std::set<std::string> flags = {"help", "ignore-eos"};
+  for (const auto& k : parallel_flag_names()) flags.insert(k);
+  Args args(argc, argv, 2, valued, flags);
   if (args.has("help")) {
-    std::printf("%s%s%s", kHelp, kEngineHelp, kSamplingHelp);
+    std::printf("%s%s%s%s", kHelp, kEngineHelp, kParallelHelp, kSamplingHelp);
     return 0;
   }
   SamplingParams defaults;
   defaults.max_tokens = 64;
   EngineOptions eopt = engine_options(args);
+  ParallelOptions popt = parallel_options(args);
   SamplingParams params = sampling_params(args, defaults);
   std::vector<std::string> prompts = args.all("prompt");
   if (args.has("prompt-file")) {
@@ -64,22 +68,17 @@ int cmd_run(int argc, char** argv) {
 
   const std::string dir = args.get("model");
   const auto t_load = std::chrono::steady_clock::now();
-  auto model = load_model(dir, /*progress_bar=*/true);
-  if (!model.ok()) {
-    std::fprintf(stderr, "dsv4 run: %s\n", model.status().message().c_str());
-    return 2;
-  }
-  const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
-  std::fprintf(stderr, "model: %s (%s), loaded in %.2fs\n", model_name(dir).c_str(),
-               (*model)->config().summary().c_str(), load_s);
-  auto engine = Engine::create(model->get(), eopt);
+  auto engine = load_engine(dir, eopt, popt, /*progress_bar=*/true);
   if (!engine.ok()) {
     std::fprintf(stderr, "dsv4 run: %s\n", engine.status().message().c_str());
     return 2;
   }
+  const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
+  std::fprintf(stderr, "model: %s (%s), loaded in %.2fs on %s\n", model_name(dir).c_str(),
+               (*engine)->config().summary().c_str(), load_s, (*engine)->executor().describe().c_str());
   std::fprintf(stderr, "%s\n", (*engine)->capacity_summary().c_str());
 
-  ByteTokenizer tokenizer((*model)->config().vocab_size);
+  ByteTokenizer tokenizer((*engine)->config().vocab_size);
   std::map<int64_t, Stream> streams;
   for (size_t i = 0; i < prompts.size(); ++i) {
     auto id = (*engine)->add_request(tokenizer.encode(prompts[i]), params);

@@ -34,12 +34,16 @@ int cmd_serve(int argc, char** argv) {
   std::set<std::string> valued = {"model", "host", "port", "served-model-name", "api-key", "max-queue", "http-threads",
                                   "shutdown-grace-ms"};
   for (const auto& k : engine_option_names()) valued.insert(k);
-  Args args(argc, argv, 2, valued, {"help"});
+  for (const auto& k : parallel_option_names()) valued.insert(k);
+  std::set<std::string> flags = {"help"};
+  for (const auto& k : parallel_flag_names()) flags.insert(k);
+  Args args(argc, argv, 2, valued, flags);
   if (args.has("help")) {
-    std::printf("%s%s", kHelp, kEngineHelp);
+    std::printf("%s%s%s", kHelp, kEngineHelp, kParallelHelp);
     return 0;
   }
   EngineOptions eopt = engine_options(args);
+  ParallelOptions popt = parallel_options(args);
   HttpServerOptions hopt;
   hopt.host = args.get("host", hopt.host);
   hopt.port = static_cast<int>(args.get_int("port", hopt.port));
@@ -63,11 +67,12 @@ int cmd_serve(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  auto model = load_model(dir, /*progress_bar=*/true);
-  if (!model.ok()) {
-    std::fprintf(stderr, "dsv4 serve: %s\n", model.status().message().c_str());
+  auto engine = load_engine(dir, eopt, popt, /*progress_bar=*/true);
+  if (!engine.ok()) {
+    std::fprintf(stderr, "dsv4 serve: %s\n", engine.status().message().c_str());
     return 2;
   }
+  const ModelConfig& config = (*engine)->config();
   std::unique_ptr<Tokenizer> tokenizer;
   std::string tokenizer_name = "byte-level (built in)";
   if (!dir.empty() && std::filesystem::exists(dir + "/tokenizer.json")) {
@@ -79,19 +84,16 @@ int cmd_serve(int argc, char** argv) {
     tokenizer = std::move(*bpe);
     tokenizer_name = dir + "/tokenizer.json";
   } else {
-    tokenizer = std::make_unique<ByteTokenizer>((*model)->config().vocab_size);
+    tokenizer = std::make_unique<ByteTokenizer>(config.vocab_size);
   }
-  if (tokenizer->vocab_size() > (*model)->config().vocab_size)
+  if (tokenizer->vocab_size() > config.vocab_size)
     log_warn("the tokenizer has " + std::to_string(tokenizer->vocab_size()) + " tokens, the model " +
-             std::to_string((*model)->config().vocab_size));
-  auto engine = Engine::create(model->get(), eopt);
-  if (!engine.ok()) {
-    std::fprintf(stderr, "dsv4 serve: %s\n", engine.status().message().c_str());
-    return 2;
-  }
-  log_info("model " + model_name(dir) + ": " + (*model)->config().summary());
+             std::to_string(config.vocab_size));
+  log_info("model " + model_name(dir) + ": " + config.summary());
   log_info("tokenizer " + tokenizer_name);
-  log_info("topology: 1 rank (TP1 x DP1, EP1), " + std::to_string(std::thread::hardware_concurrency()) + " cores");
+  log_info("topology: " + (*engine)->executor().describe() + (popt.flashcomm.enabled ? ", FlashComm1 from " +
+           std::to_string(popt.flashcomm.min_tokens) + " tokens" : "") + ", " +
+           std::to_string(std::thread::hardware_concurrency()) + " cores");
   log_info((*engine)->capacity_summary());
   EngineService service(std::move(*engine), sopt);
   HttpServer server(&service, tokenizer.get(), hopt);

@@ -37,8 +37,16 @@ const char* kEngineHelp =
     "  --max-model-len N            context limit per request (default: the model's)\n"
     "  --long-prefill-token-threshold N  most prompt tokens of one request per step\n"
     "  --block-size N               raw tokens per KV page (default 32)\n"
-    "  --kv-cache-memory BYTES      KV cache budget, e.g. 512M or 2G\n"
+    "  --kv-cache-memory BYTES      KV cache budget of the process (shared by its ranks), e.g. 512M or 2G\n"
     "  --kv-cache-memory-fraction F share of available memory when no budget is given (default 0.25)\n";
+
+const char* kParallelHelp =
+    "parallel ranks (threads of this process; mpirun with --dist mpi for serve):\n"
+    "  --tp N --dp N --ep N         TP x DP ranks; heads, wo_b, the shared expert and the vocabulary over\n"
+    "                               each TP group, one cache partition per DP group, the routed experts\n"
+    "                               over EP ranks (default: every rank). Canonical: --tp 4 --dp 4 --ep 16\n"
+    "  --enable-flashcomm1          sequence-parallel prefill (the residual stream split over TP)\n"
+    "  --flashcomm1-sp-min-token-num N  in steps of at least N tokens (default 1000)\n";
 
 const char* kSamplingHelp =
     "sampling:\n"
@@ -49,6 +57,20 @@ const char* kSamplingHelp =
 std::set<std::string> engine_option_names() {
   return {"max-num-seqs", "max-num-batched-tokens", "max-model-len", "long-prefill-token-threshold", "block-size",
           "kv-cache-memory", "kv-cache-memory-fraction"};
+}
+
+std::set<std::string> parallel_option_names() { return {"tp", "dp", "ep", "flashcomm1-sp-min-token-num"}; }
+std::set<std::string> parallel_flag_names() { return {"enable-flashcomm1"}; }
+
+ParallelOptions parallel_options(Args& args) {
+  ParallelOptions p;
+  p.topology.tp = static_cast<int>(args.get_int("tp", 1));
+  p.topology.dp = static_cast<int>(args.get_int("dp", 1));
+  p.topology.ep = static_cast<int>(args.get_int("ep", 0));
+  p.flashcomm.enabled = args.has("enable-flashcomm1");
+  p.flashcomm.min_tokens = args.get_int("flashcomm1-sp-min-token-num", p.flashcomm.min_tokens);
+  if (p.flashcomm.min_tokens < 1) args.set_error("--flashcomm1-sp-min-token-num must be at least 1");
+  return p;
 }
 
 std::set<std::string> sampling_option_names() {

@@ -7,18 +7,24 @@
 
 #include "args.h"
 #include "runtime/engine.h"
+#include "runtime/local_executor.h"
 #include "sched/sampling_params.h"
 
 namespace dsv4::app {
 
-// Option names engine_options / sampling_params read.
+// Option names engine_options / sampling_params / parallel_options read
+// (parallel_flag_names: the ones without a value).
 std::set<std::string> engine_option_names();
+std::set<std::string> parallel_option_names();
+std::set<std::string> parallel_flag_names();
+extern const char* kParallelHelp;
 std::set<std::string> sampling_option_names();
 extern const char* kEngineHelp;
 extern const char* kSamplingHelp;
 
 // Errors (a malformed number) are left in args.error().
 EngineOptions engine_options(Args& args);
+ParallelOptions parallel_options(Args& args);
 SamplingParams sampling_params(Args& args, const SamplingParams& defaults);
 
 }  // namespace dsv4::app

@@ -30,19 +30,38 @@ LoadProgress progress_printer() {
 
 std::string model_name(const std::string& dir) { return dir.empty() ? "embedded default model" : dir; }
 
-StatusOr<std::unique_ptr<DeepseekV4>> load_model(const std::string& dir, bool progress_bar) {
-  ModelOptions options;
-  if (progress_bar && isatty(STDERR_FILENO)) options.on_progress = progress_printer();
-  if (!dir.empty()) return DeepseekV4::load(dir, options);
+StatusOr<ModelDir> ModelDir::open(const std::string& dir) {
+  if (!dir.empty()) return ModelDir(dir, false);
   DSV4_ASSIGN_OR_RETURN(ModelConfig config, synthetic_config("default"));
   const std::string tmp = (std::filesystem::temp_directory_path() /
                            ("dsv4-embedded-default-" + std::to_string(getpid())))
                               .string();
   Status st = write_synthetic_checkpoint(config, SyntheticOptions{}, tmp);
   if (!st.ok()) return Status(st.code(), "cannot write the embedded default model: " + st.message());
-  auto model = DeepseekV4::load(tmp, options);
-  std::filesystem::remove_all(tmp);
-  return model;
+  return ModelDir(tmp, true);
+}
+
+ModelDir::~ModelDir() {
+  std::error_code ec;
+  if (temporary_) std::filesystem::remove_all(path_, ec);
+}
+
+StatusOr<std::unique_ptr<DeepseekV4>> load_model(const std::string& dir, bool progress_bar) {
+  ModelOptions options;
+  if (progress_bar && isatty(STDERR_FILENO)) options.on_progress = progress_printer();
+  DSV4_ASSIGN_OR_RETURN(ModelDir source, ModelDir::open(dir));
+  return DeepseekV4::load(source.path(), options);
+}
+
+StatusOr<std::unique_ptr<Engine>> load_engine(const std::string& dir, const EngineOptions& engine,
+                                              const ParallelOptions& parallel, bool progress_bar) {
+  ModelOptions options;
+  if (progress_bar && isatty(STDERR_FILENO)) options.on_progress = progress_printer();
+  DSV4_ASSIGN_OR_RETURN(ModelDir source, ModelDir::open(dir));
+  DSV4_ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::load(source.path() + "/config.json"));
+  DSV4_ASSIGN_OR_RETURN(KvCacheOptions cache, Engine::cache_options(config, engine));
+  DSV4_ASSIGN_OR_RETURN(auto executor, LocalExecutor::create(source.path(), options, parallel, cache));
+  return Engine::create(std::move(executor), engine.scheduler);
 }
 
 }  // namespace dsv4::app

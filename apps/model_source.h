@@ -8,12 +8,34 @@
 
 #include "base/status.h"
 #include "model/deepseek_v4.h"
+#include "runtime/engine.h"
+#include "runtime/local_executor.h"
 
 namespace dsv4::app {
 
 // dir empty: the embedded default model. progress_bar: draw a loading bar
 // on stderr when it is a terminal.
 StatusOr<std::unique_ptr<DeepseekV4>> load_model(const std::string& dir, bool progress_bar);
+
+// The engine over ranks (threads) in `parallel`'s topology, each loading
+// its share of the model in `dir` (empty: the embedded default model).
+StatusOr<std::unique_ptr<Engine>> load_engine(const std::string& dir, const EngineOptions& engine,
+                                              const ParallelOptions& parallel, bool progress_bar);
+
+// A checkpoint directory to read: `dir`, or the embedded default model
+// written to a temporary directory that is removed with this object.
+class ModelDir {
+ public:
+  static StatusOr<ModelDir> open(const std::string& dir);
+  ModelDir(ModelDir&& o) noexcept : path_(std::move(o.path_)), temporary_(o.temporary_) { o.temporary_ = false; }
+  ~ModelDir();
+  const std::string& path() const { return path_; }
+
+ private:
+  ModelDir(std::string path, bool temporary) : path_(std::move(path)), temporary_(temporary) {}
+  std::string path_;
+  bool temporary_;
+};
 
 // "embedded default model" or the directory, for messages.
 std::string model_name(const std::string& dir);

@@ -313,6 +313,50 @@ TEST(Server, SigtermFinishesInFlightRequestsAndExits) {
   EXPECT_NE(server.log().find("received SIGTERM"), std::string::npos);
 }
 
+// dsv4 serve --tp 2 --dp 2: the official client end to end, and greedy
+// completions sent at once (so both data-parallel groups get requests)
+// answered exactly as one rank answers them.
+TEST(Server, TensorAndDataParallelRanksServeLikeOneRank) {
+  const std::vector<std::string> prompts = {"The capital of", "def fib(n):", "1, 2, 3, 5,", "Once upon a time",
+                                            "SELECT * FROM", "hello"};
+  auto complete_all = [&](const ServerProcess& server) {
+    std::vector<std::string> texts(prompts.size());
+    std::vector<std::thread> clients;
+    for (size_t i = 0; i < prompts.size(); ++i)
+      clients.emplace_back([&, i] {
+        httplib::Client cli(server.url());
+        cli.set_read_timeout(120);
+        json body = {{"model", "dsv4-default"}, {"prompt", prompts[i]}, {"max_tokens", 12}, {"temperature", 0}};
+        auto r = cli.Post("/v1/completions", body.dump(), "application/json");
+        if (r && r->status == 200) texts[i] = json::parse(r->body)["choices"][0]["text"];
+        else texts[i] = "<failed>";
+      });
+    for (auto& t : clients) t.join();
+    return texts;
+  };
+  std::vector<std::string> one_rank;
+  {
+    ServerProcess server(kBase);
+    ASSERT_GT(server.port(), 0) << server.log();
+    one_rank = complete_all(server);
+  }
+  ServerProcess server(with({"--tp", "2", "--dp", "2"}));
+  ASSERT_GT(server.port(), 0) << server.log();
+  EXPECT_NE(server.log().find("topology: 4 ranks: TP2 x DP2, EP4"), std::string::npos) << server.log();
+  EXPECT_EQ(complete_all(server), one_rank);
+  for (const auto& t : one_rank) EXPECT_NE(t, "<failed>");
+  httplib::Client cli(server.url());
+  auto m = cli.Get("/metrics");
+  ASSERT_TRUE(m && m->status == 200);
+  const auto per_group = metric(m->body, "dsv4_dp_group_requests_total");
+  ASSERT_EQ(per_group.size(), 2u) << m->body;
+  EXPECT_GT(per_group[0], 0) << "requests land in both groups";
+  EXPECT_GT(per_group[1], 0) << "requests land in both groups";
+  EXPECT_EQ(node("e2e_openai.mjs", server.url() + " dsv4-default"), 0) << server.log();
+  EXPECT_TRUE(settles(cli));
+  EXPECT_EQ(server.stop(), 0);
+}
+
 TEST(ServerLoad, SixtyFourStreamingClientsForTwoMinutes) {
   ServerProcess server(with({"--max-num-seqs", "64", "--kv-cache-memory", "512M"}));
   ASSERT_GT(server.port(), 0) << server.log();

@@ -70,6 +70,13 @@ FixedCost fixed_cost(const PageLayout& layout, const KvCacheOptions& o) {
 
 }  // namespace
 
+StatusOr<int64_t> KvCacheManager::budget_of(const KvCacheOptions& o) {
+  if (o.memory_bytes > 0) return o.memory_bytes;
+  const int64_t avail = available_memory();
+  if (avail <= 0) return internal_error("cannot read the available memory; pass --kv-cache-memory");
+  return static_cast<int64_t>(avail * o.memory_fraction);
+}
+
 StatusOr<int64_t> KvCacheManager::budget_for(const CacheGeometry& geometry, const KvCacheOptions& o,
                                              int64_t compressed_pages) {
   DSV4_ASSIGN_OR_RETURN(PageLayout layout, PageLayout::of(geometry, o.block_size));
@@ -81,12 +88,7 @@ StatusOr<std::unique_ptr<KvCacheManager>> KvCacheManager::create(const CacheGeom
                                                                   const KvCacheOptions& o, int copies) {
   DSV4_ASSIGN_OR_RETURN(PageLayout layout, PageLayout::of(geometry, o.block_size));
   if (o.max_num_seqs <= 0) return invalid_argument("max-num-seqs must be positive");
-  int64_t budget = o.memory_bytes;
-  if (budget <= 0) {
-    const int64_t avail = available_memory();
-    if (avail <= 0) return internal_error("cannot read the available memory; pass --kv-cache-memory");
-    budget = static_cast<int64_t>(avail * o.memory_fraction);
-  }
+  DSV4_ASSIGN_OR_RETURN(int64_t budget, budget_of(o));
   auto pf = [&](CacheFamily f) { return layout.family(f).page_floats; };
   const FixedCost cost = fixed_cost(layout, o);
   const int64_t min_bytes = 4 * (cost.fixed_floats + o.max_num_seqs * cost.per_compressed_page);

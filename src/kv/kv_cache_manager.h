@@ -45,6 +45,10 @@ class KvCacheManager {
   void release_behind_window(BlockTable* table, int64_t length);
   void free(BlockTable* table);
 
+  // The bytes options ask for: memory_bytes, or memory_fraction of the
+  // memory available now.
+  static StatusOr<int64_t> budget_of(const KvCacheOptions& options);
+
   // The budget that gives exactly `compressed_pages` pages to each
   // compressed family (the rest is the fixed ring and state part).
   static StatusOr<int64_t> budget_for(const CacheGeometry& geometry, const KvCacheOptions& options,
@@ -60,6 +64,7 @@ class KvCacheManager {
   std::string summary() const;
 
   PagePool& pool(CacheFamily f) { return pools_[static_cast<int>(f)]; }
+  const PagePool& pool(CacheFamily f) const { return pools_[static_cast<int>(f)]; }
   const PageLayout& layout() const { return layout_; }
   PageStore& store(int copy = 0) { return *stores_.at(copy); }
   int copies() const { return static_cast<int>(stores_.size()); }

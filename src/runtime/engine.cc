@@ -56,6 +56,8 @@ StatusOr<int64_t> Engine::add_request(std::vector<int32_t> prompt, const Samplin
   r->prompt = std::move(prompt);
   r->params = params;
   DSV4_RETURN_IF_ERROR(scheduler_->add(std::move(r)));
+  stats_.requests_per_group.resize(num_groups(), 0);
+  ++stats_.requests_per_group[scheduler_->find(next_id_)->partition];
   rngs_[next_id_] = params.seed ? std::mt19937_64(*params.seed) : std::mt19937_64(std::random_device{}());
   return next_id_++;
 }

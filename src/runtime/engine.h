@@ -42,6 +42,7 @@ struct EngineStats {
   int64_t prompt_tokens = 0;     // computed prompt tokens (recomputation included)
   int64_t generated_tokens = 0;
   int64_t preemptions = 0;
+  std::vector<int64_t> requests_per_group;  // admitted to each data-parallel group
 };
 
 class Engine {
@@ -65,6 +66,9 @@ class Engine {
   // and continues exactly where it was (also what happens under page
   // pressure).
   bool preempt(int64_t id);
+  // Holds a running request with its pages (it takes no step) until resumed.
+  bool pause(int64_t id) { return scheduler_->pause(id); }
+  bool resume(int64_t id) { return scheduler_->resume(id); }
   bool has_unfinished() const { return scheduler_->has_unfinished(); }
 
   // Sees the logits of every sampled position (for checks against verify).

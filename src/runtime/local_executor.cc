@@ -21,8 +21,13 @@ StatusOr<std::unique_ptr<LocalExecutor>> LocalExecutor::create(const std::string
   DSV4_ASSIGN_OR_RETURN(e->config_, ModelConfig::load(dir + "/config.json"));
   DSV4_ASSIGN_OR_RETURN(e->topology_, Topology::make(p.topology, e->config_));
   const Topology& t = e->topology_;
+  // The budget is the process's: every rank here holds a copy of its
+  // group's pages.
+  KvCacheOptions per_rank = cache;
+  DSV4_ASSIGN_OR_RETURN(per_rank.memory_bytes, KvCacheManager::budget_of(cache));
+  per_rank.memory_bytes /= t.world;
   for (int g = 0; g < t.dp; ++g) {
-    DSV4_ASSIGN_OR_RETURN(auto kv, KvCacheManager::create(CacheGeometry::of(e->config_), cache, t.tp));
+    DSV4_ASSIGN_OR_RETURN(auto kv, KvCacheManager::create(CacheGeometry::of(e->config_), per_rank, t.tp));
     e->caches_.push_back(std::move(kv));
   }
   // Splitting the world into groups is collective: every rank at once.

@@ -82,6 +82,7 @@ void Scheduler::preempt(Request* r) {
   Partition& part = parts_[r->partition];
   part.kv->free(&r->pages);
   r->num_computed = 0;
+  r->paused = false;
   r->status = RequestStatus::kWaiting;
   ++r->num_preemptions;
   part.running.erase(std::find(part.running.begin(), part.running.end(), r));
@@ -103,6 +104,7 @@ void Scheduler::schedule(int partition, SchedulerOutput* all) {
   // Running requests first, oldest first; preempt from the newest end.
   for (size_t i = 0; i < running.size() && budget > 0; ++i) {
     Request* r = running[i];
+    if (r->paused) continue;
     const int64_t n = chunk_size(*r, budget);
     if (n <= 0) continue;
     bool scheduled = true;
@@ -161,6 +163,20 @@ bool Scheduler::preempt(int64_t id) {
   Request* r = find(id);
   if (!r || r->status != RequestStatus::kRunning) return false;
   preempt(r);
+  return true;
+}
+
+bool Scheduler::pause(int64_t id) {
+  Request* r = find(id);
+  if (!r || r->status != RequestStatus::kRunning) return false;
+  r->paused = true;
+  return true;
+}
+
+bool Scheduler::resume(int64_t id) {
+  Request* r = find(id);
+  if (!r || !r->paused) return false;
+  r->paused = false;
   return true;
 }
 

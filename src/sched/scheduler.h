@@ -70,6 +70,11 @@ class Scheduler {
   // not running.
   bool preempt(int64_t id);
 
+  // Holds a running request: it keeps its pages but takes no step until
+  // resumed. False when it is not running.
+  bool pause(int64_t id);
+  bool resume(int64_t id);
+
   Request* find(int64_t id);
   const Request* find(int64_t id) const { return const_cast<Scheduler*>(this)->find(id); }
   bool has_unfinished() const { return !requests_.empty(); }

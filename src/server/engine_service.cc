@@ -104,10 +104,15 @@ EngineSnapshot EngineService::snapshot() {
   s.running = engine_->scheduler().num_running();
   s.waiting = engine_->scheduler().num_waiting();
   s.stats = engine_->stats();
-  for (int f = 0; f < kNumCacheFamilies; ++f) {
-    PagePool& p = engine_->cache().pool(static_cast<CacheFamily>(f));
-    if (p.num_pages() == 0) continue;
-    s.cache_usage.emplace_back(p.name(), 1.0 - static_cast<double>(p.free_pages()) / p.num_pages());
+  for (int f = 0; f < kNumCacheFamilies; ++f) {  // over every data-parallel group's cache
+    int64_t pages = 0, free = 0;
+    for (int g = 0; g < engine_->num_groups(); ++g) {
+      const PagePool& p = engine_->cache(g).pool(static_cast<CacheFamily>(f));
+      pages += p.num_pages();
+      free += p.free_pages();
+    }
+    if (pages == 0) continue;
+    s.cache_usage.emplace_back(family_name(static_cast<CacheFamily>(f)), 1.0 - static_cast<double>(free) / pages);
   }
   return s;
 }

@@ -76,6 +76,10 @@ std::string Metrics::render(const EngineSnapshot& e) const {
   header("dsv4_kv_cache_usage", "gauge", "Fraction of each cache family's pages in use.", &out);
   for (const auto& [family, used] : e.cache_usage)
     out += "dsv4_kv_cache_usage{family=\"" + family + "\"} " + num(used) + "\n";
+  header("dsv4_dp_group_requests_total", "counter", "Requests assigned to each data-parallel group.", &out);
+  for (size_t g = 0; g < e.stats.requests_per_group.size(); ++g)
+    out += "dsv4_dp_group_requests_total{group=\"" + std::to_string(g) + "\"} " +
+           std::to_string(e.stats.requests_per_group[g]) + "\n";
   header("dsv4_num_preemptions_total", "counter", "Requests preempted (recomputed later).", &out);
   out += "dsv4_num_preemptions_total " + std::to_string(e.stats.preemptions) + "\n";
   header("dsv4_engine_steps_total", "counter", "Engine steps run.", &out);
