@@ -1,15 +1,23 @@
-// dsv4 serve: the OpenAI-compatible HTTP server.
+// dsv4 serve: the OpenAI-compatible HTTP server, over ranks that are threads
+// of this process or (--dist mpi) MPI processes with rank 0 serving HTTP.
+#include <mpi.h>
 #include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <chrono>
+#include <functional>
 #include <cstdio>
 #include <filesystem>
 #include <thread>
 
 #include "args.h"
 #include "base/logging.h"
+#include "dist/mpi_communicator.h"
 #include "engine_args.h"
 #include "model_source.h"
+#include "runtime/distributed_executor.h"
 #include "server/http_server.h"
 #include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/byte_tokenizer.h"
@@ -26,13 +34,141 @@ const char* kHelp =
     "  --api-key KEY            require Authorization: Bearer KEY on /v1/*\n"
     "  --max-queue N            waiting requests before answering 503 (default 256)\n"
     "  --http-threads N         connections served at once (default 128)\n"
-    "  --shutdown-grace-ms N    on SIGTERM, time in-flight requests get to finish (default 10000)\n";
+    "  --shutdown-grace-ms N    on SIGTERM, time in-flight requests get to finish (default 10000)\n"
+    "  --dist mpi               one rank per MPI process: mpirun -np TPxDP dsv4 serve --dist mpi ...\n"
+    "                           (rank 0 serves HTTP; a rank that stops answering makes /health 503\n"
+    "                           and ends the job with an error)\n"
+    "  --dist-timeout-ms N      a step longer than this means a rank is gone (default 60000)\n";
+
+struct ServeSettings {
+  std::string dir;
+  HttpServerOptions http;
+  EngineServiceOptions service;
+  int grace_ms = 10000;
+  sigset_t signals;
+};
+
+// Serves `engine` until SIGTERM/SIGINT (or the listener fails). watchdog,
+// when set, is polled while serving and ends the process when it says so.
+int serve(std::unique_ptr<Engine> engine, ServeSettings& s, const std::function<bool()>& lost_rank) {
+  const ModelConfig config = engine->config();
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::string tokenizer_name = "byte-level (built in)";
+  if (!s.dir.empty() && std::filesystem::exists(s.dir + "/tokenizer.json")) {
+    auto bpe = BpeTokenizer::load(s.dir);
+    if (!bpe.ok()) {
+      std::fprintf(stderr, "dsv4 serve: %s\n", bpe.status().message().c_str());
+      return 2;
+    }
+    tokenizer = std::move(*bpe);
+    tokenizer_name = s.dir + "/tokenizer.json";
+  } else {
+    tokenizer = std::make_unique<ByteTokenizer>(config.vocab_size);
+  }
+  if (tokenizer->vocab_size() > config.vocab_size)
+    log_warn("the tokenizer has " + std::to_string(tokenizer->vocab_size()) + " tokens, the model " +
+             std::to_string(config.vocab_size));
+  log_info("model " + model_name(s.dir) + ": " + config.summary());
+  log_info("tokenizer " + tokenizer_name);
+  log_info("topology: " + engine->executor().describe() + ", " + std::to_string(std::thread::hardware_concurrency()) +
+           " cores");
+  log_info(engine->capacity_summary());
+  EngineService service(std::move(engine), s.service);
+  HttpServer server(&service, tokenizer.get(), s.http);
+  if (!server.bind()) {
+    std::fprintf(stderr, "dsv4 serve: %s\n", server.error().c_str());
+    return 2;
+  }
+  log_info("serving " + s.http.model_name + " on http://" + s.http.host + ":" + std::to_string(server.port()) +
+           (s.http.api_key.empty() ? "" : " (API key required)"));
+  std::thread waiter([&] {
+    int sig = 0;
+    sigwait(&s.signals, &sig);
+    log_info(std::string("received ") + (sig == SIGTERM ? "SIGTERM" : "SIGINT") + ": finishing in-flight requests");
+    service.shutdown(s.grace_ms);
+    server.stop();
+  });
+  std::atomic<bool> serving{true};
+  std::thread watchdog;
+  if (lost_rank)
+    watchdog = std::thread([&] {
+      while (serving) {
+        if (!service.healthy() && lost_rank()) return;
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      }
+    });
+  server.serve();
+  serving = false;
+  // serve() also returns when the listener fails; wake the waiter then.
+  pthread_kill(waiter.native_handle(), SIGTERM);
+  waiter.join();
+  if (watchdog.joinable()) watchdog.join();
+  log_info("stopped");
+  return 0;
+}
+
+// --dist mpi: every process loads its share; rank 0 drives and serves.
+int serve_over_mpi(int argc, char** argv, const EngineOptions& eopt, const ParallelOptions& popt, int timeout_ms,
+                   ServeSettings& s) {
+  auto world = MpiCommunicator::world(&argc, &argv);
+  const int rank = world->rank();
+  DistributedOptions d;
+  auto dir = ModelDir::open(s.dir);
+  if (!dir.ok()) {
+    std::fprintf(stderr, "dsv4 serve (rank %d): %s\n", rank, dir.status().message().c_str());
+    world->abort(2);
+  }
+  d.model_dir = dir->path();
+  d.parallel = popt;
+  d.step_timeout_ms = timeout_ms;
+  auto config = ModelConfig::load(d.model_dir + "/config.json");
+  auto cache = config.ok() ? Engine::cache_options(*config, eopt) : StatusOr<KvCacheOptions>(config.status());
+  if (!cache.ok()) {
+    std::fprintf(stderr, "dsv4 serve (rank %d): %s\n", rank, cache.status().message().c_str());
+    world->abort(2);
+  }
+  d.cache = *cache;
+  if (rank != 0) {
+    // Ranks other than 0 stop when rank 0 tells them (after its drain).
+    const Status st = follow_steps(world.get(), d);
+    if (!st.ok()) {
+      std::fprintf(stderr, "dsv4 serve (rank %d): %s\n", rank, st.message().c_str());
+      world->abort(2);
+    }
+    world.reset();
+    MPI_Finalize();
+    return 0;
+  }
+  auto exec = DistributedExecutor::create(world.get(), d);
+  if (!exec.ok()) {
+    std::fprintf(stderr, "dsv4 serve: %s\n", exec.status().message().c_str());
+    world->abort(2);
+  }
+  auto engine = Engine::create(std::move(*exec), eopt.scheduler);
+  if (!engine.ok()) {
+    std::fprintf(stderr, "dsv4 serve: %s\n", engine.status().message().c_str());
+    world->abort(2);
+  }
+  s.service.heartbeat_ms = 1000;
+  log_info("rank 0 of " + std::to_string(world->size()) + " drives the steps and serves HTTP, pid " +
+           std::to_string(getpid()) + " (SIGTERM to it drains and stops every rank)");
+  Communicator* w = world.get();
+  const int code = serve(std::move(*engine), s, [&] {
+    log_error("a rank stopped answering for " + std::to_string(timeout_ms) + " ms: ending the job");
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));  // /health says so meanwhile
+    w->abort(1);
+    return true;
+  });
+  world.reset();
+  MPI_Finalize();
+  return code;
+}
 
 }  // namespace
 
 int cmd_serve(int argc, char** argv) {
   std::set<std::string> valued = {"model", "host", "port", "served-model-name", "api-key", "max-queue", "http-threads",
-                                  "shutdown-grace-ms"};
+                                  "shutdown-grace-ms", "dist", "dist-timeout-ms"};
   for (const auto& k : engine_option_names()) valued.insert(k);
   for (const auto& k : parallel_option_names()) valued.insert(k);
   std::set<std::string> flags = {"help"};
@@ -44,78 +180,38 @@ int cmd_serve(int argc, char** argv) {
   }
   EngineOptions eopt = engine_options(args);
   ParallelOptions popt = parallel_options(args);
-  HttpServerOptions hopt;
-  hopt.host = args.get("host", hopt.host);
-  hopt.port = static_cast<int>(args.get_int("port", hopt.port));
-  hopt.api_key = args.get("api-key");
-  hopt.threads = static_cast<int>(args.get_int("http-threads", hopt.threads));
-  EngineServiceOptions sopt;
-  sopt.max_queue = args.get_int("max-queue", sopt.max_queue);
-  const int grace_ms = static_cast<int>(args.get_int("shutdown-grace-ms", 10000));
+  ServeSettings s;
+  s.http.host = args.get("host", s.http.host);
+  s.http.port = static_cast<int>(args.get_int("port", s.http.port));
+  s.http.api_key = args.get("api-key");
+  s.http.threads = static_cast<int>(args.get_int("http-threads", s.http.threads));
+  s.service.max_queue = args.get_int("max-queue", s.service.max_queue);
+  s.grace_ms = static_cast<int>(args.get_int("shutdown-grace-ms", 10000));
+  const std::string dist = args.get("dist", "local");
+  const int timeout_ms = static_cast<int>(args.get_int("dist-timeout-ms", 60000));
+  if (args.ok() && dist != "local" && dist != "mpi") args.set_error("--dist must be local or mpi, got '" + dist + "'");
+  if (args.ok() && timeout_ms < 1) args.set_error("--dist-timeout-ms must be positive");
   if (!args.ok()) {
     std::fprintf(stderr, "dsv4 serve: %s\n%s", args.error().c_str(), kHelp);
     return 2;
   }
-  const std::string dir = args.get("model");
-  hopt.model_name = args.get("served-model-name",
-                             dir.empty() ? "dsv4-default" : std::filesystem::path(dir).filename().string());
+  s.dir = args.get("model");
+  s.http.model_name = args.get("served-model-name",
+                               s.dir.empty() ? "dsv4-default" : std::filesystem::path(s.dir).filename().string());
 
-  // Signals go to the waiter thread below only.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // Signals go to the waiter thread in serve() only.
+  sigemptyset(&s.signals);
+  sigaddset(&s.signals, SIGTERM);
+  sigaddset(&s.signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &s.signals, nullptr);
 
-  auto engine = load_engine(dir, eopt, popt, /*progress_bar=*/true);
+  if (dist == "mpi") return serve_over_mpi(argc, argv, eopt, popt, timeout_ms, s);
+  auto engine = load_engine(s.dir, eopt, popt, /*progress_bar=*/true);
   if (!engine.ok()) {
     std::fprintf(stderr, "dsv4 serve: %s\n", engine.status().message().c_str());
     return 2;
   }
-  const ModelConfig& config = (*engine)->config();
-  std::unique_ptr<Tokenizer> tokenizer;
-  std::string tokenizer_name = "byte-level (built in)";
-  if (!dir.empty() && std::filesystem::exists(dir + "/tokenizer.json")) {
-    auto bpe = BpeTokenizer::load(dir);
-    if (!bpe.ok()) {
-      std::fprintf(stderr, "dsv4 serve: %s\n", bpe.status().message().c_str());
-      return 2;
-    }
-    tokenizer = std::move(*bpe);
-    tokenizer_name = dir + "/tokenizer.json";
-  } else {
-    tokenizer = std::make_unique<ByteTokenizer>(config.vocab_size);
-  }
-  if (tokenizer->vocab_size() > config.vocab_size)
-    log_warn("the tokenizer has " + std::to_string(tokenizer->vocab_size()) + " tokens, the model " +
-             std::to_string(config.vocab_size));
-  log_info("model " + model_name(dir) + ": " + config.summary());
-  log_info("tokenizer " + tokenizer_name);
-  log_info("topology: " + (*engine)->executor().describe() + (popt.flashcomm.enabled ? ", FlashComm1 from " +
-           std::to_string(popt.flashcomm.min_tokens) + " tokens" : "") + ", " +
-           std::to_string(std::thread::hardware_concurrency()) + " cores");
-  log_info((*engine)->capacity_summary());
-  EngineService service(std::move(*engine), sopt);
-  HttpServer server(&service, tokenizer.get(), hopt);
-  if (!server.bind()) {
-    std::fprintf(stderr, "dsv4 serve: %s\n", server.error().c_str());
-    return 2;
-  }
-  log_info("serving " + hopt.model_name + " on http://" + hopt.host + ":" + std::to_string(server.port()) +
-           (hopt.api_key.empty() ? "" : " (API key required)"));
-  std::thread waiter([&] {
-    int sig = 0;
-    sigwait(&signals, &sig);
-    log_info(std::string("received ") + (sig == SIGTERM ? "SIGTERM" : "SIGINT") + ": finishing in-flight requests");
-    service.shutdown(grace_ms);
-    server.stop();
-  });
-  server.serve();
-  // serve() also returns when the listener fails; wake the waiter then.
-  pthread_kill(waiter.native_handle(), SIGTERM);
-  waiter.join();
-  log_info("stopped");
-  return 0;
+  return serve(std::move(*engine), s, nullptr);
 }
 
 }  // namespace dsv4::app

@@ -1,4 +1,5 @@
-// Starts `dsv4 serve` on a free port for a test and stops it with SIGTERM.
+// Starts `dsv4 serve` on a free port for a test (directly, or under a
+// launcher such as mpiexec) and stops it with SIGTERM.
 #pragma once
 
 #include <signal.h>
@@ -18,7 +19,7 @@ namespace dsv4::testing {
 
 class ServerProcess {
  public:
-  explicit ServerProcess(std::vector<std::string> args) {
+  explicit ServerProcess(std::vector<std::string> args, std::vector<std::string> launcher = {}) {
     log_ = (std::filesystem::temp_directory_path() / ("dsv4_serve_" + std::to_string(getpid()) + "_" +
                                                       std::to_string(counter()++) + ".log"))
                .string();
@@ -27,12 +28,13 @@ class ServerProcess {
       FILE* f = std::freopen(log_.c_str(), "w", stderr);
       (void)f;
       dup2(fileno(stderr), fileno(stdout));
-      std::vector<std::string> all = {DSV4_BINARY, "serve", "--port", "0"};
+      std::vector<std::string> all = launcher;
+      for (const char* a : {DSV4_BINARY, "serve", "--port", "0"}) all.push_back(a);
       all.insert(all.end(), args.begin(), args.end());
       std::vector<char*> argv;
       for (auto& a : all) argv.push_back(a.data());
       argv.push_back(nullptr);
-      execv(argv[0], argv.data());
+      execvp(argv[0], argv.data());
       _exit(127);
     }
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
@@ -55,6 +57,20 @@ class ServerProcess {
   ~ServerProcess() { stop(); }
 
   int port() const { return port_; }
+  // The exit code once the process has ended by itself, or -2 while it runs
+  // (waits up to timeout_s).
+  int wait_exit(int timeout_s) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+    int status = 0;
+    while (pid_ > 0 && std::chrono::steady_clock::now() < deadline) {
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return pid_ > 0 ? -2 : exit_code_;
+  }
   bool alive() const { return pid_ > 0 && kill(pid_, 0) == 0; }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
   std::string log() const {

@@ -25,6 +25,9 @@ class Communicator : public Collectives {
                     const std::vector<size_t>& recv_bytes) override = 0;
   virtual void broadcast(void* data, size_t bytes, int root) = 0;
   virtual void barrier() = 0;
+  // Ends every rank of the job now (a rank that cannot go on in step with
+  // the others must not leave them waiting).
+  [[noreturn]] virtual void abort(int code) = 0;
   // Collective: ranks with the same color form a group, ordered by key.
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
 

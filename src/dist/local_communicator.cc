@@ -1,6 +1,8 @@
 #include "dist/local_communicator.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 
@@ -58,6 +60,11 @@ void LocalCommunicator::all_to_all_v(const void* send, const std::vector<size_t>
     at += recv_bytes[r];
   }
   barrier();
+}
+
+void LocalCommunicator::abort(int code) {
+  std::fprintf(stderr, "rank %d of %d: aborting the process (code %d)\n", rank_, size(), code);
+  std::abort();
 }
 
 void LocalCommunicator::broadcast(void* data, size_t bytes, int root) {

@@ -43,6 +43,7 @@ class LocalCommunicator : public Communicator {
                     const std::vector<size_t>& recv_bytes) override;
   void broadcast(void* data, size_t bytes, int root) override;
   void barrier() override { world_->sync_.arrive_and_wait(); }
+  [[noreturn]] void abort(int code) override;
   std::unique_ptr<Communicator> split(int color, int key) override;
 
  private:

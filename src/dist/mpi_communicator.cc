@@ -2,6 +2,7 @@
 
 #include <mpi.h>
 
+#include <cstdlib>
 #include <numeric>
 #include <vector>
 
@@ -43,7 +44,9 @@ std::unique_ptr<MpiCommunicator> MpiCommunicator::world(int* argc, char*** argv)
   MPI_Initialized(&initialized);
   if (!initialized) {
     int provided = 0;
-    MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+    // One thread at a time, but not always the main one (the server's
+    // engine thread drives the steps).
+    MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided);
   }
   void* p = nullptr;
   handle(p) = MPI_COMM_WORLD;
@@ -89,6 +92,11 @@ void MpiCommunicator::broadcast(void* data, size_t bytes, int root) {
 }
 
 void MpiCommunicator::barrier() { MPI_Barrier(handle(comm_)); }
+
+void MpiCommunicator::abort(int code) {
+  MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);  // MPI_Abort does not return; this keeps [[noreturn]] honest
+}
 
 std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {
   void* p = nullptr;

@@ -24,6 +24,7 @@ class MpiCommunicator : public Communicator {
                     const std::vector<size_t>& recv_bytes) override;
   void broadcast(void* data, size_t bytes, int root) override;
   void barrier() override;
+  [[noreturn]] void abort(int code) override;
   std::unique_ptr<Communicator> split(int color, int key) override;
 
  private:

@@ -70,6 +70,9 @@ class Engine {
   bool pause(int64_t id) { return scheduler_->pause(id); }
   bool resume(int64_t id) { return scheduler_->resume(id); }
   bool has_unfinished() const { return scheduler_->has_unfinished(); }
+  // The ranks answer (a step stuck past its timeout means one is gone).
+  bool healthy() const { return executor_->healthy(); }
+  Status heartbeat() { return executor_->heartbeat(); }
 
   // Sees the logits of every sampled position (for checks against verify).
   using LogitsObserver = std::function<void(int64_t id, int64_t position, const float* logits)>;

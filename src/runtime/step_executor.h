@@ -23,6 +23,11 @@ class StepExecutor {
   // One step on every rank: per sampling chunk, in plan order.
   virtual StatusOr<std::vector<SampledLogits>> run(const StepPlan& plan) = 0;
   virtual std::string describe() const = 0;  // the topology, for logs
+  // False when a step has been stuck so long that a rank must be gone.
+  virtual bool healthy() const { return true; }
+  // Reaches every rank without running anything (an idle server finds a
+  // lost rank this way, not at its next request).
+  virtual Status heartbeat() { return Status::Ok(); }
 };
 
 }  // namespace dsv4

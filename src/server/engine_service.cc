@@ -57,7 +57,16 @@ void EngineService::finish(int64_t id, FinishReason reason) {
 void EngineService::loop() {
   for (;;) {
     std::unique_lock<std::mutex> lock(mu_);
-    work_.wait(lock, [&] { return stop_ || engine_->has_unfinished(); });
+    auto ready = [&] { return stop_ || engine_->has_unfinished(); };
+    if (options_.heartbeat_ms > 0) {
+      if (!work_.wait_for(lock, std::chrono::milliseconds(options_.heartbeat_ms), ready)) {
+        const Status st = engine_->heartbeat();
+        if (!st.ok()) log_error("heartbeat: " + st.message());
+        continue;
+      }
+    } else {
+      work_.wait(lock, ready);
+    }
     if (stop_) return;
     for (RequestOutput& o : engine_->step()) {
       auto it = routes_.find(o.id);

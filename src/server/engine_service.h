@@ -40,6 +40,9 @@ class EventChannel {
 
 struct EngineServiceOptions {
   int64_t max_queue = 256;  // waiting requests beyond this are refused
+  // When idle this long, reach every rank once (0: never); a lost rank then
+  // shows before the next request.
+  int heartbeat_ms = 0;
 };
 
 struct EngineSnapshot {
@@ -65,6 +68,8 @@ class EngineService {
   void shutdown(int grace_ms);
 
   EngineSnapshot snapshot();
+  // Every rank answers; safe to call while a step runs (no lock).
+  bool healthy() const { return engine_->healthy(); }
   const ModelConfig& config() const { return engine_->config(); }
   const Engine& engine() const { return *engine_; }
   int64_t max_model_len() const { return engine_->scheduler().options().max_model_len; }

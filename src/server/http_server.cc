@@ -115,7 +115,15 @@ void HttpServer::install_routes() {
     log_error("request failed: " + what);
     send_error(res, make_error(500, what, "internal_error"));
   });
-  http_->Get("/health", [](const httplib::Request&, httplib::Response& res) { res.set_content("", "text/plain"); });
+  http_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    if (service_->healthy()) {
+      res.set_content("", "text/plain");
+      return;
+    }
+    res.status = 503;
+    res.set_content(R"({"error":{"message":"a rank stopped answering","type":"service_unavailable","code":503}})",
+                    "application/json");
+  });
   http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics_.render(service_->snapshot()), "text/plain; version=0.0.4");
   });

@@ -1,0 +1,110 @@
+// dsv4 serve --dist mpi under mpiexec on loopback: rank 0 serves HTTP and
+// answers like one rank; a rank that hangs turns /health to 503 and ends
+// the job with an error; a rank that dies ends the job with an error.
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <signal.h>
+
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <thread>
+
+#include "server_process.h"
+#include "test_util.h"
+
+namespace dsv4 {
+namespace {
+
+using nlohmann::json;
+using testing::ServerProcess;
+
+const std::vector<std::string> kMpi = {DSV4_MPIEXEC, "--allow-run-as-root", "--oversubscribe", "-n", "2",
+                                       "-x", "DSV4_NUM_THREADS=1"};
+const std::vector<std::string> kArgs = {"--kv-cache-memory", "256M", "--max-num-seqs", "16"};
+
+std::vector<std::string> with(std::vector<std::string> extra) {
+  std::vector<std::string> a = kArgs;
+  a.insert(a.end(), extra.begin(), extra.end());
+  return a;
+}
+
+std::string complete(const ServerProcess& server, const std::string& prompt) {
+  httplib::Client cli(server.url());
+  cli.set_read_timeout(60);
+  json body = {{"model", "dsv4-default"}, {"prompt", prompt}, {"max_tokens", 10}, {"temperature", 0}};
+  auto r = cli.Post("/v1/completions", body.dump(), "application/json");
+  if (!r || r->status != 200) return "<failed>";
+  return json::parse(r->body)["choices"][0]["text"];
+}
+
+int health(const ServerProcess& server) {
+  httplib::Client cli(server.url());
+  cli.set_connection_timeout(1);
+  cli.set_read_timeout(1);
+  auto r = cli.Get("/health");
+  return r ? r->status : 0;  // 0: nobody answers
+}
+
+// The pid a rank logged when it was ready.
+pid_t pid_of_rank(const ServerProcess& server, int rank) {
+  std::smatch m;
+  const std::string log = server.log();
+  const std::regex re(rank == 0 ? R"(rank 0 of 2 drives .*, pid (\d+))" : R"(rank 1 of 2 ready .*, pid (\d+))");
+  return std::regex_search(log, m, re) ? std::stoi(m[1]) : -1;
+}
+
+TEST(MpiServe, RankZeroServesLikeOneRank) {
+  std::string expected;
+  {
+    ServerProcess one(kArgs);
+    ASSERT_GT(one.port(), 0) << one.log();
+    expected = complete(one, "The capital of");
+  }
+  ASSERT_NE(expected, "<failed>");
+  ServerProcess server(with({"--dist", "mpi", "--tp", "2"}), kMpi);
+  ASSERT_GT(server.port(), 0) << server.log();
+  EXPECT_NE(server.log().find("topology: 2 ranks: TP2 x DP1, EP2 over processes"), std::string::npos) << server.log();
+  EXPECT_EQ(complete(server, "The capital of"), expected);
+  EXPECT_EQ(health(server), 200);
+  // SIGTERM to rank 0 drains and stops every rank cleanly.
+  const pid_t rank0 = pid_of_rank(server, 0);
+  ASSERT_GT(rank0, 0) << server.log();
+  ASSERT_EQ(kill(rank0, SIGTERM), 0);
+  EXPECT_EQ(server.wait_exit(30), 0) << server.log();
+}
+
+TEST(MpiServe, AHungRankMakesTheServerUnhealthyAndTheJobFail) {
+  ServerProcess server(with({"--dist", "mpi", "--dp", "2", "--dist-timeout-ms", "2000"}), kMpi);
+  ASSERT_GT(server.port(), 0) << server.log();
+  ASSERT_NE(complete(server, "hello"), "<failed>");
+  const pid_t follower = pid_of_rank(server, 1);
+  ASSERT_GT(follower, 0) << server.log();
+  ASSERT_EQ(kill(follower, SIGSTOP), 0);
+  // The idle server's heartbeat gets stuck on the stopped rank.
+  bool saw_503 = false;
+  for (int i = 0; i < 150 && !saw_503 && server.alive(); ++i) {
+    saw_503 = health(server) == 503;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(saw_503) << server.log();
+  const int code = server.wait_exit(30);
+  kill(follower, SIGKILL);
+  EXPECT_NE(code, -2) << "the job must end, not hang";
+  EXPECT_NE(code, 0) << server.log();
+  EXPECT_NE(server.log().find("a rank stopped answering"), std::string::npos) << server.log();
+}
+
+TEST(MpiServe, AKilledRankEndsTheJobWithAnError) {
+  ServerProcess server(with({"--dist", "mpi", "--tp", "2"}), kMpi);
+  ASSERT_GT(server.port(), 0) << server.log();
+  const pid_t follower = pid_of_rank(server, 1);
+  ASSERT_GT(follower, 0) << server.log();
+  ASSERT_EQ(kill(follower, SIGKILL), 0);
+  const int code = server.wait_exit(30);
+  EXPECT_NE(code, -2) << "the job must end, not hang";
+  EXPECT_NE(code, 0) << server.log();
+  EXPECT_NE(health(server), 200);
+}
+
+}  // namespace
+}  // namespace dsv4
