@@ -8,6 +8,7 @@ int cmd_verify(int argc, char** argv);
 int cmd_mkmodel(int argc, char** argv);
 int cmd_run(int argc, char** argv);
 int cmd_serve(int argc, char** argv);
+int cmd_bench(int argc, char** argv);
 }  // namespace dsv4::app
 
 namespace {
@@ -20,6 +21,7 @@ void usage() {
                "           (no --model: self-check of the embedded default model)\n"
                "  serve    the OpenAI-compatible HTTP server (default: embedded model on 127.0.0.1:8000)\n"
                "  run      generate text for prompts through the serving engine\n"
+               "  bench    measure a layout (--topology: per-rank weights, communication per step)\n"
                "  mkmodel  write a synthetic DeepSeek-V4 checkpoint\n"
                "run 'dsv4 <command> --help' for its options\n");
 }
@@ -36,6 +38,7 @@ int main(int argc, char** argv) {
   if (cmd == "mkmodel") return dsv4::app::cmd_mkmodel(argc, argv);
   if (cmd == "run") return dsv4::app::cmd_run(argc, argv);
   if (cmd == "serve") return dsv4::app::cmd_serve(argc, argv);
+  if (cmd == "bench") return dsv4::app::cmd_bench(argc, argv);
   std::fprintf(stderr, "dsv4: unknown command '%s'\n", cmd.c_str());
   usage();
   return 2;

@@ -7,8 +7,11 @@
 #include <map>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "dist/local_communicator.h"
+#include "runtime/distributed_executor.h"
 #include "runtime/engine.h"
 #include "runtime/local_executor.h"
 #include "test_util.h"
@@ -165,6 +168,38 @@ TEST(ParallelEngine, APausedRequestKeepsItsPagesWhileTheOtherGroupPrefills) {
   for (auto& [id, t] : drain(e.get())) tokens[id].insert(tokens[id].end(), t.begin(), t.end());
   EXPECT_EQ(tokens[*a], ref.tokens.at(1));
   EXPECT_EQ(tokens[*b], ref.tokens.at(2));
+}
+
+// The driver/follower protocol of --dist mpi, over ranks that are threads:
+// plans and results cross as bytes, and the answers stay exact.
+TEST(ParallelEngine, DistributedExecutorOverACommunicatorMatchesOneRank) {
+  std::vector<std::vector<int32_t>> prompts = {prompt(31, 19), prompt(32, 40), prompt(33, 8)};
+  const Reference ref = single_rank(prompts, 5);
+  auto worlds = LocalCommunicator::create(4);
+  DistributedOptions d;
+  d.model_dir = testing::golden_dir() + "/" + kCase;
+  d.parallel.topology = {2, 2, 0};
+  d.cache = *Engine::cache_options(testing::golden_model(kCase).config(), small_engine());
+  std::vector<std::thread> followers;
+  std::vector<Status> follower_status(4);
+  for (int r = 1; r < 4; ++r)
+    followers.emplace_back([&, r] { follower_status[r] = follow_steps(worlds[r].get(), d); });
+  {
+    auto exec = DistributedExecutor::create(worlds[0].get(), d);
+    ASSERT_TRUE(exec.ok()) << exec.status().message();
+    auto e = Engine::create(std::move(*exec), small_engine().scheduler);
+    ASSERT_TRUE(e.ok());
+    LogitsLog logits;
+    record_logits(e->get(), &logits);
+    for (const auto& p : prompts) ASSERT_TRUE((*e)->add_request(p, testing::greedy(5)).ok());
+    EXPECT_TRUE((*e)->heartbeat().ok());
+    EXPECT_EQ(drain(e->get()), ref.tokens);
+    EXPECT_EQ(logits.size(), ref.logits.size());
+    for (const auto& [key, l] : logits) EXPECT_EQ(l, ref.logits.at(key));
+    EXPECT_TRUE((*e)->healthy());
+  }  // the executor tells the followers to stop
+  for (auto& t : followers) t.join();
+  for (int r = 1; r < 4; ++r) EXPECT_TRUE(follower_status[r].ok()) << follower_status[r].message();
 }
 
 }  // namespace

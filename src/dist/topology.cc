@@ -21,7 +21,9 @@ StatusOr<Topology> Topology::make(const TopologyOptions& o, const ModelConfig& c
     int64_t n;
   };
   for (const Dim& d : {Dim{"attention heads", c.n_heads}, Dim{"indexer heads", c.index_n_heads},
-                       Dim{"hidden size", c.dim}, Dim{"expert width", c.moe_inter_dim}, Dim{"vocabulary", c.vocab_size}})
+                       Dim{"hidden size", c.dim}, Dim{"expert width", c.moe_inter_dim}, Dim{"vocabulary", c.vocab_size},
+                       Dim{"query rank (q_lora_rank)", c.q_lora_rank}, Dim{"head size", c.head_dim},
+                       Dim{"indexer head size", c.index_head_dim}})
     if (d.n % t.tp != 0)
       return bad("--tp " + std::to_string(t.tp) + " must divide the " + std::to_string(d.n) + " " + d.what);
   if (c.o_groups % t.tp != 0 && t.tp % c.o_groups != 0)

@@ -42,10 +42,10 @@ std::vector<int64_t> row_positions(const std::vector<SeqChunk>& chunks, int64_t 
 void run_compressor(const CompressorWeights& w, const LayerContext& ctx, const float* x, int64_t rows,
                     const std::vector<SeqChunk>& chunks, bool index_keys) {
   const ModelConfig& c = ctx.config;
-  const int64_t width = w.wkv.out;
+  const int64_t width = w.wkv.out * (ctx.tp ? ctx.tp->size() : 1);  // whole rows (split by features over TP)
   Buffer kv(rows * width), score(rows * width);
-  linear_forward(w.wkv, x, rows, kv.data());
-  linear_forward(w.wgate, x, rows, score.data());
+  linear_columns(w.wkv, ctx.tp, x, rows, kv.data());
+  linear_columns(w.wgate, ctx.tp, x, rows, score.data());
   parallel_for(static_cast<int64_t>(chunks.size()), 1, [&](int64_t c0, int64_t c1) {
     for (int64_t ci = c0; ci < c1; ++ci) {
       const SeqChunk& ch = chunks[ci];
@@ -99,7 +99,7 @@ void attention_forward(const AttentionWeights& w, const LayerContext& ctx, const
 
   // Queries: wq_a -> q_norm -> wq_b, then a weightless RMS norm per head.
   Buffer qr(rows * c.q_lora_rank), q(rows * heads * hd);
-  linear_forward(w.wq_a, x, rows, qr.data());
+  linear_columns(w.wq_a, ctx.tp, x, rows, qr.data());
   for (int64_t r = 0; r < rows; ++r)
     kernels::rms_norm(&qr[r * c.q_lora_rank], w.q_norm.data(), c.q_lora_rank, c.norm_eps, &qr[r * c.q_lora_rank]);
   linear_forward(w.wq_b, qr.data(), rows, q.data());
@@ -110,7 +110,7 @@ void attention_forward(const AttentionWeights& w, const LayerContext& ctx, const
 
   // The single KV head: norm, RoPE, and FP8 rounding of the non-RoPE dims.
   Buffer kv(rows * hd);
-  linear_forward(w.wkv, x, rows, kv.data());
+  linear_columns(w.wkv, ctx.tp, x, rows, kv.data());
   for (int64_t r = 0; r < rows; ++r) kernels::rms_norm(&kv[r * hd], w.kv_norm.data(), hd, c.norm_eps, &kv[r * hd]);
   rope_tail(rope, kv.data(), rows, hd, rd, [&](int64_t r) { return pos[r]; }, false);
   for (int64_t r = 0; r < rows; ++r) kernels::fp8_quant_dequant(&kv[r * hd], hd - rd, 64, ctx.qat_round);

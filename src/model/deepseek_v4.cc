@@ -78,17 +78,41 @@ Status DeepseekV4::check_batch(const ForwardBatch& batch) const {
   return Status::Ok();
 }
 
+// The embeddings of the rows this rank holds (all, or its block under
+// FlashComm1).
 void DeepseekV4::embed(const ForwardBatch& batch, float* out) const {
+  const ForwardScope& scope = ForwardScope::current();
   const int64_t dim = config_.dim, rows = batch.num_rows();
   const int64_t part = static_cast<int64_t>(weights_->embed.size()) / dim;  // this rank's vocabulary
   const int64_t first = tensor_group_ ? tensor_group_->rank() * part : 0;
+  const bool sharded = tensor_group_ && tensor_group_->size() > 1;
+  std::vector<float> mine(sharded && scope.flashcomm ? rows * dim : 0);
+  float* e = mine.empty() ? out : mine.data();
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t t = static_cast<int64_t>(batch.token_ids[r]) - first;
-    if (t >= 0 && t < part) std::memcpy(out + r * dim, &weights_->embed[t * dim], sizeof(float) * dim);
-    else std::fill_n(out + r * dim, dim, 0.0f);
+    if (t >= 0 && t < part) std::memcpy(e + r * dim, &weights_->embed[t * dim], sizeof(float) * dim);
+    else std::fill_n(e + r * dim, dim, 0.0f);
   }
   // Sharded by vocabulary: one rank has each row, the others add zeros.
-  if (tensor_group_ && tensor_group_->size() > 1) tensor_group_->all_reduce_sum(out, rows * dim);
+  if (!sharded) return;
+  if (scope.flashcomm) reduce_scatter_rows(tensor_group_, scope.split, e, dim, out);
+  else tensor_group_->all_reduce_sum(out, rows * dim);
+}
+
+// The streams of each chunk's last row (the head's input), from the rows
+// this rank holds: under FlashComm1 each comes from the rank holding it
+// (the others add zeros), not a gather of every row.
+std::vector<float> DeepseekV4::last_rows(const ForwardBatch& batch, const float* held) const {
+  const ForwardScope& scope = ForwardScope::current();
+  const int64_t flat = static_cast<int64_t>(config_.hc_mult) * config_.dim, n = batch.chunks.size();
+  const int64_t first = scope.flashcomm ? scope.split.begin() : 0, count = scope.flashcomm ? scope.split.count() : batch.num_rows();
+  std::vector<float> last(n * flat, 0.0f);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t row = batch.chunks[i].row_begin + batch.chunks[i].num_tokens - 1 - first;
+    if (row >= 0 && row < count) std::memcpy(&last[i * flat], held + row * flat, sizeof(float) * flat);
+  }
+  if (scope.flashcomm) tensor_group_->all_reduce_sum(last.data(), n * flat);
+  return last;
 }
 
 // One block as the paper draws it: hc_pre -> norm -> attention -> hc_post,
@@ -140,17 +164,13 @@ void DeepseekV4::block(const BlockWeights& b, int cache_layer, const ForwardBatc
 }
 
 void DeepseekV4::head(const HcHeadWeights& hc, const std::vector<float>& norm, const ForwardBatch& batch,
-                      const ReferenceRows& rr, const float* h, ForwardOutput* out) const {
+                      const ReferenceRows& rr, const std::vector<float>& last, ForwardOutput* out) const {
   const ModelConfig& c = config_;
-  const int64_t flat = static_cast<int64_t>(c.hc_mult) * c.dim, n = batch.chunks.size();
+  const int64_t n = batch.chunks.size();
   // Only each chunk's last row needs logits.
-  std::vector<float> last(n * flat), x(n * c.dim);
+  std::vector<float> x(n * c.dim);
   std::vector<int64_t> last_row(n);
-  for (int64_t i = 0; i < n; ++i) {
-    const SeqChunk& ch = batch.chunks[i];
-    last_row[i] = ch.row_begin + ch.num_tokens - 1;
-    std::memcpy(&last[i * flat], h + last_row[i] * flat, sizeof(float) * flat);
-  }
+  for (int64_t i = 0; i < n; ++i) last_row[i] = batch.chunks[i].row_begin + batch.chunks[i].num_tokens - 1;
   hc_head(hc, c, last.data(), n, last_row.data(), rr, x.data());
   rms_norm_rows(norm, c.norm_eps, x.data(), n, c.dim);
   const int64_t part = static_cast<int64_t>(weights_->head.size()) / c.dim;  // this rank's vocabulary
@@ -201,12 +221,12 @@ Status DeepseekV4::forward(const ForwardBatch& batch, ForwardOutput* out, bool w
   const int64_t rows = batch.num_rows(), dim = c.dim, flat = static_cast<int64_t>(c.hc_mult) * dim;
   const ForwardScope scope = scope_for(batch);
   ForwardScope::Guard guard(scope);
-  const int64_t first = scope.flashcomm ? scope.split.begin() : 0, held = scope.flashcomm ? scope.split.count() : rows;
-  std::vector<float> e(rows * dim), h(held * flat), all(rows * flat);
+  const int64_t held = scope.flashcomm ? scope.split.count() : rows;
+  std::vector<float> e(held * dim), h(held * flat), all(batch.trace || want_hidden ? rows * flat : 0);
   embed(batch, e.data());
   const ReferenceRows rr = ReferenceRows::of(batch);
   for (int64_t r = 0; r < held; ++r)
-    for (int s = 0; s < c.hc_mult; ++s) std::memcpy(&h[r * flat + s * dim], &e[(first + r) * dim], sizeof(float) * dim);
+    for (int s = 0; s < c.hc_mult; ++s) std::memcpy(&h[r * flat + s * dim], &e[r * dim], sizeof(float) * dim);
 
   for (int i = 0; i < c.n_layers; ++i) {
     block(weights_->blocks[i], i, batch, rr, h.data());
@@ -215,9 +235,9 @@ Status DeepseekV4::forward(const ForwardBatch& batch, ForwardOutput* out, bool w
       batch.trace->record("layer_out." + std::to_string(i), all.data(), rows, flat);
     }
   }
-  all_streams(h.data(), all.data(), rows);
+  if (!all.empty()) all_streams(h.data(), all.data(), rows);
   if (batch.trace) batch.trace->record("final_hidden", all.data(), rows, flat);
-  head(weights_->hc_head, weights_->norm, batch, rr, all.data(), out);
+  head(weights_->hc_head, weights_->norm, batch, rr, last_rows(batch, h.data()), out);
   if (want_hidden) out->hidden = std::move(all);
   for (const SeqChunk& ch : batch.chunks) ch.cache->length += ch.num_tokens;
   return Status::Ok();
@@ -235,11 +255,11 @@ Status DeepseekV4::forward_mtp(int mtp_index, const ForwardBatch& batch, const f
   const int64_t first = scope.flashcomm ? scope.split.begin() : 0, held = scope.flashcomm ? scope.split.count() : rows;
   // Combine the embedding of the next token with the main model's streams:
   // e_proj(enorm(embed)) broadcast over the streams + h_proj(hnorm(h)).
-  std::vector<float> e(rows * dim), ep(held * dim), hn(hidden + first * hc * dim, hidden + (first + held) * hc * dim),
-      h(held * hc * dim), all(rows * hc * dim);
+  std::vector<float> e(held * dim), ep(held * dim), hn(hidden + first * hc * dim, hidden + (first + held) * hc * dim),
+      h(held * hc * dim);
   embed(batch, e.data());
-  rms_norm_rows(m.enorm, c.norm_eps, e.data() + first * dim, held, dim);
-  linear_forward(m.e_proj, e.data() + first * dim, held, ep.data());
+  rms_norm_rows(m.enorm, c.norm_eps, e.data(), held, dim);
+  linear_forward(m.e_proj, e.data(), held, ep.data());
   rms_norm_rows(m.hnorm, c.norm_eps, hn.data(), held * hc, dim);
   linear_forward(m.h_proj, hn.data(), held * hc, h.data());
   for (int64_t r = 0; r < held; ++r)
@@ -247,8 +267,7 @@ Status DeepseekV4::forward_mtp(int mtp_index, const ForwardBatch& batch, const f
       for (int64_t d = 0; d < dim; ++d) h[(r * hc + s) * dim + d] += ep[r * dim + d];
   const ReferenceRows rr = ReferenceRows::of(batch);
   block(m.block, c.n_layers + mtp_index, batch, rr, h.data());
-  all_streams(h.data(), all.data(), rows);
-  head(m.hc_head, m.norm, batch, rr, all.data(), out);
+  head(m.hc_head, m.norm, batch, rr, last_rows(batch, h.data()), out);
   for (const SeqChunk& ch : batch.chunks) ch.cache->length += ch.num_tokens;
   return Status::Ok();
 }

@@ -64,8 +64,8 @@ class DeepseekV4 {
   void embed(const ForwardBatch& batch, float* out) const;
   void block(const BlockWeights& b, int cache_layer, const ForwardBatch& batch, const ReferenceRows& rr, float* h) const;
   void head(const HcHeadWeights& hc, const std::vector<float>& norm, const ForwardBatch& batch, const ReferenceRows& rr,
-            const float* h,
-            ForwardOutput* out) const;
+            const std::vector<float>& last, ForwardOutput* out) const;
+  std::vector<float> last_rows(const ForwardBatch& batch, const float* held) const;
   ForwardScope scope_for(const ForwardBatch& batch) const;
   void all_streams(const float* held, float* all, int64_t rows) const;
   const Rope& rope_for(int ratio) const { return ratio ? compress_rope_ : window_rope_; }

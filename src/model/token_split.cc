@@ -51,4 +51,31 @@ void columns_to_rows(Collectives* group, const TokenSplit& s, const float* cols,
       std::memcpy(mine + row * full + r * width, &got[(r * n + row) * width], sizeof(float) * width);
 }
 
+void linear_columns(const Linear& w, Collectives* group, const float* x, int64_t rows, float* out) {
+  if (!group || group->size() == 1) {
+    linear_forward(w, x, rows, out);
+    return;
+  }
+  std::vector<float> mine(rows * w.out);
+  linear_forward(w, x, rows, mine.data());
+  gather_columns(group, TokenSplit::of(rows, group), mine.data(), w.out, out);
+}
+
+void reduce_scatter_rows(Collectives* group, const TokenSplit& s, const float* all, int64_t width, float* mine) {
+  const int64_t n = s.count() * width;
+  if (s.size == 1) {
+    std::memcpy(mine, all, sizeof(float) * n);
+    return;
+  }
+  std::vector<size_t> send(s.size), recv(s.size, sizeof(float) * n);
+  for (int r = 0; r < s.size; ++r) send[r] = sizeof(float) * s.count(r) * width;
+  std::vector<float> got(n * s.size);
+  group->all_to_all_v(all + s.begin(0) * width, send, got.data(), recv);
+  for (int64_t i = 0; i < n; ++i) {
+    float sum = got[i];
+    for (int r = 1; r < s.size; ++r) sum += got[r * n + i];
+    mine[i] = sum;
+  }
+}
+
 }  // namespace dsv4

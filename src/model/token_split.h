@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "model/collectives.h"
+#include "ops/linear.h"
 
 namespace dsv4 {
 
@@ -42,5 +43,16 @@ void gather_columns(Collectives* group, const TokenSplit& split, const float* co
 // cols as above -> mine: this rank's rows with every rank's columns
 // [count(), size * width] (an all-to-all: each rank keeps its rows' share).
 void columns_to_rows(Collectives* group, const TokenSplit& split, const float* cols, int64_t width, float* mine);
+
+// A linear whose output features are split over the group (contiguous
+// blocks, ColumnParallel): each rank computes its block for every row and
+// the group gathers whole rows [rows, w.out * size]. Exact: every output
+// feature is its own dot product. group null or of size 1: the plain linear.
+void linear_columns(const Linear& w, Collectives* group, const float* x, int64_t rows, float* out);
+
+// all: this rank's [rows, width] addend -> mine: the group's sum over ranks
+// (in rank order, as all_reduce_sum) of this rank's block [count(), width]:
+// a reduce-scatter by rows.
+void reduce_scatter_rows(Collectives* group, const TokenSplit& split, const float* all, int64_t width, float* mine);
 
 }  // namespace dsv4

@@ -219,6 +219,13 @@ StatusOr<AttentionWeights> load_attention(Loader& ld, const std::string& p, cons
     a.wq_b = slice_rows(a.wq_b, tp.rank * hl * hd, hl * hd);
     a.wo_a = slice_rows(a.wo_a, g0 * olr, gl * olr);
     a.wo_b = slice_rows(a.wo_b, tp.rank * (c.dim / tp.size), c.dim / tp.size);
+    // The projections every head reads, split by output features (each rank
+    // computes its share and the group gathers whole rows).
+    auto split = [&](Linear* l) { *l = slice_rows(*l, tp.rank * (l->out / tp.size), l->out / tp.size); };
+    split(&a.wq_a);
+    split(&a.wkv);
+    if (a.compressor) split(&a.compressor->wkv), split(&a.compressor->wgate);
+    if (a.indexer) split(&a.indexer->compressor.wkv), split(&a.indexer->compressor.wgate);
     if (a.indexer) {
       const int64_t il = c.index_n_heads / tp.size;
       a.indexer->wq_b = slice_rows(a.indexer->wq_b, tp.rank * il * c.index_head_dim, il * c.index_head_dim);
@@ -298,11 +305,13 @@ StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::load(const ModelConfig& c,
                                                           const TensorShard& heads) {
   const int tp = heads.size;
   if (tp < 1 || heads.rank < 0 || heads.rank >= tp || c.n_heads % tp || (c.o_groups % tp && tp % c.o_groups) ||
-      c.index_n_heads % tp || c.vocab_size % tp || c.dim % tp || c.moe_inter_dim % tp)
+      c.index_n_heads % tp || c.vocab_size % tp || c.dim % tp || c.moe_inter_dim % tp || c.q_lora_rank % tp ||
+      c.head_dim % tp || c.index_head_dim % tp)
     return invalid_argument("tensor parallelism over " + std::to_string(tp) + " ranks must divide the " +
                             std::to_string(c.n_heads) + " heads, " + std::to_string(c.index_n_heads) +
                             " indexer heads, the hidden size " + std::to_string(c.dim) + ", the expert width " +
-                            std::to_string(c.moe_inter_dim) + " and the vocabulary of " + std::to_string(c.vocab_size) +
+                            std::to_string(c.moe_inter_dim) + ", the query rank, the head sizes and the vocabulary of " +
+                            std::to_string(c.vocab_size) +
                             ", and divide or be a multiple of the " + std::to_string(c.o_groups) + " output groups");
   if (experts.size < 1 || experts.rank < 0 || experts.rank >= experts.size || c.n_routed_experts % experts.size)
     return invalid_argument("expert shard " + std::to_string(experts.rank) + " of " + std::to_string(experts.size) +
@@ -336,6 +345,78 @@ StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::load(const ModelConfig& c,
   }
   if (progress) progress(ckpt.total_bytes(), ckpt.total_bytes());
   return w;
+}
+
+namespace {
+
+int64_t linear_bytes(const Linear& l) { return 4 * static_cast<int64_t>(l.w.size()); }
+
+int64_t expert_bytes(const ExpertWeights& e) { return linear_bytes(e.w1) + linear_bytes(e.w2) + linear_bytes(e.w3); }
+
+}  // namespace
+
+int64_t ModelWeights::routed_expert_bytes() const {
+  int64_t n = 0;
+  for (const BlockWeights& b : blocks)
+    for (const ExpertWeights& e : b.ffn.experts) n += expert_bytes(e);
+  for (const MtpWeights& t : mtp)
+    for (const ExpertWeights& e : t.block.ffn.experts) n += expert_bytes(e);
+  return n;
+}
+
+int64_t ModelWeights::resident_bytes() const {
+  int64_t n = 0;
+  auto lin = [&](const Linear& l) { n += 4 * static_cast<int64_t>(l.w.size()); };
+  auto vec = [&](const std::vector<float>& v) { n += 4 * static_cast<int64_t>(v.size()); };
+  auto comp = [&](const CompressorWeights& c) {
+    lin(c.wkv);
+    lin(c.wgate);
+    vec(c.ape);
+    vec(c.norm);
+  };
+  auto block = [&](const BlockWeights& b) {
+    const AttentionWeights& a = b.attn;
+    vec(a.attn_sink);
+    lin(a.wq_a);
+    vec(a.q_norm);
+    lin(a.wq_b);
+    lin(a.wkv);
+    vec(a.kv_norm);
+    lin(a.wo_a);
+    lin(a.wo_b);
+    if (a.compressor) comp(*a.compressor);
+    if (a.indexer) {
+      lin(a.indexer->wq_b);
+      lin(a.indexer->weights_proj);
+      comp(a.indexer->compressor);
+    }
+    vec(b.ffn.gate);
+    vec(b.ffn.gate_bias);
+    for (const ExpertWeights& e : b.ffn.experts) {
+      lin(e.w1);
+      lin(e.w2);
+      lin(e.w3);
+    }
+    lin(b.ffn.shared.w1);
+    lin(b.ffn.shared.w2);
+    lin(b.ffn.shared.w3);
+    vec(b.attn_norm);
+    vec(b.ffn_norm);
+    vec(b.hc_attn.fn);
+    vec(b.hc_ffn.fn);
+  };
+  const ModelWeights& w = *this;
+  vec(w.embed);
+  vec(w.norm);
+  vec(w.head);
+  vec(w.hc_head.fn);
+  for (const BlockWeights& b : w.blocks) block(b);
+  for (const MtpWeights& t : w.mtp) {
+    block(t.block);
+    lin(t.e_proj);
+    lin(t.h_proj);
+  }
+  return n;
 }
 
 }  // namespace dsv4

@@ -106,6 +106,10 @@ struct ModelWeights {
   static StatusOr<std::unique_ptr<ModelWeights>> load(const ModelConfig& config, const Checkpoint& ckpt,
                                                      const LoadProgress& progress = {},
                                                      const ExpertShard& experts = {}, const TensorShard& heads = {});
+
+  // Bytes of f32 weights held: all of them, and the routed experts' part.
+  int64_t resident_bytes() const;
+  int64_t routed_expert_bytes() const;
 };
 
 }  // namespace dsv4

@@ -8,61 +8,6 @@
 
 namespace dsv4 {
 
-int64_t resident_weight_bytes(const DeepseekV4& m) {
-  int64_t n = 0;
-  auto lin = [&](const Linear& l) { n += 4 * static_cast<int64_t>(l.w.size()); };
-  auto vec = [&](const std::vector<float>& v) { n += 4 * static_cast<int64_t>(v.size()); };
-  auto comp = [&](const CompressorWeights& c) {
-    lin(c.wkv);
-    lin(c.wgate);
-    vec(c.ape);
-    vec(c.norm);
-  };
-  auto block = [&](const BlockWeights& b) {
-    const AttentionWeights& a = b.attn;
-    vec(a.attn_sink);
-    lin(a.wq_a);
-    vec(a.q_norm);
-    lin(a.wq_b);
-    lin(a.wkv);
-    vec(a.kv_norm);
-    lin(a.wo_a);
-    lin(a.wo_b);
-    if (a.compressor) comp(*a.compressor);
-    if (a.indexer) {
-      lin(a.indexer->wq_b);
-      lin(a.indexer->weights_proj);
-      comp(a.indexer->compressor);
-    }
-    vec(b.ffn.gate);
-    vec(b.ffn.gate_bias);
-    for (const ExpertWeights& e : b.ffn.experts) {
-      lin(e.w1);
-      lin(e.w2);
-      lin(e.w3);
-    }
-    lin(b.ffn.shared.w1);
-    lin(b.ffn.shared.w2);
-    lin(b.ffn.shared.w3);
-    vec(b.attn_norm);
-    vec(b.ffn_norm);
-    vec(b.hc_attn.fn);
-    vec(b.hc_ffn.fn);
-  };
-  const ModelWeights& w = m.weights();
-  vec(w.embed);
-  vec(w.norm);
-  vec(w.head);
-  vec(w.hc_head.fn);
-  for (const BlockWeights& b : w.blocks) block(b);
-  for (const MtpWeights& t : w.mtp) {
-    block(t.block);
-    lin(t.e_proj);
-    lin(t.h_proj);
-  }
-  return n;
-}
-
 StatusOr<RankVerify> verify_golden_on_rank(const std::string& dir, const VerifyOptions& options,
                                            const ParallelVerifyOptions& p, Communicator& world) {
   DSV4_ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::load(dir + "/config.json"));
@@ -93,7 +38,7 @@ StatusOr<RankVerify> verify_golden_on_rank(const std::string& dir, const VerifyO
   RankVerify out;
   out.topology = topo;
   out.report = std::move(report);
-  out.weight_bytes = resident_weight_bytes(**model);
+  out.weight_bytes = (*model)->weights().resident_bytes();
   out.flashcomm_forwards = (*model)->flashcomm_forwards();
   const Communicator* comms[] = {&world, groups.tp.get(), groups.ep.get(), groups.peers.get()};
   for (const Communicator* c : comms) {
@@ -125,7 +70,7 @@ StatusOr<ParallelVerify> verify_golden_parallel(const std::string& dir, const Ve
     out.flashcomm_forwards += runs[r]->flashcomm_forwards;
   }
   DSV4_ASSIGN_OR_RETURN(auto single, DeepseekV4::load(dir));
-  out.weight_bytes_single = resident_weight_bytes(*single);
+  out.weight_bytes_single = single->weights().resident_bytes();
   return out;
 }
 

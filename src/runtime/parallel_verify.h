@@ -43,7 +43,4 @@ struct ParallelVerify {
 StatusOr<ParallelVerify> verify_golden_parallel(const std::string& model_dir, const VerifyOptions& options,
                                                 const ParallelVerifyOptions& parallel);
 
-// Bytes of f32 weights a loaded model holds.
-int64_t resident_weight_bytes(const class DeepseekV4& model);
-
 }  // namespace dsv4

@@ -1,0 +1,157 @@
+// dsv4 bench --topology: what a TP x DP x EP layout costs each rank. Loads
+// the ranks (threads), prints each rank's resident weights against the
+// ideal share (the replicated weights over TP plus its experts), and the
+// bytes the ranks send in one prefill step and one decode step, with and
+// without FlashComm1.
+#include <cstdio>
+#include <random>
+#include <string>
+
+#include "args.h"
+#include "engine_args.h"
+#include "model_source.h"
+#include "runtime/engine.h"
+#include "runtime/local_executor.h"
+
+namespace dsv4::app {
+namespace {
+
+const char* kHelp =
+    "usage: dsv4 bench --topology [--model DIR] [--tp N --dp N --ep N] [--prompt-len N]\n"
+    "                  [--flashcomm1-sp-min-token-num N]\n"
+    "  --topology         per-rank resident weights and communication per step of the layout\n"
+    "  --model DIR        checkpoint (default: the embedded default model)\n"
+    "  --prompt-len N     tokens each data-parallel group prefills in the measured step (default 1024)\n"
+    "  --flashcomm1-sp-min-token-num N   FlashComm1 threshold for the 'on' rows (default: the prompt length)\n";
+
+double mib(int64_t b) { return b / 1048576.0; }
+
+struct StepTraffic {
+  int64_t prefill = 0, decode = 0;  // bytes sent by all ranks
+  int64_t prefill_calls = 0, decode_calls = 0;
+};
+
+int64_t total_bytes(const LocalExecutor& e, int64_t* calls) {
+  int64_t bytes = 0;
+  *calls = 0;
+  for (const auto& t : e.traffic()) bytes += t.bytes, *calls += t.collectives;
+  return bytes;
+}
+
+// One prefill step (a prompt per data-parallel group) and one decode step.
+StatusOr<StepTraffic> measure(const std::string& dir, const ParallelOptions& p, int64_t prompt_len) {
+  EngineOptions eo;
+  eo.scheduler.max_num_seqs = 4;
+  eo.scheduler.max_num_batched_tokens = prompt_len;
+  eo.cache.memory_bytes = int64_t{256} << 20;
+  DSV4_ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::load(dir + "/config.json"));
+  if (prompt_len + 2 > config.max_position_embeddings)
+    return invalid_argument("--prompt-len must be below the model's " + std::to_string(config.max_position_embeddings) +
+                            " positions");
+  eo.cache.memory_bytes *= static_cast<int64_t>(p.topology.tp) * p.topology.dp;
+  DSV4_ASSIGN_OR_RETURN(KvCacheOptions cache, Engine::cache_options(config, eo));
+  DSV4_ASSIGN_OR_RETURN(auto exec, LocalExecutor::create(dir, {}, p, cache));
+  LocalExecutor* e = exec.get();
+  DSV4_ASSIGN_OR_RETURN(auto engine, Engine::create(std::move(exec), eo.scheduler));
+  std::mt19937 rng(7);
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  greedy.max_tokens = 2;
+  for (int g = 0; g < engine->num_groups(); ++g) {
+    std::vector<int32_t> prompt(prompt_len);
+    for (auto& t : prompt) t = static_cast<int32_t>(rng() % config.vocab_size);
+    DSV4_RETURN_IF_ERROR(engine->add_request(prompt, greedy).status());
+  }
+  StepTraffic t;
+  int64_t calls0 = 0, calls1 = 0, calls2 = 0;
+  const int64_t b0 = total_bytes(*e, &calls0);
+  engine->step();
+  const int64_t b1 = total_bytes(*e, &calls1);
+  engine->step();
+  const int64_t b2 = total_bytes(*e, &calls2);
+  t.prefill = b1 - b0;
+  t.decode = b2 - b1;
+  t.prefill_calls = calls1 - calls0;
+  t.decode_calls = calls2 - calls1;
+  return t;
+}
+
+}  // namespace
+
+int cmd_bench(int argc, char** argv) {
+  std::set<std::string> valued = {"model", "prompt-len"};
+  for (const auto& k : parallel_option_names()) valued.insert(k);
+  Args args(argc, argv, 2, valued, {"help", "topology"});
+  if (args.has("help")) {
+    std::fputs(kHelp, stdout);
+    return 0;
+  }
+  ParallelOptions p = parallel_options(args);
+  const int64_t prompt_len = args.get_int("prompt-len", 1024);
+  if (args.ok() && !args.has("topology")) args.set_error("say what to measure: --topology");
+  if (args.ok() && prompt_len < 1) args.set_error("--prompt-len must be at least 1");
+  if (!args.ok()) {
+    std::fprintf(stderr, "dsv4 bench: %s\n%s", args.error().c_str(), kHelp);
+    return 2;
+  }
+  const int64_t threshold = args.get_int("flashcomm1-sp-min-token-num", prompt_len);
+  auto dir = ModelDir::open(args.get("model"));
+  if (!dir.ok()) {
+    std::fprintf(stderr, "dsv4 bench: %s\n", dir.status().message().c_str());
+    return 2;
+  }
+
+  // Weights: every rank's against the ideal share.
+  auto one = DeepseekV4::load(dir->path());
+  if (!one.ok()) {
+    std::fprintf(stderr, "dsv4 bench: %s\n", one.status().message().c_str());
+    return 2;
+  }
+  KvCacheOptions cache;
+  cache.memory_bytes = int64_t{64} << 20;
+  cache.max_num_seqs = 4;
+  cache.memory_bytes *= static_cast<int64_t>(p.topology.tp) * p.topology.dp;
+  auto ranks = LocalExecutor::create(dir->path(), {}, p, cache);
+  if (!ranks.ok()) {
+    std::fprintf(stderr, "dsv4 bench: %s\n", ranks.status().message().c_str());
+    return 2;
+  }
+  const Topology& t = (*ranks)->topology();
+  const int64_t total = (*one)->weights().resident_bytes(), experts = (*one)->weights().routed_expert_bytes();
+  const int64_t replicated = total - experts;
+  const double ideal = static_cast<double>(replicated) / t.tp + static_cast<double>(experts) / t.ep;
+  std::printf("dsv4 bench --topology: %s on %s\n", model_name(args.get("model")).c_str(), t.describe().c_str());
+  std::printf("weights (f32 resident): one rank holds %.2f MiB = %.2f MiB replicated-type + %.2f MiB routed experts\n",
+              mib(total), mib(replicated), mib(experts));
+  std::printf("  ideal per rank = replicated / TP%d + experts / EP%d = %.2f MiB\n", t.tp, t.ep, ideal / 1048576.0);
+  std::printf("  %4s %3s %3s %3s %10s %10s %9s %8s\n", "rank", "tp", "dp", "ep", "MiB", "experts", "vs ideal", "vs one");
+  for (int r = 0; r < t.world; ++r) {
+    const ModelWeights& w = (*ranks)->model(r).weights();
+    std::printf("  %4d %3d %3d %3d %10.2f %10.2f %8.2fx %7.3fx\n", r, t.tp_rank(r), t.dp_rank(r), t.ep_rank(r),
+                mib(w.resident_bytes()), mib(w.routed_expert_bytes()), w.resident_bytes() / ideal,
+                static_cast<double>(w.resident_bytes()) / total);
+  }
+  ranks->reset();
+
+  // Communication per step.
+  std::printf("communication per step, bytes sent by all %d ranks (each collective as its direct algorithm moves it):\n",
+              t.world);
+  std::printf("  %-22s %16s %12s %16s %12s\n", "", "prefill", "collectives", "decode", "collectives");
+  for (bool fc : {false, true}) {
+    ParallelOptions q = p;
+    q.flashcomm = {fc, threshold};
+    auto m = measure(dir->path(), q, prompt_len);
+    if (!m.ok()) {
+      std::fprintf(stderr, "dsv4 bench: %s\n", m.status().message().c_str());
+      return 2;
+    }
+    const std::string label = fc ? "FlashComm1 on (>= " + std::to_string(threshold) + ")" : "FlashComm1 off";
+    std::printf("  %-22s %13.2f MiB %12lld %13.3f MiB %12lld\n", label.c_str(), mib(m->prefill),
+                static_cast<long long>(m->prefill_calls), mib(m->decode) , static_cast<long long>(m->decode_calls));
+  }
+  std::printf("  (prefill: %lld tokens in each of %d data-parallel groups; decode: one token per group)\n",
+              static_cast<long long>(prompt_len), t.dp);
+  return 0;
+}
+
+}  // namespace dsv4::app
