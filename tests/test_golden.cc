@@ -151,26 +151,19 @@ INSTANTIATE_TEST_SUITE_P(
       return n;
     });
 
-TEST(GoldenParallelErrors, EpMustDivideTheExperts) {
+TEST(GoldenParallelErrors, LayoutsThatDoNotFitTheModelAreRejected) {
   VerifyOptions opt;
   opt.golden_path = testing::golden_dir() + "/tiny-a/golden.safetensors";
-  ParallelVerifyOptions par;
-  par.topology = {1, 3, 3};
-  auto run = verify_golden_parallel(testing::golden_dir() + "/tiny-a", opt, par);
-  ASSERT_FALSE(run.ok());
-  EXPECT_NE(run.status().message().find("--ep 3 must divide the 8 routed experts"), std::string::npos)
-      << run.status().message();
-}
-
-TEST(GoldenParallelErrors, TpMustFitTheHeads) {
-  VerifyOptions opt;
-  opt.golden_path = testing::golden_dir() + "/tiny-a/golden.safetensors";
-  ParallelVerifyOptions par;
-  par.topology = {8, 1, 8};
-  auto run = verify_golden_parallel(testing::golden_dir() + "/tiny-a", opt, par);
-  ASSERT_FALSE(run.ok());
-  EXPECT_NE(run.status().message().find("--tp 8 must divide the 4 attention heads"), std::string::npos)
-      << run.status().message();
+  for (const auto& [topology, words] : std::vector<std::pair<TopologyOptions, std::string>>{
+           {{1, 3, 3}, "--ep 3 must divide the 8 routed experts"},
+           {{8, 1, 8}, "--tp 8 must divide the 4 attention heads"},
+       }) {
+    ParallelVerifyOptions par;
+    par.topology = topology;
+    auto run = verify_golden_parallel(testing::golden_dir() + "/tiny-a", opt, par);
+    ASSERT_FALSE(run.ok()) << words;
+    EXPECT_NE(run.status().message().find(words), std::string::npos) << run.status().message();
+  }
 }
 
 }  // namespace
