@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "args.h"
+#include "kernels/isa.h"
 #include "model/deepseek_v4.h"
 #include "model/golden_verify.h"
 #include "runtime/parallel_verify.h"
@@ -99,8 +100,9 @@ int cmd_verify(int argc, char** argv) {
   opt.chunk = static_cast<int>(chunk);
   opt.dump_path = args.get("dump");
   opt.quantized = case_says_quantized(opt.golden_path, model_is_quantized(**model));
-  std::printf("dsv4 verify\n  model   %s (%s)\n  weights %s, loaded in %.2fs\n  golden  %s\n  prefill %s\n",
+  std::printf("dsv4 verify\n  model   %s (%s)\n  weights %s, loaded in %.2fs; kernels %s\n  golden  %s\n  prefill %s\n",
               dir.c_str(), (*model)->config().summary().c_str(), opt.quantized ? "FP8/FP4" : "BF16/F32", load_s,
+              kernels::isa_name(kernels::active_isa()),
               opt.golden_path.c_str(), chunk > 0 ? ("chunks of " + std::to_string(chunk)).c_str() : "whole prompt");
   t0 = std::chrono::steady_clock::now();
   StatusOr<VerifyReport> report = Status(StatusCode::kInternal, "not run");

@@ -44,9 +44,10 @@ struct CliResult {
   std::string output;  // stdout and stderr together
 };
 
-// Runs `dsv4 <args>` (a shell command line) and collects its output.
-inline CliResult run_dsv4(const std::string& args) {
-  const std::string cmd = std::string(DSV4_BINARY) + " " + args + " 2>&1";
+// Runs `dsv4 <args>` (a shell command line) and collects its output; env:
+// assignments put in front of the command (e.g. "DSV4_ISA=generic").
+inline CliResult run_dsv4(const std::string& args, const std::string& env = "") {
+  const std::string cmd = env + (env.empty() ? "" : " ") + std::string(DSV4_BINARY) + " " + args + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   CliResult r;
   std::array<char, 4096> buf;

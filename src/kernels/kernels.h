@@ -42,6 +42,23 @@ float sum_outer(const float* x, int64_t n, int64_t stride);
 void matmul_nt(const float* x, int64_t m, int64_t k, const float* w, int64_t n_begin, int64_t n_end,
                float* y, int64_t ldy);
 
+// Weights packed for output-column vectors: panels of kPanel output columns,
+// each stored k-major ([k][kPanel]), the last panel zero-padded. Each
+// output still adds its products left to right, so matmul_packed equals
+// matmul_nt bit for bit, while a vector unit computes kPanel outputs at once.
+inline constexpr int64_t kPanel = 16;
+inline int64_t packed_floats(int64_t n, int64_t k) { return (n + kPanel - 1) / kPanel * kPanel * k; }
+void pack_panels(const float* w, int64_t n, int64_t k, float* packed);
+// y[i, j] = dot(x[i], w[j]) for rows [0, m) and the output columns of panels
+// [p_begin, p_end) (j < n); y has row stride ldy. Dispatches on active_isa().
+void matmul_packed(const float* x, int64_t m, int64_t k, const float* packed, int64_t n, int64_t p_begin,
+                   int64_t p_end, float* y, int64_t ldy);
+// The generic and AVX-512 bodies, for tests.
+void matmul_packed_generic(const float* x, int64_t m, int64_t k, const float* packed, int64_t n, int64_t p_begin,
+                           int64_t p_end, float* y, int64_t ldy);
+void matmul_packed_avx512(const float* x, int64_t m, int64_t k, const float* packed, int64_t n, int64_t p_begin,
+                          int64_t p_end, float* y, int64_t ldy);
+
 // out = x / sqrt(mean(x^2) + eps) * weight (weight may be null: no scale).
 void rms_norm(const float* x, const float* weight, int64_t n, float eps, float* out);
 

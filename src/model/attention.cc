@@ -179,7 +179,7 @@ void attention_forward(const AttentionWeights& w, const LayerContext& ctx, const
   rope_tail(rope, o.data(), rows * heads, hd, rd, [&](int64_t v) { return pos[v / heads]; }, true);
   Collectives* tp = ctx.tp && ctx.tp->size() > 1 ? ctx.tp : nullptr;
   const int tp_size = tp ? tp->size() : 1, tp_rank = tp ? tp->rank() : 0;
-  const int64_t olr = c.o_lora_rank, G = c.o_groups, gl = w.wo_a.out / olr;
+  const int64_t olr = c.o_lora_rank, G = c.o_groups, gl = static_cast<int64_t>(w.wo_a.size());
   const int64_t group_heads = c.n_heads / G, group_in = group_heads * hd;
   // The heads my groups read: my own, or, when a group spans several ranks,
   // the whole group's gathered from the tensor-parallel group.
@@ -197,7 +197,7 @@ void attention_forward(const AttentionWeights& w, const LayerContext& ctx, const
   for (int64_t gi = 0; gi < gl; ++gi) {
     for (int64_t r = 0; r < rows; ++r)
       std::memcpy(&xin[r * group_in], oin + (r * oheads + first_head) * hd + gi * group_in, sizeof(float) * group_in);
-    matmul(xin.data(), rows, group_in, w.wo_a.w.data() + gi * olr * group_in, olr, ogroup.data());
+    linear_forward(w.wo_a[gi], xin.data(), rows, ogroup.data());
     for (int64_t r = 0; r < rows; ++r) std::memcpy(&og[(r * gl + gi) * olr], &ogroup[r * olr], sizeof(float) * olr);
   }
   if (!tp) {

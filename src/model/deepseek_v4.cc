@@ -173,12 +173,12 @@ void DeepseekV4::head(const HcHeadWeights& hc, const std::vector<float>& norm, c
   for (int64_t i = 0; i < n; ++i) last_row[i] = batch.chunks[i].row_begin + batch.chunks[i].num_tokens - 1;
   hc_head(hc, c, last.data(), n, last_row.data(), rr, x.data());
   rms_norm_rows(norm, c.norm_eps, x.data(), n, c.dim);
-  const int64_t part = static_cast<int64_t>(weights_->head.size()) / c.dim;  // this rank's vocabulary
+  const int64_t part = weights_->head.out;  // this rank's vocabulary
   if (part == c.vocab_size || batch.local_logits) {
     out->logits.resize(n * part);
     out->vocab_begin = part == c.vocab_size ? 0 : tensor_group_->rank() * part;
     out->vocab_size = part;
-    matmul(x.data(), n, c.dim, weights_->head.data(), part, out->logits.data());
+    linear_forward(weights_->head, x.data(), n, out->logits.data());
     return;
   }
   // Sharded by vocabulary: each rank's columns, gathered into whole rows.
@@ -186,7 +186,7 @@ void DeepseekV4::head(const HcHeadWeights& hc, const std::vector<float>& norm, c
   out->vocab_begin = 0;
   out->vocab_size = c.vocab_size;
   std::vector<float> mine(n * part), all(n * c.vocab_size);
-  matmul(x.data(), n, c.dim, weights_->head.data(), part, mine.data());
+  linear_forward(weights_->head, x.data(), n, mine.data());
   tensor_group_->all_gather(mine.data(), sizeof(float) * mine.size(), all.data());
   const int ranks = tensor_group_->size();
   for (int r = 0; r < ranks; ++r)

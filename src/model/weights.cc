@@ -193,8 +193,8 @@ StatusOr<AttentionWeights> load_attention(Loader& ld, const std::string& p, cons
   DSV4_ASSIGN_OR_RETURN(a.wq_b, ld.linear(p + ".wq_b", heads * hd, c.q_lora_rank));
   DSV4_ASSIGN_OR_RETURN(a.wkv, ld.linear(p + ".wkv", hd, c.dim));
   DSV4_ASSIGN_OR_RETURN(a.kv_norm, ld.floats(p + ".kv_norm.weight", {hd}));
-  DSV4_ASSIGN_OR_RETURN(a.wo_a, ld.linear(p + ".wo_a", c.o_groups * c.o_lora_rank, heads * hd / c.o_groups));
-  a.wo_a.format = WeightFormat::kDense;  // dequantized once, input not rounded (reference)
+  DSV4_ASSIGN_OR_RETURN(Linear wo_a, ld.linear(p + ".wo_a", c.o_groups * c.o_lora_rank, heads * hd / c.o_groups));
+  wo_a.format = WeightFormat::kDense;  // dequantized once, input not rounded (reference)
   DSV4_ASSIGN_OR_RETURN(a.wo_b, ld.linear(p + ".wo_b", c.dim, c.o_groups * c.o_lora_rank));
   if (ratio) {
     DSV4_ASSIGN_OR_RETURN(a.compressor, load_compressor(ld, p + ".compressor", c, ratio, c.head_dim, false));
@@ -217,7 +217,7 @@ StatusOr<AttentionWeights> load_attention(Loader& ld, const std::string& p, cons
     const int64_t gl = std::max<int64_t>(1, G / tp.size), g0 = G >= tp.size ? tp.rank * gl : tp.rank / (tp.size / G);
     a.attn_sink.assign(a.attn_sink.begin() + tp.rank * hl, a.attn_sink.begin() + (tp.rank + 1) * hl);
     a.wq_b = slice_rows(a.wq_b, tp.rank * hl * hd, hl * hd);
-    a.wo_a = slice_rows(a.wo_a, g0 * olr, gl * olr);
+    wo_a = slice_rows(wo_a, g0 * olr, gl * olr);
     a.wo_b = slice_rows(a.wo_b, tp.rank * (c.dim / tp.size), c.dim / tp.size);
     // The projections every head reads, split by output features (each rank
     // computes its share and the group gathers whole rows).
@@ -232,6 +232,8 @@ StatusOr<AttentionWeights> load_attention(Loader& ld, const std::string& p, cons
       a.indexer->weights_proj = slice_rows(a.indexer->weights_proj, tp.rank * il, il);
     }
   }
+  for (int64_t g = 0; g < wo_a.out / c.o_lora_rank; ++g)
+    a.wo_a.push_back(slice_rows(wo_a, g * c.o_lora_rank, c.o_lora_rank));
   return a;
 }
 
@@ -324,7 +326,9 @@ StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::load(const ModelConfig& c,
     w->blocks.push_back(std::move(b));
   }
   DSV4_ASSIGN_OR_RETURN(w->norm, ld.floats("norm.weight", {c.dim}));
-  DSV4_ASSIGN_OR_RETURN(w->head, ld.floats("head.weight", {c.vocab_size, c.dim}));
+  w->head.out = c.vocab_size;
+  w->head.in = c.dim;
+  DSV4_ASSIGN_OR_RETURN(w->head.w, ld.floats("head.weight", {c.vocab_size, c.dim}));
   DSV4_ASSIGN_OR_RETURN(w->hc_head, load_hc_head(ld, "", c));
   for (int i = 0; i < c.n_mtp_layers; ++i) {
     const std::string p = "mtp." + std::to_string(i) + ".";
@@ -341,19 +345,52 @@ StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::load(const ModelConfig& c,
   if (heads.size > 1) {  // embedding and head by vocabulary
     const int64_t part = static_cast<int64_t>(c.vocab_size) / heads.size, from = heads.rank * part * c.dim;
     w->embed = std::vector<float>(w->embed.begin() + from, w->embed.begin() + from + part * c.dim);
-    w->head = std::vector<float>(w->head.begin() + from, w->head.begin() + from + part * c.dim);
+    w->head = slice_rows(w->head, heads.rank * part, part);
   }
+  w->pack();
   if (progress) progress(ckpt.total_bytes(), ckpt.total_bytes());
   return w;
 }
 
 namespace {
 
-int64_t linear_bytes(const Linear& l) { return 4 * static_cast<int64_t>(l.w.size()); }
+int64_t linear_bytes(const Linear& l) { return l.resident_bytes(); }
 
 int64_t expert_bytes(const ExpertWeights& e) { return linear_bytes(e.w1) + linear_bytes(e.w2) + linear_bytes(e.w3); }
 
 }  // namespace
+
+void ModelWeights::pack() {
+  auto comp = [](CompressorWeights& c) {
+    c.wkv.pack();
+    c.wgate.pack();
+  };
+  auto expert = [](ExpertWeights& e) {
+    e.w1.pack();
+    e.w2.pack();
+    e.w3.pack();
+  };
+  auto block = [&](BlockWeights& b) {
+    AttentionWeights& a = b.attn;
+    for (Linear* l : {&a.wq_a, &a.wq_b, &a.wkv, &a.wo_b}) l->pack();
+    for (Linear& g : a.wo_a) g.pack();
+    if (a.compressor) comp(*a.compressor);
+    if (a.indexer) {
+      a.indexer->wq_b.pack();
+      a.indexer->weights_proj.pack();
+      comp(a.indexer->compressor);
+    }
+    for (ExpertWeights& e : b.ffn.experts) expert(e);
+    expert(b.ffn.shared);
+  };
+  for (BlockWeights& b : blocks) block(b);
+  for (MtpWeights& t : mtp) {
+    block(t.block);
+    t.e_proj.pack();
+    t.h_proj.pack();
+  }
+  head.pack();
+}
 
 int64_t ModelWeights::routed_expert_bytes() const {
   int64_t n = 0;
@@ -366,7 +403,7 @@ int64_t ModelWeights::routed_expert_bytes() const {
 
 int64_t ModelWeights::resident_bytes() const {
   int64_t n = 0;
-  auto lin = [&](const Linear& l) { n += 4 * static_cast<int64_t>(l.w.size()); };
+  auto lin = [&](const Linear& l) { n += l.resident_bytes(); };
   auto vec = [&](const std::vector<float>& v) { n += 4 * static_cast<int64_t>(v.size()); };
   auto comp = [&](const CompressorWeights& c) {
     lin(c.wkv);
@@ -382,7 +419,7 @@ int64_t ModelWeights::resident_bytes() const {
     lin(a.wq_b);
     lin(a.wkv);
     vec(a.kv_norm);
-    lin(a.wo_a);
+    for (const Linear& g : a.wo_a) lin(g);
     lin(a.wo_b);
     if (a.compressor) comp(*a.compressor);
     if (a.indexer) {
@@ -408,7 +445,7 @@ int64_t ModelWeights::resident_bytes() const {
   const ModelWeights& w = *this;
   vec(w.embed);
   vec(w.norm);
-  vec(w.head);
+  lin(w.head);
   vec(w.hc_head.fn);
   for (const BlockWeights& b : w.blocks) block(b);
   for (const MtpWeights& t : w.mtp) {

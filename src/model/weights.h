@@ -45,7 +45,9 @@ struct AttentionWeights {  // attn
   Linear wq_b;                   // [heads*head_dim, q_lora_rank]
   Linear wkv;                    // [head_dim, dim]
   std::vector<float> kv_norm;    // [head_dim]
-  Linear wo_a;                   // [groups*o_lora_rank, heads*head_dim/groups], used dequantized
+  // One per output group this rank holds: [o_lora_rank, heads*head_dim/groups],
+  // used dequantized.
+  std::vector<Linear> wo_a;
   Linear wo_b;                   // [dim, groups*o_lora_rank]
   std::optional<CompressorWeights> compressor;
   std::optional<IndexerWeights> indexer;
@@ -94,7 +96,7 @@ struct ModelWeights {
   std::vector<float> embed;  // [vocab, dim]
   std::vector<BlockWeights> blocks;
   std::vector<float> norm;   // [dim]
-  std::vector<float> head;   // [vocab, dim]
+  Linear head;               // [vocab, dim] (this rank's vocabulary slice)
   HcHeadWeights hc_head;
   std::vector<MtpWeights> mtp;
 
@@ -106,6 +108,9 @@ struct ModelWeights {
   static StatusOr<std::unique_ptr<ModelWeights>> load(const ModelConfig& config, const Checkpoint& ckpt,
                                                      const LoadProgress& progress = {},
                                                      const ExpertShard& experts = {}, const TensorShard& heads = {});
+
+  // Moves every linear into the forward's packed layout (after slicing).
+  void pack();
 
   // Bytes of f32 weights held: all of them, and the routed experts' part.
   int64_t resident_bytes() const;

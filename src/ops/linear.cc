@@ -17,18 +17,41 @@ void matmul(const float* x, int64_t m, int64_t k, const float* w, int64_t n, flo
   });
 }
 
-void linear_forward(const Linear& layer, const float* x, int64_t m, float* y) {
-  DSV4_CHECK(static_cast<int64_t>(layer.w.size()) == layer.out * layer.in);
-  if (!layer.quantizes_input()) {
-    matmul(x, m, layer.in, layer.w.data(), layer.out, y);
-    return;
-  }
-  DSV4_CHECK(layer.in % 128 == 0);
-  std::vector<float> xq(x, x + m * layer.in);
-  parallel_for(m, 8, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) kernels::fp8_quant_dequant(xq.data() + r * layer.in, layer.in, 128, /*round=*/true);
+void Linear::pack() {
+  if (w.empty() && out * in > 0) return;  // already packed
+  panels.resize(kernels::packed_floats(out, in));
+  kernels::pack_panels(w.data(), out, in, panels.data());
+  std::vector<float>().swap(w);
+}
+
+namespace {
+
+// y[m, out] = x W^T on the packed panels, split over the thread pool by panels.
+void matmul_panels(const Linear& l, const float* x, int64_t m, float* y) {
+  const int64_t panels = (l.out + kernels::kPanel - 1) / kernels::kPanel;
+  const int64_t grain = std::max<int64_t>(1, 4096 / std::max<int64_t>(1, m * l.in / 16));
+  parallel_for(panels, grain, [&](int64_t p0, int64_t p1) {
+    kernels::matmul_packed(x, m, l.in, l.panels.data(), l.out, p0, p1, y, l.out);
   });
-  matmul(xq.data(), m, layer.in, layer.w.data(), layer.out, y);
+}
+
+}  // namespace
+
+void linear_forward(const Linear& layer, const float* x, int64_t m, float* y) {
+  const bool packed = !layer.panels.empty();
+  DSV4_CHECK(packed || static_cast<int64_t>(layer.w.size()) == layer.out * layer.in);
+  const float* in = x;
+  std::vector<float> xq;
+  if (layer.quantizes_input()) {
+    DSV4_CHECK(layer.in % 128 == 0);
+    xq.assign(x, x + m * layer.in);
+    parallel_for(m, 8, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) kernels::fp8_quant_dequant(xq.data() + r * layer.in, layer.in, 128, /*round=*/true);
+    });
+    in = xq.data();
+  }
+  if (packed) matmul_panels(layer, in, m, y);
+  else matmul(in, m, layer.in, layer.w.data(), layer.out, y);
 }
 
 }  // namespace dsv4

@@ -13,12 +13,16 @@ enum class WeightFormat { kDense, kFp8Block, kFp4Block };
 struct Linear {
   int64_t out = 0;
   int64_t in = 0;
-  // Weights dequantized to f32, [out, in].
+  // Weights dequantized to f32, [out, in], while loading (slicing); pack()
+  // moves them into `panels` (kernels::pack_panels) for the forward.
   std::vector<float> w;
+  std::vector<float> panels;
   // Format the checkpoint stored. FP8/FP4 linears round their input through
   // FP8 e4m3 per 128 values first, as the reference's act_quant does.
   WeightFormat format = WeightFormat::kDense;
   bool quantizes_input() const { return format != WeightFormat::kDense; }
+  void pack();
+  int64_t resident_bytes() const { return 4 * static_cast<int64_t>(w.size() + panels.size()); }
 };
 
 // y[m, out] = round(x)[m, in] W^T, split over the thread pool.

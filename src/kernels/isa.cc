@@ -1,0 +1,39 @@
+#include "kernels/isa.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+namespace dsv4::kernels {
+namespace {
+
+Isa detect() {
+  if (const char* env = std::getenv("DSV4_ISA")) {
+    if (!std::strcmp(env, "generic")) return Isa::kGeneric;
+    if (!std::strcmp(env, "avx512") && isa_supported(Isa::kAvx512)) return Isa::kAvx512;
+  }
+  return isa_supported(Isa::kAvx512) ? Isa::kAvx512 : Isa::kGeneric;
+}
+
+std::atomic<Isa>& current() {
+  static std::atomic<Isa> isa{detect()};
+  return isa;
+}
+
+}  // namespace
+
+bool isa_supported(Isa isa) {
+  switch (isa) {
+    case Isa::kGeneric: return true;
+    case Isa::kAvx512: return __builtin_cpu_supports("avx512f");
+  }
+  return false;
+}
+
+Isa active_isa() { return current().load(std::memory_order_relaxed); }
+
+void set_isa(Isa isa) { current().store(isa_supported(isa) ? isa : Isa::kGeneric); }
+
+const char* isa_name(Isa isa) { return isa == Isa::kAvx512 ? "avx512" : "generic"; }
+
+}  // namespace dsv4::kernels

@@ -1,0 +1,16 @@
+// Which instruction set the kernels use: the best this CPU has, chosen once
+// at start-up; DSV4_ISA=generic|avx512 overrides it (tests run every path
+// against the generic kernels).
+#pragma once
+
+namespace dsv4::kernels {
+
+enum class Isa { kGeneric, kAvx512 };
+
+Isa active_isa();
+const char* isa_name(Isa isa);
+bool isa_supported(Isa isa);
+// For tests: runs the kernels on `isa` from now on (must be supported).
+void set_isa(Isa isa);
+
+}  // namespace dsv4::kernels

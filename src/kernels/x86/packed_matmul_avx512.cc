@@ -1,0 +1,86 @@
+// The packed-panel GEMM on AVX-512: 16 output columns per vector, blocks of
+// up to 4 rows x 4 panels in registers, k in slices that stay in cache
+// (partial sums park in y between slices, so every output still adds its
+// products left to right: multiply, round, add, round; no FMA).
+#include <immintrin.h>
+
+#include <algorithm>
+
+#include "kernels/kernels.h"
+
+namespace dsv4::kernels {
+namespace {
+
+constexpr int64_t kSlice = 256;  // k per slice: 4 panels x 256 x 64 B = 64 KiB
+
+// Rows [i, i + R) x panels [p, p + P), k range [t0, t1); first: start from 0.
+template <int R, int P>
+__attribute__((target("avx512f"))) void block(const float* x, int64_t k, const float* packed, int64_t n, int64_t i,
+                                              int64_t p, int64_t t0, int64_t t1, bool first, float* y, int64_t ldy) {
+  __m512 acc[R][P];
+  __mmask16 mask[P];
+  for (int pp = 0; pp < P; ++pp) {
+    const int64_t cols = std::min(kPanel, n - (p + pp) * kPanel);
+    mask[pp] = static_cast<__mmask16>((1u << cols) - 1);
+    for (int r = 0; r < R; ++r)
+      acc[r][pp] = first ? _mm512_setzero_ps()
+                         : _mm512_maskz_loadu_ps(mask[pp], y + (i + r) * ldy + (p + pp) * kPanel);
+  }
+  const float* panel[P];
+  for (int pp = 0; pp < P; ++pp) panel[pp] = packed + (p + pp) * k * kPanel;
+  for (int64_t t = t0; t < t1; ++t) {
+    __m512 w[P];
+    for (int pp = 0; pp < P; ++pp) w[pp] = _mm512_loadu_ps(panel[pp] + t * kPanel);
+    for (int r = 0; r < R; ++r) {
+      const __m512 xb = _mm512_set1_ps(x[(i + r) * k + t]);
+      for (int pp = 0; pp < P; ++pp) acc[r][pp] = _mm512_add_ps(acc[r][pp], _mm512_mul_ps(xb, w[pp]));
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int pp = 0; pp < P; ++pp) _mm512_mask_storeu_ps(y + (i + r) * ldy + (p + pp) * kPanel, mask[pp], acc[r][pp]);
+}
+
+using BlockFn = void (*)(const float*, int64_t, const float*, int64_t, int64_t, int64_t, int64_t, int64_t, bool,
+                         float*, int64_t);
+
+template <int R>
+constexpr BlockFn pick(int64_t panels) {
+  switch (panels) {
+    case 1: return &block<R, 1>;
+    case 2: return &block<R, 2>;
+    case 3: return &block<R, 3>;
+    default: return &block<R, 4>;
+  }
+}
+
+BlockFn pick(int64_t rows, int64_t panels) {
+  switch (rows) {
+    case 1: return pick<1>(panels);
+    case 2: return pick<2>(panels);
+    case 3: return pick<3>(panels);
+    default: return pick<4>(panels);
+  }
+}
+
+}  // namespace
+
+void matmul_packed_avx512(const float* x, int64_t m, int64_t k, const float* packed, int64_t n, int64_t p_begin,
+                          int64_t p_end, float* y, int64_t ldy) {
+  if (k == 0) {
+    for (int64_t i = 0; i < m; ++i)
+      std::fill(y + i * ldy + p_begin * kPanel, y + i * ldy + std::min(n, p_end * kPanel), 0.0f);
+    return;
+  }
+  for (int64_t t0 = 0; t0 < k; t0 += kSlice) {
+    const int64_t t1 = std::min(k, t0 + kSlice);
+    for (int64_t p = p_begin; p < p_end; p += 4) {
+      const int64_t np = std::min<int64_t>(4, p_end - p);
+      for (int64_t i = 0; i < m; i += 4) {
+        const int64_t nr = std::min<int64_t>(4, m - i);
+        pick(nr, np)(x, k, packed, n, i, p, t0, t1, t0 == 0, y, ldy);
+      }
+    }
+  }
+}
+
+}  // namespace dsv4::kernels
