@@ -100,10 +100,18 @@ int cmd_verify(int argc, char** argv) {
   opt.chunk = static_cast<int>(chunk);
   opt.dump_path = args.get("dump");
   opt.quantized = case_says_quantized(opt.golden_path, model_is_quantized(**model));
-  std::printf("dsv4 verify\n  model   %s (%s)\n  weights %s, loaded in %.2fs; kernels %s\n  golden  %s\n  prefill %s\n",
+  // What the weights take in memory against the checkpoint's bytes.
+  int64_t file_bytes = 0;
+  std::error_code ec;
+  for (const auto& f : std::filesystem::directory_iterator(dir, ec))
+    if (f.path().extension() == ".safetensors" && f.path().filename() != "golden.safetensors")
+      file_bytes += static_cast<int64_t>(f.file_size(ec));
+  std::printf("dsv4 verify\n  model   %s (%s)\n  weights %s, loaded in %.2fs; kernels %s\n"
+              "          %.2f MiB resident, checkpoint %.2f MiB\n  golden  %s\n  prefill %s\n",
               dir.c_str(), (*model)->config().summary().c_str(), opt.quantized ? "FP8/FP4" : "BF16/F32", load_s,
-              kernels::isa_name(kernels::active_isa()),
-              opt.golden_path.c_str(), chunk > 0 ? ("chunks of " + std::to_string(chunk)).c_str() : "whole prompt");
+              kernels::isa_name(kernels::active_isa()), (*model)->weights().resident_bytes() / 1048576.0,
+              file_bytes / 1048576.0, opt.golden_path.c_str(),
+              chunk > 0 ? ("chunks of " + std::to_string(chunk)).c_str() : "whole prompt");
   t0 = std::chrono::steady_clock::now();
   StatusOr<VerifyReport> report = Status(StatusCode::kInternal, "not run");
   if (parallel) {

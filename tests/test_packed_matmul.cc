@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include "base/dtype.h"
 #include "kernels/isa.h"
 #include "kernels/kernels.h"
 #include "test_util.h"
@@ -45,6 +46,50 @@ TEST(PackedMatmul, EveryIsaEqualsTheOracleBitForBit) {
       run(x.data(), s.m, s.k, packed.data(), s.n, panels / 2, panels, got.data(), s.n);
       EXPECT_EQ(0, std::memcmp(got.data(), want.data(), sizeof(float) * want.size()))
           << kernels::isa_name(isa) << " m " << s.m << " n " << s.n << " k " << s.k;
+    }
+  }
+}
+
+// FP8 and FP4 panels: every ISA path equals matmul_nt on the dequantized
+// weights (code value times scale) bit for bit.
+TEST(PackedMatmul, QuantizedPanelsEqualTheDequantizedOracle) {
+  struct Shape {
+    int64_t m, n, k;
+  };
+  std::mt19937 rng(5);
+  for (kernels::PanelFormat f : {kernels::PanelFormat::kFp8, kernels::PanelFormat::kFp4}) {
+    const int64_t block = kernels::panel_block(f);
+    for (const Shape& s : {Shape{1, 16, 128}, Shape{3, 21, 256}, Shape{6, 70, 384}, Shape{1, 5, 128}}) {
+      const int64_t blocks = s.k / block;
+      std::vector<uint8_t> codes(s.n * s.k), scales(s.n * blocks);
+      for (auto& c : codes) {
+        c = static_cast<uint8_t>(rng() % (f == kernels::PanelFormat::kFp8 ? 256 : 16));
+        if (f == kernels::PanelFormat::kFp8 && (c & 0x7F) == 0x7F) c ^= 1;  // no NaN codes
+      }
+      for (auto& sc : scales) sc = static_cast<uint8_t>(100 + rng() % 40);
+      std::vector<float> w(s.n * s.k);
+      for (int64_t j = 0; j < s.n; ++j)
+        for (int64_t t = 0; t < s.k; ++t) {
+          const uint8_t c = codes[j * s.k + t];
+          w[j * s.k + t] = (f == kernels::PanelFormat::kFp8 ? e4m3_to_f32(c) : e2m1_to_f32(c)) *
+                           e8m0_to_f32(scales[j * blocks + t / block]);
+        }
+      const auto x = random_floats(s.m * s.k, 3);
+      std::vector<float> want(s.m * s.n);
+      kernels::matmul_nt(x.data(), s.m, s.k, w.data(), 0, s.n, want.data(), s.n);
+      std::vector<uint8_t> pc(kernels::packed_code_bytes(f, s.n, s.k)), ps(kernels::packed_scale_bytes(f, s.n, s.k));
+      kernels::pack_quantized_panels(f, codes.data(), scales.data(), s.n, s.k, pc.data(), ps.data());
+      const kernels::QuantizedPanels q{f, pc.data(), ps.data()};
+      const int64_t panels = (s.n + kernels::kPanel - 1) / kernels::kPanel;
+      for (Isa isa : {Isa::kGeneric, Isa::kAvx512}) {
+        if (!kernels::isa_supported(isa)) continue;
+        auto run = isa == Isa::kGeneric ? &kernels::matmul_quantized_generic : &kernels::matmul_quantized_avx512;
+        std::vector<float> got(s.m * s.n, -1.0f);
+        run(x.data(), s.m, s.k, q, s.n, 0, panels, got.data(), s.n);
+        EXPECT_EQ(0, std::memcmp(got.data(), want.data(), sizeof(float) * want.size()))
+            << kernels::isa_name(isa) << (f == kernels::PanelFormat::kFp8 ? " fp8" : " fp4") << " m " << s.m << " n "
+            << s.n << " k " << s.k;
+      }
     }
   }
 }

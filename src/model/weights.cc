@@ -80,7 +80,6 @@ class Loader {
     Linear l;
     l.out = out;
     l.in = in;
-    l.w.resize(out * in);
     const std::string wname = prefix + ".weight";
     DSV4_ASSIGN_OR_RETURN(const TensorInfo* t, ckpt_.get(wname));
     const bool quantized = t->dtype == DType::kF8E4M3 || t->dtype == DType::kI8 || t->dtype == DType::kU8;
@@ -90,33 +89,51 @@ class Loader {
     }
     if (t->dtype == DType::kF8E4M3) {
       DSV4_RETURN_IF_ERROR(tensor(wname, {out, in}).status());
-      DSV4_ASSIGN_OR_RETURN(const TensorInfo* s, tensor(prefix + ".scale", {ceil_div(out, 128), ceil_div(in, 128)}));
+      const int64_t sr = ceil_div(out, 128), sc = ceil_div(in, 128);
+      DSV4_ASSIGN_OR_RETURN(const TensorInfo* s, tensor(prefix + ".scale", {sr, sc}));
+      l.format = WeightFormat::kFp8Block;
+      l.round_input = true;
+      if (s->dtype == DType::kF8E8M0) {  // kept as stored: codes, and each row's block scales
+        l.codes.assign(t->data, t->data + out * in);
+        l.scales.resize(out * sc);
+        for (int64_t r = 0; r < out; ++r) std::copy_n(s->data + (r / 128) * sc, sc, &l.scales[r * sc]);
+        return l;
+      }
       std::vector<float> scale(s->numel());
       DSV4_RETURN_IF_ERROR(to_f32(s, scale.data()));
-      const int64_t sc = ceil_div(in, 128);
+      l.w.resize(out * in);
       parallel_for(out, 16, [&](int64_t r0, int64_t r1) {
         for (int64_t r = r0; r < r1; ++r)
           for (int64_t c = 0; c < in; ++c)
             l.w[r * in + c] = e4m3_to_f32(t->data[r * in + c]) * scale[(r / 128) * sc + c / 128];
       });
-      l.format = WeightFormat::kFp8Block;
     } else if (t->dtype == DType::kI8 || t->dtype == DType::kU8) {
       if (in % 32) return invalid_argument("FP4 tensor '" + wname + "' needs an input size divisible by 32");
       DSV4_RETURN_IF_ERROR(tensor(wname, {out, in / 2}).status());
       DSV4_ASSIGN_OR_RETURN(const TensorInfo* s, tensor(prefix + ".scale", {out, in / 32}));
+      l.format = WeightFormat::kFp4Block;
+      l.round_input = true;
+      auto nibble = [&](int64_t r, int64_t c) -> uint8_t {
+        const uint8_t byte = t->data[r * (in / 2) + c / 2];
+        return (c & 1) ? (byte >> 4) : (byte & 0xF);
+      };
+      if (s->dtype == DType::kF8E8M0) {
+        l.codes.resize(out * in);
+        for (int64_t r = 0; r < out; ++r)
+          for (int64_t c = 0; c < in; ++c) l.codes[r * in + c] = nibble(r, c);
+        l.scales.assign(s->data, s->data + out * (in / 32));
+        return l;
+      }
       std::vector<float> scale(s->numel());
       DSV4_RETURN_IF_ERROR(to_f32(s, scale.data()));
+      l.w.resize(out * in);
       parallel_for(out, 16, [&](int64_t r0, int64_t r1) {
         for (int64_t r = r0; r < r1; ++r)
-          for (int64_t c = 0; c < in; ++c) {
-            uint8_t byte = t->data[r * (in / 2) + c / 2];
-            uint8_t nibble = (c & 1) ? (byte >> 4) : (byte & 0xF);
-            l.w[r * in + c] = e2m1_to_f32(nibble) * scale[r * (in / 32) + c / 32];
-          }
+          for (int64_t c = 0; c < in; ++c) l.w[r * in + c] = e2m1_to_f32(nibble(r, c)) * scale[r * (in / 32) + c / 32];
       });
-      l.format = WeightFormat::kFp4Block;
     } else {
       DSV4_RETURN_IF_ERROR(tensor(wname, {out, in}).status());
+      l.w.resize(out * in);
       DSV4_RETURN_IF_ERROR(to_f32(t, l.w.data()));
     }
     return l;
@@ -167,7 +184,7 @@ StatusOr<CompressorWeights> load_compressor(Loader& ld, const std::string& p, co
   DSV4_ASSIGN_OR_RETURN(w.wkv, ld.linear(p + ".wkv", width, c.dim));
   DSV4_ASSIGN_OR_RETURN(w.wgate, ld.linear(p + ".wgate", width, c.dim));
   // The reference keeps these two in f32 and never rounds their input.
-  w.wkv.format = w.wgate.format = WeightFormat::kDense;
+  w.wkv.round_input = w.wgate.round_input = false;
   DSV4_ASSIGN_OR_RETURN(w.ape, ld.floats(p + ".ape", {ratio, width}));
   DSV4_ASSIGN_OR_RETURN(w.norm, ld.floats(p + ".norm.weight", {head_dim}));
   return w;
@@ -179,7 +196,14 @@ Linear slice_rows(const Linear& l, int64_t begin, int64_t count) {
   s.out = count;
   s.in = l.in;
   s.format = l.format;
-  s.w.assign(l.w.begin() + begin * l.in, l.w.begin() + (begin + count) * l.in);
+  s.round_input = l.round_input;
+  if (!l.codes.empty()) {
+    const int64_t per_row = static_cast<int64_t>(l.scales.size()) / l.out;
+    s.codes.assign(l.codes.begin() + begin * l.in, l.codes.begin() + (begin + count) * l.in);
+    s.scales.assign(l.scales.begin() + begin * per_row, l.scales.begin() + (begin + count) * per_row);
+  } else {
+    s.w.assign(l.w.begin() + begin * l.in, l.w.begin() + (begin + count) * l.in);
+  }
   return s;
 }
 
@@ -194,7 +218,7 @@ StatusOr<AttentionWeights> load_attention(Loader& ld, const std::string& p, cons
   DSV4_ASSIGN_OR_RETURN(a.wkv, ld.linear(p + ".wkv", hd, c.dim));
   DSV4_ASSIGN_OR_RETURN(a.kv_norm, ld.floats(p + ".kv_norm.weight", {hd}));
   DSV4_ASSIGN_OR_RETURN(Linear wo_a, ld.linear(p + ".wo_a", c.o_groups * c.o_lora_rank, heads * hd / c.o_groups));
-  wo_a.format = WeightFormat::kDense;  // dequantized once, input not rounded (reference)
+  wo_a.round_input = false;  // dequantized once, input not rounded (reference)
   DSV4_ASSIGN_OR_RETURN(a.wo_b, ld.linear(p + ".wo_b", c.dim, c.o_groups * c.o_lora_rank));
   if (ratio) {
     DSV4_ASSIGN_OR_RETURN(a.compressor, load_compressor(ld, p + ".compressor", c, ratio, c.head_dim, false));
@@ -202,7 +226,7 @@ StatusOr<AttentionWeights> load_attention(Loader& ld, const std::string& p, cons
       IndexerWeights ix;
       DSV4_ASSIGN_OR_RETURN(ix.wq_b, ld.linear(p + ".indexer.wq_b", int64_t{c.index_n_heads} * c.index_head_dim, c.q_lora_rank));
       DSV4_ASSIGN_OR_RETURN(ix.weights_proj, ld.linear(p + ".indexer.weights_proj", c.index_n_heads, c.dim));
-      ix.weights_proj.format = WeightFormat::kDense;  // bf16 in the reference
+      ix.weights_proj.round_input = false;  // bf16 in the reference
       DSV4_ASSIGN_OR_RETURN(ix.compressor, load_compressor(ld, p + ".indexer.compressor", c, ratio, c.index_head_dim, true));
       a.indexer = std::move(ix);
     }

@@ -17,8 +17,25 @@ void matmul(const float* x, int64_t m, int64_t k, const float* w, int64_t n, flo
   });
 }
 
+namespace {
+
+kernels::PanelFormat panel_format(WeightFormat f) {
+  return f == WeightFormat::kFp8Block ? kernels::PanelFormat::kFp8 : kernels::PanelFormat::kFp4;
+}
+
+}  // namespace
+
 void Linear::pack() {
-  if (w.empty() && out * in > 0) return;  // already packed
+  if (!codes.empty()) {
+    const kernels::PanelFormat f = panel_format(format);
+    code_panels.resize(kernels::packed_code_bytes(f, out, in));
+    scale_panels.resize(kernels::packed_scale_bytes(f, out, in));
+    kernels::pack_quantized_panels(f, codes.data(), scales.data(), out, in, code_panels.data(), scale_panels.data());
+    std::vector<uint8_t>().swap(codes);
+    std::vector<uint8_t>().swap(scales);
+    return;
+  }
+  if (w.empty()) return;  // already packed (or empty)
   panels.resize(kernels::packed_floats(out, in));
   kernels::pack_panels(w.data(), out, in, panels.data());
   std::vector<float>().swap(w);
@@ -30,16 +47,21 @@ namespace {
 void matmul_panels(const Linear& l, const float* x, int64_t m, float* y) {
   const int64_t panels = (l.out + kernels::kPanel - 1) / kernels::kPanel;
   const int64_t grain = std::max<int64_t>(1, 4096 / std::max<int64_t>(1, m * l.in / 16));
+  const bool quantized = !l.code_panels.empty();
+  const kernels::QuantizedPanels q{quantized ? panel_format(l.format) : kernels::PanelFormat::kF32,
+                                   l.code_panels.data(), l.scale_panels.data()};
   parallel_for(panels, grain, [&](int64_t p0, int64_t p1) {
-    kernels::matmul_packed(x, m, l.in, l.panels.data(), l.out, p0, p1, y, l.out);
+    if (quantized) kernels::matmul_quantized(x, m, l.in, q, l.out, p0, p1, y, l.out);
+    else kernels::matmul_packed(x, m, l.in, l.panels.data(), l.out, p0, p1, y, l.out);
   });
 }
 
 }  // namespace
 
 void linear_forward(const Linear& layer, const float* x, int64_t m, float* y) {
-  const bool packed = !layer.panels.empty();
-  DSV4_CHECK(packed || static_cast<int64_t>(layer.w.size()) == layer.out * layer.in);
+  const bool packed = !layer.panels.empty() || !layer.code_panels.empty();
+  DSV4_CHECK_MSG(packed || static_cast<int64_t>(layer.w.size()) == layer.out * layer.in,
+                 "a linear layer is used before it is packed");
   const float* in = x;
   std::vector<float> xq;
   if (layer.quantizes_input()) {

@@ -13,16 +13,25 @@ enum class WeightFormat { kDense, kFp8Block, kFp4Block };
 struct Linear {
   int64_t out = 0;
   int64_t in = 0;
-  // Weights dequantized to f32, [out, in], while loading (slicing); pack()
-  // moves them into `panels` (kernels::pack_panels) for the forward.
+  // While loading (and slicing for tensor parallelism), as the checkpoint
+  // stored it: dense weights dequantized to f32 [out, in], or FP8/FP4 codes
+  // one per byte [out, in] with e8m0 scales per row and block [out, in /
+  // block]. pack() moves them into the forward's panels (kernels.h), FP8
+  // and FP4 staying in their formats.
   std::vector<float> w;
+  std::vector<uint8_t> codes, scales;
   std::vector<float> panels;
-  // Format the checkpoint stored. FP8/FP4 linears round their input through
-  // FP8 e4m3 per 128 values first, as the reference's act_quant does.
-  WeightFormat format = WeightFormat::kDense;
-  bool quantizes_input() const { return format != WeightFormat::kDense; }
+  std::vector<uint8_t> code_panels, scale_panels;
+  WeightFormat format = WeightFormat::kDense;  // how the checkpoint stored it
+  // FP8/FP4 linears round their input through FP8 e4m3 per 128 values
+  // first, as the reference's act_quant does (a few it uses dequantized).
+  bool round_input = false;
+  bool quantizes_input() const { return round_input; }
   void pack();
-  int64_t resident_bytes() const { return 4 * static_cast<int64_t>(w.size() + panels.size()); }
+  int64_t resident_bytes() const {
+    return static_cast<int64_t>(4 * (w.size() + panels.size()) + codes.size() + scales.size() + code_panels.size() +
+                                scale_panels.size());
+  }
 };
 
 // y[m, out] = round(x)[m, in] W^T, split over the thread pool.
