@@ -50,28 +50,37 @@ TEST(PackedMatmul, EveryIsaEqualsTheOracleBitForBit) {
   }
 }
 
-// FP8 and FP4 panels: every ISA path equals matmul_nt on the dequantized
+// BF16, FP8 and FP4 panels: every ISA path equals matmul_nt on the dequantized
 // weights (code value times scale) bit for bit.
 TEST(PackedMatmul, QuantizedPanelsEqualTheDequantizedOracle) {
   struct Shape {
     int64_t m, n, k;
   };
   std::mt19937 rng(5);
-  for (kernels::PanelFormat f : {kernels::PanelFormat::kFp8, kernels::PanelFormat::kFp4}) {
-    const int64_t block = kernels::panel_block(f);
+  using kernels::PanelFormat;
+  for (PanelFormat f : {PanelFormat::kBf16, PanelFormat::kFp8, PanelFormat::kFp4}) {
+    const bool bf16 = f == PanelFormat::kBf16;
+    const int64_t block = bf16 ? 1 : kernels::panel_block(f);
     for (const Shape& s : {Shape{1, 16, 128}, Shape{3, 21, 256}, Shape{6, 70, 384}, Shape{1, 5, 128}}) {
-      const int64_t blocks = s.k / block;
-      std::vector<uint8_t> codes(s.n * s.k), scales(s.n * blocks);
-      for (auto& c : codes) {
-        c = static_cast<uint8_t>(rng() % (f == kernels::PanelFormat::kFp8 ? 256 : 16));
-        if (f == kernels::PanelFormat::kFp8 && (c & 0x7F) == 0x7F) c ^= 1;  // no NaN codes
+      const int64_t blocks = bf16 ? 0 : s.k / block;
+      std::vector<uint8_t> codes(s.n * s.k * (bf16 ? 2 : 1)), scales(s.n * blocks);
+      std::vector<float> w(s.n * s.k);
+      for (int64_t i = 0; i < s.n * s.k; ++i) {
+        if (bf16) {
+          const uint16_t v = f32_to_bf16(std::normal_distribution<float>(0.0f, 1.0f)(rng));
+          std::memcpy(&codes[2 * i], &v, 2);
+          w[i] = bf16_to_f32(v);
+          continue;
+        }
+        uint8_t c = static_cast<uint8_t>(rng() % (f == PanelFormat::kFp8 ? 256 : 16));
+        if (f == PanelFormat::kFp8 && (c & 0x7F) == 0x7F) c ^= 1;  // no NaN codes
+        codes[i] = c;
       }
       for (auto& sc : scales) sc = static_cast<uint8_t>(100 + rng() % 40);
-      std::vector<float> w(s.n * s.k);
-      for (int64_t j = 0; j < s.n; ++j)
+      for (int64_t j = 0; j < s.n && !bf16; ++j)
         for (int64_t t = 0; t < s.k; ++t) {
           const uint8_t c = codes[j * s.k + t];
-          w[j * s.k + t] = (f == kernels::PanelFormat::kFp8 ? e4m3_to_f32(c) : e2m1_to_f32(c)) *
+          w[j * s.k + t] = (f == PanelFormat::kFp8 ? e4m3_to_f32(c) : e2m1_to_f32(c)) *
                            e8m0_to_f32(scales[j * blocks + t / block]);
         }
       const auto x = random_floats(s.m * s.k, 3);
@@ -87,7 +96,7 @@ TEST(PackedMatmul, QuantizedPanelsEqualTheDequantizedOracle) {
         std::vector<float> got(s.m * s.n, -1.0f);
         run(x.data(), s.m, s.k, q, s.n, 0, panels, got.data(), s.n);
         EXPECT_EQ(0, std::memcmp(got.data(), want.data(), sizeof(float) * want.size()))
-            << kernels::isa_name(isa) << (f == kernels::PanelFormat::kFp8 ? " fp8" : " fp4") << " m " << s.m << " n "
+            << kernels::isa_name(isa) << " format " << static_cast<int>(f) << " m " << s.m << " n "
             << s.n << " k " << s.k;
       }
     }

@@ -53,19 +53,19 @@ void pack_panels(const float* w, int64_t n, int64_t k, float* packed);
 // [p_begin, p_end) (j < n); y has row stride ldy. Dispatches on active_isa().
 void matmul_packed(const float* x, int64_t m, int64_t k, const float* packed, int64_t n, int64_t p_begin,
                    int64_t p_end, float* y, int64_t ldy);
-// FP8 e4m3 and FP4 e2m1 weights kept in their formats, with an e8m0 scale
-// per row and block of the input (128 values for FP8, 32 for FP4). Panels
-// of kPanel columns: FP8 codes [k][16] bytes, FP4 codes [k][8] bytes (column
-// 2c in the low nibble, 2c + 1 in the high one), scales [k / block][16]
-// bytes. A weight is its code's value times its scale (one exact multiply,
-// as the reference dequantizes), so these equal matmul_nt on the
-// dequantized weights bit for bit.
-enum class PanelFormat { kF32, kFp8, kFp4 };
+// BF16, FP8 e4m3 and FP4 e2m1 weights kept in their formats, FP8/FP4 with an
+// e8m0 scale per row and block of the input (128 values for FP8, 32 for
+// FP4). Panels of kPanel columns: BF16 codes [k][16] x 2 bytes, FP8 codes
+// [k][16] bytes, FP4 codes [k][8] bytes (column 2c in the low nibble, 2c + 1
+// in the high one), scales [k / block][16] bytes. A weight is its code's
+// value times its scale (one exact multiply, as the reference dequantizes),
+// so these equal matmul_nt on the dequantized weights bit for bit.
+enum class PanelFormat { kF32, kBf16, kFp8, kFp4 };
 int64_t panel_block(PanelFormat f);  // input values per scale: 128 (FP8), 32 (FP4)
 int64_t packed_code_bytes(PanelFormat f, int64_t n, int64_t k);
 int64_t packed_scale_bytes(PanelFormat f, int64_t n, int64_t k);
-// codes: [n, k] one code per byte (an FP4 nibble in the low 4 bits);
-// scales: [n, k / block] e8m0.
+// codes: [n, k] one code per byte (an FP4 nibble in the low 4 bits; BF16:
+// two bytes, little-endian); scales: [n, k / block] e8m0 (none for BF16).
 void pack_quantized_panels(PanelFormat f, const uint8_t* codes, const uint8_t* scales, int64_t n, int64_t k,
                            uint8_t* packed_codes, uint8_t* packed_scales);
 struct QuantizedPanels {

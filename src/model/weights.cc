@@ -131,6 +131,10 @@ class Loader {
         for (int64_t r = r0; r < r1; ++r)
           for (int64_t c = 0; c < in; ++c) l.w[r * in + c] = e2m1_to_f32(nibble(r, c)) * scale[r * (in / 32) + c / 32];
       });
+    } else if (t->dtype == DType::kBF16) {  // kept as stored
+      DSV4_RETURN_IF_ERROR(tensor(wname, {out, in}).status());
+      l.format = WeightFormat::kBf16;
+      l.codes.assign(t->data, t->data + 2 * out * in);
     } else {
       DSV4_RETURN_IF_ERROR(tensor(wname, {out, in}).status());
       l.w.resize(out * in);
@@ -199,7 +203,8 @@ Linear slice_rows(const Linear& l, int64_t begin, int64_t count) {
   s.round_input = l.round_input;
   if (!l.codes.empty()) {
     const int64_t per_row = static_cast<int64_t>(l.scales.size()) / l.out;
-    s.codes.assign(l.codes.begin() + begin * l.in, l.codes.begin() + (begin + count) * l.in);
+    const int64_t row_bytes = static_cast<int64_t>(l.codes.size()) / l.out;
+    s.codes.assign(l.codes.begin() + begin * row_bytes, l.codes.begin() + (begin + count) * row_bytes);
     s.scales.assign(l.scales.begin() + begin * per_row, l.scales.begin() + (begin + count) * per_row);
   } else {
     s.w.assign(l.w.begin() + begin * l.in, l.w.begin() + (begin + count) * l.in);
@@ -350,9 +355,7 @@ StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::load(const ModelConfig& c,
     w->blocks.push_back(std::move(b));
   }
   DSV4_ASSIGN_OR_RETURN(w->norm, ld.floats("norm.weight", {c.dim}));
-  w->head.out = c.vocab_size;
-  w->head.in = c.dim;
-  DSV4_ASSIGN_OR_RETURN(w->head.w, ld.floats("head.weight", {c.vocab_size, c.dim}));
+  DSV4_ASSIGN_OR_RETURN(w->head, ld.linear("head", c.vocab_size, c.dim));
   DSV4_ASSIGN_OR_RETURN(w->hc_head, load_hc_head(ld, "", c));
   for (int i = 0; i < c.n_mtp_layers; ++i) {
     const std::string p = "mtp." + std::to_string(i) + ".";

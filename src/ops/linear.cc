@@ -20,7 +20,13 @@ void matmul(const float* x, int64_t m, int64_t k, const float* w, int64_t n, flo
 namespace {
 
 kernels::PanelFormat panel_format(WeightFormat f) {
-  return f == WeightFormat::kFp8Block ? kernels::PanelFormat::kFp8 : kernels::PanelFormat::kFp4;
+  switch (f) {
+    case WeightFormat::kBf16: return kernels::PanelFormat::kBf16;
+    case WeightFormat::kFp8Block: return kernels::PanelFormat::kFp8;
+    case WeightFormat::kFp4Block: return kernels::PanelFormat::kFp4;
+    case WeightFormat::kDense: break;
+  }
+  return kernels::PanelFormat::kF32;
 }
 
 }  // namespace

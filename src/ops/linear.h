@@ -8,15 +8,16 @@
 
 namespace dsv4 {
 
-enum class WeightFormat { kDense, kFp8Block, kFp4Block };
+// kDense: f32 (or f16) in the checkpoint, held as f32; kBf16 held as BF16.
+enum class WeightFormat { kDense, kBf16, kFp8Block, kFp4Block };
 
 struct Linear {
   int64_t out = 0;
   int64_t in = 0;
   // While loading (and slicing for tensor parallelism), as the checkpoint
-  // stored it: dense weights dequantized to f32 [out, in], or FP8/FP4 codes
-  // one per byte [out, in] with e8m0 scales per row and block [out, in /
-  // block]. pack() moves them into the forward's panels (kernels.h), FP8
+  // stored it: dense weights as f32 [out, in], BF16 weights as their bytes
+  // [out, in * 2], or FP8/FP4 codes one per byte [out, in] with e8m0 scales
+  // per row and block [out, in / block]. pack() moves them into the forward's panels (kernels.h), FP8
   // and FP4 staying in their formats.
   std::vector<float> w;
   std::vector<uint8_t> codes, scales;

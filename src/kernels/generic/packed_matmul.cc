@@ -42,11 +42,20 @@ int64_t panel_block(PanelFormat f) { return f == PanelFormat::kFp8 ? 128 : 32; }
 namespace {
 
 int64_t panel_count(int64_t n) { return (n + kPanel - 1) / kPanel; }
-int64_t scale_blocks(PanelFormat f, int64_t k) { return (k + panel_block(f) - 1) / panel_block(f); }
-int64_t code_bytes_per_step(PanelFormat f) { return f == PanelFormat::kFp8 ? kPanel : kPanel / 2; }
+int64_t scale_blocks(PanelFormat f, int64_t k) {
+  return f == PanelFormat::kBf16 ? 0 : (k + panel_block(f) - 1) / panel_block(f);
+}
+int64_t code_bytes_per_step(PanelFormat f) {
+  return f == PanelFormat::kBf16 ? 2 * kPanel : f == PanelFormat::kFp8 ? kPanel : kPanel / 2;
+}
 
 // Weight (t, column c) of panel p, dequantized.
 float panel_weight(const QuantizedPanels& w, int64_t k, int64_t p, int64_t t, int64_t c) {
+  if (w.format == PanelFormat::kBf16) {
+    uint16_t v;
+    std::memcpy(&v, w.codes + ((p * k + t) * kPanel + c) * 2, 2);
+    return bf16_to_f32(v);
+  }
   const uint8_t scale = w.scales[(p * scale_blocks(w.format, k) + t / panel_block(w.format)) * kPanel + c];
   if (w.format == PanelFormat::kFp8) return e4m3_to_f32(w.codes[(p * k + t) * kPanel + c]) * e8m0_to_f32(scale);
   const uint8_t byte = w.codes[(p * k + t) * (kPanel / 2) + c / 2];
@@ -68,6 +77,10 @@ void pack_quantized_panels(PanelFormat f, const uint8_t* codes, const uint8_t* s
       std::fill_n(dst, step, 0);
       for (int64_t c = 0; c < kPanel; ++c) {
         const int64_t j = p * kPanel + c;
+        if (f == PanelFormat::kBf16) {
+          if (j < n) std::memcpy(dst + 2 * c, codes + (j * k + t) * 2, 2);  // padding: +0
+          continue;
+        }
         const uint8_t code = j < n ? codes[j * k + t] : 0;  // padding: +0
         if (f == PanelFormat::kFp8) dst[c] = code;
         else dst[c / 2] |= static_cast<uint8_t>((code & 0xF) << ((c & 1) * 4));

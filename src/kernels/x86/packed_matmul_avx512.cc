@@ -32,6 +32,15 @@ DSV4_AVX512 inline __m512 scale_exponents(const uint8_t* scales, int64_t blocks,
   return _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(s), _mm512_set1_epi32(127)));
 }
 
+struct Bf16Source {
+  const uint8_t* codes;
+  int64_t k;
+  DSV4_AVX512 __m512 load(int64_t p, int64_t t) const {
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + (p * k + t) * kPanel * 2));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
+  }
+};
+
 struct Fp8Source {
   const uint8_t* codes;
   const uint8_t* scales;
@@ -143,6 +152,10 @@ void matmul_packed_avx512(const float* x, int64_t m, int64_t k, const float* pac
 
 void matmul_quantized_avx512(const float* x, int64_t m, int64_t k, const QuantizedPanels& w, int64_t n,
                              int64_t p_begin, int64_t p_end, float* y, int64_t ldy) {
+  if (w.format == PanelFormat::kBf16) {
+    run(x, m, k, Bf16Source{w.codes, k}, n, p_begin, p_end, y, ldy);
+    return;
+  }
   const int64_t blocks = (k + panel_block(w.format) - 1) / panel_block(w.format);
   if (w.format == PanelFormat::kFp8) run(x, m, k, Fp8Source{w.codes, w.scales, k, blocks}, n, p_begin, p_end, y, ldy);
   else run(x, m, k, Fp4Source{w.codes, w.scales, k, blocks}, n, p_begin, p_end, y, ldy);
