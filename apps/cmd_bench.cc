@@ -4,6 +4,7 @@
 // bytes the ranks send in one prefill step and one decode step, with and
 // without FlashComm1.
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <string>
 
@@ -17,8 +18,16 @@ namespace dsv4::app {
 namespace {
 
 const char* kHelp =
-    "usage: dsv4 bench --topology [--model DIR] [--tp N --dp N --ep N] [--prompt-len N]\n"
+    "usage: dsv4 bench [--model DIR] [--ctx 1024,4096] [--batch 1,16] [--gen N] [--csv FILE]\n"
+    "       dsv4 bench --topology [--model DIR] [--tp N --dp N --ep N] [--prompt-len N]\n"
     "                  [--flashcomm1-sp-min-token-num N]\n"
+    "  (default)          prefill and decode throughput at each context length and batch size,\n"
+    "                     measured incrementally (each row times only its own interval), KV bytes\n"
+    "                     per token, and this machine's memory read bandwidth and the GEMM kernel's\n"
+    "                     peak, with the decode roofline ratio; a table, and CSV with --csv\n"
+    "  --ctx L1,L2,...    context lengths (default 1024,4096; at most the model's positions)\n"
+    "  --batch B1,B2,...  decode batch sizes (default 1,16)\n"
+    "  --gen N            decode steps timed per row (default 16)\n"
     "  --topology         per-rank resident weights and communication per step of the layout\n"
     "  --model DIR        checkpoint (default: the embedded default model)\n"
     "  --prompt-len N     tokens each data-parallel group prefills in the measured step (default 1024)\n"
@@ -76,10 +85,30 @@ StatusOr<StepTraffic> measure(const std::string& dir, const ParallelOptions& p, 
   return t;
 }
 
+// "1024,4096" -> {1024, 4096}; empty on a malformed list.
+std::vector<int64_t> int_list(const std::string& s) {
+  std::vector<int64_t> out;
+  size_t at = 0;
+  while (at <= s.size()) {
+    const size_t comma = s.find(',', at);
+    const std::string item = s.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    char* end = nullptr;
+    const long long v = std::strtoll(item.c_str(), &end, 10);
+    if (item.empty() || *end || v < 1) return {};
+    out.push_back(v);
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  return out;
+}
+
 }  // namespace
 
+int bench_throughput(const std::string& dir, const std::string& name, const std::vector<int64_t>& contexts,
+                     const std::vector<int64_t>& batches, int64_t gen, const std::string& csv);  // bench_throughput.cc
+
 int cmd_bench(int argc, char** argv) {
-  std::set<std::string> valued = {"model", "prompt-len"};
+  std::set<std::string> valued = {"model", "prompt-len", "ctx", "batch", "gen", "csv"};
   for (const auto& k : parallel_option_names()) valued.insert(k);
   Args args(argc, argv, 2, valued, {"help", "topology"});
   if (args.has("help")) {
@@ -88,7 +117,12 @@ int cmd_bench(int argc, char** argv) {
   }
   ParallelOptions p = parallel_options(args);
   const int64_t prompt_len = args.get_int("prompt-len", 1024);
-  if (args.ok() && !args.has("topology")) args.set_error("say what to measure: --topology");
+  const std::vector<int64_t> contexts = int_list(args.get("ctx", "1024,4096"));
+  const std::vector<int64_t> batches = int_list(args.get("batch", "1,16"));
+  const int64_t gen = args.get_int("gen", 16);
+  if (args.ok() && contexts.empty()) args.set_error("--ctx needs positive lengths such as 1024,4096");
+  if (args.ok() && batches.empty()) args.set_error("--batch needs positive sizes such as 1,16");
+  if (args.ok() && gen < 1) args.set_error("--gen must be at least 1");
   if (args.ok() && prompt_len < 1) args.set_error("--prompt-len must be at least 1");
   if (!args.ok()) {
     std::fprintf(stderr, "dsv4 bench: %s\n%s", args.error().c_str(), kHelp);
@@ -100,6 +134,8 @@ int cmd_bench(int argc, char** argv) {
     std::fprintf(stderr, "dsv4 bench: %s\n", dir.status().message().c_str());
     return 2;
   }
+  if (!args.has("topology"))
+    return bench_throughput(dir->path(), model_name(args.get("model")), contexts, batches, gen, args.get("csv"));
 
   // Weights: every rank's against the ideal share.
   auto one = DeepseekV4::load(dir->path());

@@ -7,9 +7,10 @@
 namespace dsv4::app {
 namespace {
 const char* kHelp =
-    "usage: dsv4 mkmodel --out DIR [--preset default|small] [--config JSON] [--weights bf16|fp8]\n"
+    "usage: dsv4 mkmodel --out DIR [--preset default|small|bench] [--config JSON] [--weights bf16|fp8]\n"
     "                    [--seed S] [--shards N]\n"
-    "  --preset   base configuration (default: the embedded default model)\n"
+    "  --preset   base configuration (default: the embedded default model; bench: Flash shapes scaled\n"
+    "             down, about 4 GB with --weights fp8)\n"
     "  --config   JSON object of config.json fields merged over the preset\n"
     "  --weights  bf16 (default) or fp8: FP8 128x128 blocks, FP4 routed experts\n"
     "  --seed     random seed (default 0)\n"

@@ -29,6 +29,15 @@ ContiguousCache::ContiguousCache(const CacheGeometry& geometry, int first_layer,
   }
 }
 
+int64_t ContiguousCache::bytes() const {
+  int64_t n = 0;
+  for (const Layer& l : layers_)
+    for (const auto* v : {&l.window, &l.compressed, &l.index_keys, &l.state_kv, &l.state_score, &l.index_state_kv,
+                          &l.index_state_score})
+      n += 4 * static_cast<int64_t>(v->size());
+  return n;
+}
+
 ContiguousCache::Layer& ContiguousCache::at(int layer) {
   DSV4_CHECK_MSG(layer >= first_layer_ && layer < first_layer_ + static_cast<int>(layers_.size()),
                  "cache layer outside this sequence's cache");

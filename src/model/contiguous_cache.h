@@ -19,6 +19,8 @@ class ContiguousCache : public SequenceCache {
   float* index_row(int layer, int64_t row) override;
   CompressorStateView compressor_state(int layer) override;
   CompressorStateView index_compressor_state(int layer) override;
+  // Bytes the caches hold (window rings, compressed rows, states).
+  int64_t bytes() const;
 
  private:
   struct Layer {

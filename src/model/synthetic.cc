@@ -236,12 +236,25 @@ const char* kSmallPresetPatch = R"({
   "rope_scaling": {"factor": 16.0, "original_max_position_embeddings": 65536}
 })";
 
+// The standard benchmark workload: DeepSeek-V4-Flash's shapes scaled down
+// to fit these machines (about 4 GB in FP8 blocks and FP4 experts).
+const char* kBenchPresetPatch = R"({
+  "vocab_size": 129280, "hidden_size": 2048, "moe_intermediate_size": 1024, "num_hidden_layers": 12,
+  "num_hash_layers": 3, "num_nextn_predict_layers": 1, "num_attention_heads": 32, "n_routed_experts": 64,
+  "num_experts_per_tok": 6, "q_lora_rank": 768, "head_dim": 512, "o_groups": 4, "o_lora_rank": 512,
+  "sliding_window": 128, "compress_ratios": [0, 0, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 0],
+  "index_n_heads": 32, "index_head_dim": 128, "index_topk": 512, "max_position_embeddings": 65536,
+  "rope_scaling": {"factor": 16.0, "original_max_position_embeddings": 65536}
+})";
+
 }  // namespace
 
 StatusOr<ModelConfig> synthetic_config(const std::string& preset, const std::string& overrides_json) {
-  if (preset != "default" && preset != "small") return invalid_argument("unknown preset '" + preset + "' (known: default, small)");
+  if (preset != "default" && preset != "small" && preset != "bench")
+    return invalid_argument("unknown preset '" + preset + "' (known: default, small, bench)");
   nlohmann::json j = nlohmann::json::parse(kDefaultPreset);
   if (preset == "small") j.merge_patch(nlohmann::json::parse(kSmallPresetPatch));
+  if (preset == "bench") j.merge_patch(nlohmann::json::parse(kBenchPresetPatch));
   if (!overrides_json.empty()) {
     nlohmann::json o;
     try {
