@@ -101,12 +101,12 @@ int bench_throughput(const std::string& dir, const std::string& name, const std:
   const double bandwidth = read_bandwidth(), peak = gemm_peak();
   std::printf("machine: memory read %.2f GB/s, GEMM kernel peak %.2f GFLOP/s\n", bandwidth / 1e9, peak / 1e9);
 
-  // What one decode token must read: every weight but the routed experts,
-  // plus the experts it activates.
+  // What one decode token must read: every weight but the routed experts
+  // and the embedding table (one row of it), plus the experts it activates.
   const ModelWeights& w = m.weights();
-  const int64_t experts = w.routed_expert_bytes();
+  const int64_t experts = w.routed_expert_bytes(), embedding = 4 * static_cast<int64_t>(w.embed.size());
   const double per_token_bytes =
-      static_cast<double>(w.resident_bytes() - experts) +
+      static_cast<double>(w.resident_bytes() - experts - embedding) +
       static_cast<double>(experts) * c.n_activated_experts / c.n_routed_experts;
   std::printf("weights %.2f MiB resident; a decode token reads %.2f MiB -> roofline %.1f tok/s at batch 1\n",
               w.resident_bytes() / 1048576.0, per_token_bytes / 1048576.0, bandwidth / per_token_bytes);
