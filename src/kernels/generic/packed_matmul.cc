@@ -21,20 +21,28 @@ void pack_panels(const float* w, int64_t n, int64_t k, float* packed) {
   }
 }
 
+namespace {
+
+// One f32 panel [k][kPanel] (panel index p) against every row: each output
+// adds its products left to right.
+void panel_product(const float* x, int64_t m, int64_t k, const float* panel, int64_t n, int64_t p, float* y,
+                   int64_t ldy) {
+  float acc[kPanel];
+  const int64_t cols = std::min(kPanel, n - p * kPanel);
+  for (int64_t i = 0; i < m; ++i) {
+    const float* xi = x + i * k;
+    std::fill_n(acc, kPanel, 0.0f);
+    for (int64_t t = 0; t < k; ++t)
+      for (int64_t c = 0; c < kPanel; ++c) acc[c] += xi[t] * panel[t * kPanel + c];
+    std::memcpy(y + i * ldy + p * kPanel, acc, sizeof(float) * cols);
+  }
+}
+
+}  // namespace
+
 void matmul_packed_generic(const float* x, int64_t m, int64_t k, const float* packed, int64_t n, int64_t p_begin,
                            int64_t p_end, float* y, int64_t ldy) {
-  float acc[kPanel];
-  for (int64_t p = p_begin; p < p_end; ++p) {
-    const float* panel = packed + p * k * kPanel;
-    const int64_t cols = std::min(kPanel, n - p * kPanel);
-    for (int64_t i = 0; i < m; ++i) {
-      const float* xi = x + i * k;
-      std::fill_n(acc, kPanel, 0.0f);
-      for (int64_t t = 0; t < k; ++t)
-        for (int64_t c = 0; c < kPanel; ++c) acc[c] += xi[t] * panel[t * kPanel + c];
-      std::memcpy(y + i * ldy + p * kPanel, acc, sizeof(float) * cols);
-    }
-  }
+  for (int64_t p = p_begin; p < p_end; ++p) panel_product(x, m, k, packed + p * k * kPanel, n, p, y, ldy);
 }
 
 int64_t panel_block(PanelFormat f) { return f == PanelFormat::kFp8 ? 128 : 32; }
@@ -96,19 +104,11 @@ void pack_quantized_panels(PanelFormat f, const uint8_t* codes, const uint8_t* s
 
 void matmul_quantized_generic(const float* x, int64_t m, int64_t k, const QuantizedPanels& w, int64_t n,
                               int64_t p_begin, int64_t p_end, float* y, int64_t ldy) {
-  std::vector<float> panel(k * kPanel);
-  float acc[kPanel];
+  std::vector<float> panel(k * kPanel);  // the panel dequantized
   for (int64_t p = p_begin; p < p_end; ++p) {
     for (int64_t t = 0; t < k; ++t)
       for (int64_t c = 0; c < kPanel; ++c) panel[t * kPanel + c] = panel_weight(w, k, p, t, c);
-    const int64_t cols = std::min(kPanel, n - p * kPanel);
-    for (int64_t i = 0; i < m; ++i) {
-      const float* xi = x + i * k;
-      std::fill_n(acc, kPanel, 0.0f);
-      for (int64_t t = 0; t < k; ++t)
-        for (int64_t c = 0; c < kPanel; ++c) acc[c] += xi[t] * panel[t * kPanel + c];
-      std::memcpy(y + i * ldy + p * kPanel, acc, sizeof(float) * cols);
-    }
+    panel_product(x, m, k, panel.data(), n, p, y, ldy);
   }
 }
 
