@@ -104,7 +104,7 @@ int bench_throughput(const std::string& dir, const std::string& name, const std:
   // What one decode token must read: every weight but the routed experts
   // and the embedding table (one row of it), plus the experts it activates.
   const ModelWeights& w = m.weights();
-  const int64_t experts = w.routed_expert_bytes(), embedding = 4 * static_cast<int64_t>(w.embed.size());
+  const int64_t experts = w.routed_expert_bytes(), embedding = w.embed.resident_bytes();
   const double per_token_bytes =
       static_cast<double>(w.resident_bytes() - experts - embedding) +
       static_cast<double>(experts) * c.n_activated_experts / c.n_routed_experts;

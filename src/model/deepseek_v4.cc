@@ -83,14 +83,14 @@ Status DeepseekV4::check_batch(const ForwardBatch& batch) const {
 void DeepseekV4::embed(const ForwardBatch& batch, float* out) const {
   const ForwardScope& scope = ForwardScope::current();
   const int64_t dim = config_.dim, rows = batch.num_rows();
-  const int64_t part = static_cast<int64_t>(weights_->embed.size()) / dim;  // this rank's vocabulary
+  const int64_t part = weights_->embed.rows;  // this rank's vocabulary
   const int64_t first = tensor_group_ ? tensor_group_->rank() * part : 0;
   const bool sharded = tensor_group_ && tensor_group_->size() > 1;
   std::vector<float> mine(sharded && scope.flashcomm ? rows * dim : 0);
   float* e = mine.empty() ? out : mine.data();
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t t = static_cast<int64_t>(batch.token_ids[r]) - first;
-    if (t >= 0 && t < part) std::memcpy(e + r * dim, &weights_->embed[t * dim], sizeof(float) * dim);
+    if (t >= 0 && t < part) weights_->embed.row(t, e + r * dim);
     else std::fill_n(e + r * dim, dim, 0.0f);
   }
   // Sharded by vocabulary: one rank has each row, the others add zeros.

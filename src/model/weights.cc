@@ -51,6 +51,21 @@ class Loader {
     return out;
   }
 
+  StatusOr<EmbeddingTable> embedding(const std::string& name, int64_t rows, int64_t dim) {
+    DSV4_ASSIGN_OR_RETURN(const TensorInfo* t, tensor(name, {rows, dim}));
+    EmbeddingTable e;
+    e.rows = rows;
+    e.dim = dim;
+    if (t->dtype == DType::kBF16) {
+      e.bf16.resize(rows * dim);
+      std::memcpy(e.bf16.data(), t->data, 2 * rows * dim);
+    } else {
+      e.f32.resize(rows * dim);
+      DSV4_RETURN_IF_ERROR(to_f32(t, e.f32.data()));
+    }
+    return e;
+  }
+
   StatusOr<std::vector<int32_t>> ints(const std::string& name, const std::vector<int64_t>& shape, int64_t limit) {
     DSV4_ASSIGN_OR_RETURN(const TensorInfo* t, tensor(name, shape));
     std::vector<int32_t> out(t->numel());
@@ -349,7 +364,7 @@ StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::load(const ModelConfig& c,
                             " does not divide the " + std::to_string(c.n_routed_experts) + " routed experts");
   Loader ld(ckpt, progress, experts, heads);
   auto w = std::make_unique<ModelWeights>();
-  DSV4_ASSIGN_OR_RETURN(w->embed, ld.floats("embed.weight", {c.vocab_size, c.dim}));
+  DSV4_ASSIGN_OR_RETURN(w->embed, ld.embedding("embed.weight", c.vocab_size, c.dim));
   for (int i = 0; i < c.n_layers; ++i) {
     DSV4_ASSIGN_OR_RETURN(auto b, load_block(ld, "layers." + std::to_string(i) + ".", c, i));
     w->blocks.push_back(std::move(b));
@@ -370,8 +385,8 @@ StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::load(const ModelConfig& c,
     w->mtp.push_back(std::move(m));
   }
   if (heads.size > 1) {  // embedding and head by vocabulary
-    const int64_t part = static_cast<int64_t>(c.vocab_size) / heads.size, from = heads.rank * part * c.dim;
-    w->embed = std::vector<float>(w->embed.begin() + from, w->embed.begin() + from + part * c.dim);
+    const int64_t part = static_cast<int64_t>(c.vocab_size) / heads.size;
+    w->embed.keep_rows(heads.rank * part, part);
     w->head = slice_rows(w->head, heads.rank * part, part);
   }
   w->pack();
@@ -386,6 +401,20 @@ int64_t linear_bytes(const Linear& l) { return l.resident_bytes(); }
 int64_t expert_bytes(const ExpertWeights& e) { return linear_bytes(e.w1) + linear_bytes(e.w2) + linear_bytes(e.w3); }
 
 }  // namespace
+
+void EmbeddingTable::row(int64_t r, float* out) const {
+  if (!f32.empty()) {
+    std::memcpy(out, &f32[r * dim], sizeof(float) * dim);
+    return;
+  }
+  for (int64_t i = 0; i < dim; ++i) out[i] = bf16_to_f32(bf16[r * dim + i]);
+}
+
+void EmbeddingTable::keep_rows(int64_t begin, int64_t count) {
+  if (!f32.empty()) f32 = std::vector<float>(f32.begin() + begin * dim, f32.begin() + (begin + count) * dim);
+  if (!bf16.empty()) bf16 = std::vector<uint16_t>(bf16.begin() + begin * dim, bf16.begin() + (begin + count) * dim);
+  rows = count;
+}
 
 void ModelWeights::pack() {
   auto comp = [](CompressorWeights& c) {
@@ -470,7 +499,7 @@ int64_t ModelWeights::resident_bytes() const {
     vec(b.hc_ffn.fn);
   };
   const ModelWeights& w = *this;
-  vec(w.embed);
+  n += w.embed.resident_bytes();
   vec(w.norm);
   lin(w.head);
   vec(w.hc_head.fn);

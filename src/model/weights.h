@@ -92,8 +92,19 @@ struct MtpWeights {  // mtp.N
   HcHeadWeights hc_head;
 };
 
+// The token embedding table, kept as the checkpoint stored it (BF16 stays
+// BF16; a row is widened to f32 exactly when looked up).
+struct EmbeddingTable {
+  int64_t rows = 0, dim = 0;
+  std::vector<float> f32;      // [rows, dim], or
+  std::vector<uint16_t> bf16;  // [rows, dim]
+  void row(int64_t r, float* out) const;
+  void keep_rows(int64_t begin, int64_t count);  // this rank's vocabulary
+  int64_t resident_bytes() const { return static_cast<int64_t>(4 * f32.size() + 2 * bf16.size()); }
+};
+
 struct ModelWeights {
-  std::vector<float> embed;  // [vocab, dim]
+  EmbeddingTable embed;      // [vocab, dim] (this rank's vocabulary slice)
   std::vector<BlockWeights> blocks;
   std::vector<float> norm;   // [dim]
   Linear head;               // [vocab, dim] (this rank's vocabulary slice)
