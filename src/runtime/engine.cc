@@ -32,8 +32,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<StepExecutor> e
   const ModelConfig& c = executor->config();
   SchedulerOptions sched = options;
   if (sched.max_model_len <= 0) sched.max_model_len = c.max_position_embeddings;
-  DSV4_ASSIGN_OR_RETURN(KvCacheOptions unused, cache_options(c, {sched, {}}));
-  (void)unused;
+  DSV4_RETURN_IF_ERROR(cache_options(c, {sched, {}}).status());  // the same limits checked
   return std::unique_ptr<Engine>(new Engine(std::move(executor), sched));
 }
 
