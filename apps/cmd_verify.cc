@@ -108,7 +108,7 @@ int cmd_verify(int argc, char** argv) {
       file_bytes += static_cast<int64_t>(f.file_size(ec));
   std::printf("dsv4 verify\n  model   %s (%s)\n  weights %s, loaded in %.2fs; kernels %s\n"
               "          %.2f MiB resident, checkpoint %.2f MiB\n  golden  %s\n  prefill %s\n",
-              dir.c_str(), (*model)->config().summary().c_str(), opt.quantized ? "FP8/FP4" : "BF16/F32", load_s,
+              dir.c_str(), (*model)->config().summary().c_str(), model_is_w8a8(**model) ? "W8A8" : opt.quantized ? "FP8/FP4" : "BF16/F32", load_s,
               kernels::isa_name(kernels::active_isa()), (*model)->weights().resident_bytes() / 1048576.0,
               file_bytes / 1048576.0, opt.golden_path.c_str(),
               chunk > 0 ? ("chunks of " + std::to_string(chunk)).c_str() : "whole prompt");

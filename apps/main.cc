@@ -1,4 +1,6 @@
 // dsv4: one binary, several jobs.
+#include <malloc.h>
+
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -9,6 +11,7 @@ int cmd_mkmodel(int argc, char** argv);
 int cmd_run(int argc, char** argv);
 int cmd_serve(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
+int cmd_convert(int argc, char** argv);
 }  // namespace dsv4::app
 
 namespace {
@@ -23,12 +26,19 @@ void usage() {
                "  run      generate text for prompts through the serving engine\n"
                "  bench    measure a layout (--topology: per-rank weights, communication per step)\n"
                "  mkmodel  write a synthetic DeepSeek-V4 checkpoint\n"
+               "  convert  rewrite a checkpoint as W8A8 (int8 weights and activations)\n"
                "run 'dsv4 <command> --help' for its options\n");
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Every forward step allocates and frees the same activation buffers; by
+  // default glibc maps the large ones fresh each time and unmaps them after
+  // (a page fault and a zeroed page per 4 KiB, every step). Serve them from
+  // the heap, and keep freed heap memory for the next step.
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
     usage();
     return argc < 2 ? 2 : 0;
@@ -39,6 +49,7 @@ int main(int argc, char** argv) {
   if (cmd == "run") return dsv4::app::cmd_run(argc, argv);
   if (cmd == "serve") return dsv4::app::cmd_serve(argc, argv);
   if (cmd == "bench") return dsv4::app::cmd_bench(argc, argv);
+  if (cmd == "convert") return dsv4::app::cmd_convert(argc, argv);
   std::fprintf(stderr, "dsv4: unknown command '%s'\n", cmd.c_str());
   usage();
   return 2;

@@ -61,7 +61,7 @@ TEST(PackedMatmul, QuantizedPanelsEqualTheDequantizedOracle) {
   for (PanelFormat f : {PanelFormat::kBf16, PanelFormat::kFp8, PanelFormat::kFp4}) {
     const bool bf16 = f == PanelFormat::kBf16;
     const int64_t block = bf16 ? 1 : kernels::panel_block(f);
-    for (const Shape& s : {Shape{1, 16, 128}, Shape{3, 21, 256}, Shape{6, 70, 384}, Shape{1, 5, 128}}) {
+    for (const Shape& s : {Shape{1, 16, 128}, Shape{3, 21, 256}, Shape{6, 70, 384}, Shape{1, 5, 128}, Shape{5, 130, 640}}) {
       const int64_t blocks = bf16 ? 0 : s.k / block;
       std::vector<uint8_t> codes(s.n * s.k * (bf16 ? 2 : 1)), scales(s.n * blocks);
       std::vector<float> w(s.n * s.k);
@@ -97,6 +97,26 @@ TEST(PackedMatmul, QuantizedPanelsEqualTheDequantizedOracle) {
         run(x.data(), s.m, s.k, q, s.n, 0, panels, got.data(), s.n);
         EXPECT_EQ(0, std::memcmp(got.data(), want.data(), sizeof(float) * want.size()))
             << kernels::isa_name(isa) << " format " << static_cast<int>(f) << " m " << s.m << " n "
+            << s.n << " k " << s.k;
+      }
+      if (bf16) continue;
+      // Inputs rounded through e4m3 (as FP8/FP4 linears round them), as BF16
+      // pairs: the dot-product path adds exactly as the oracle does.
+      std::vector<float> rounded = x;
+      for (int64_t i = 0; i < s.m; ++i) kernels::fp8_quant_dequant(rounded.data() + i * s.k, s.k, 128, true);
+      std::vector<uint32_t> pairs(s.m * s.k / 2);
+      kernels::pack_bf16_pairs(rounded.data(), s.m, s.k, pairs.data());
+      kernels::matmul_nt(rounded.data(), s.m, s.k, w.data(), 0, s.n, want.data(), s.n);
+      for (Isa isa : {Isa::kGeneric, Isa::kAvx512}) {
+        if (!kernels::isa_supported(isa)) continue;
+        auto run =
+            isa == Isa::kGeneric ? &kernels::matmul_quantized_pairs_generic : &kernels::matmul_quantized_pairs_avx512;
+        std::vector<float> got(s.m * s.n, -1.0f);
+        // In two panel ranges, the second starting mid register block.
+        run(pairs.data(), s.m, s.k, q, s.n, 0, panels / 2, got.data(), s.n);
+        run(pairs.data(), s.m, s.k, q, s.n, panels / 2, panels, got.data(), s.n);
+        EXPECT_EQ(0, std::memcmp(got.data(), want.data(), sizeof(float) * want.size()))
+            << "pairs " << kernels::isa_name(isa) << " format " << static_cast<int>(f) << " m " << s.m << " n "
             << s.n << " k " << s.k;
       }
     }

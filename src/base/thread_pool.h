@@ -2,6 +2,7 @@
 // Ops split work with it; nothing else in src/ starts threads for compute.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -36,9 +37,12 @@ class ThreadPool {
   std::condition_variable wake_, done_;
   const std::function<void(int64_t, int64_t)>* job_ = nullptr;
   int64_t job_n_ = 0, job_chunk_ = 0;
-  int64_t next_chunk_ = 0, num_chunks_ = 0, chunks_done_ = 0;
-  uint64_t generation_ = 0;
-  bool stop_ = false;
+  int64_t next_chunk_ = 0, num_chunks_ = 0;
+  // Written under mu_; atomic so that waiting threads can spin on them
+  // without the lock before they sleep.
+  std::atomic<int64_t> chunks_done_{0};
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<bool> stop_{false};
 };
 
 inline void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {

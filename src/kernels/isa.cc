@@ -25,7 +25,12 @@ std::atomic<Isa>& current() {
 bool isa_supported(Isa isa) {
   switch (isa) {
     case Isa::kGeneric: return true;
-    case Isa::kAvx512: return __builtin_cpu_supports("avx512f");
+    // The FP8/FP4 kernels decode with VBMI byte permutes and add with BF16
+    // dot products; W8A8 uses VNNI.
+    case Isa::kAvx512:
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512bf16") &&
+             __builtin_cpu_supports("avx512vnni");
   }
   return false;
 }

@@ -55,13 +55,27 @@ void matmul_packed(const float* x, int64_t m, int64_t k, const float* packed, in
                    int64_t p_end, float* y, int64_t ldy);
 // BF16, FP8 e4m3 and FP4 e2m1 weights kept in their formats, FP8/FP4 with an
 // e8m0 scale per row and block of the input (128 values for FP8, 32 for
-// FP4). Panels of kPanel columns: BF16 codes [k][16] x 2 bytes, FP8 codes
-// [k][16] bytes, FP4 codes [k][8] bytes (column 2c in the low nibble, 2c + 1
-// in the high one), scales [k / block][16] bytes. A weight is its code's
-// value times its scale (one exact multiply, as the reference dequantizes),
-// so these equal matmul_nt on the dequantized weights bit for bit.
+// FP4). A weight is its code's value times its scale (one exact multiply, as
+// the reference dequantizes), so these equal matmul_nt on the dequantized
+// weights bit for bit.
+//
+// Layout, per panel of kPanel columns: BF16 codes [k][16] x 2 bytes. FP8 and
+// FP4 codes in 64-byte chunks of 4 (FP8) or 8 (FP4) input steps, arranged so
+// that byte-table lookups and one byte interleave turn a chunk into BF16
+// pair vectors: 32 words, column c's steps (t, t + 1) in words (2c + 1, 2c)
+// (code_position says where each code lives). Scales [k / block][16] bytes.
 enum class PanelFormat { kF32, kBf16, kFp8, kFp4 };
+inline constexpr int64_t kChunkBytes = 64;
 int64_t panel_block(PanelFormat f);  // input values per scale: 128 (FP8), 32 (FP4)
+int64_t chunk_steps(PanelFormat f);  // input steps per 64-byte chunk: 4 (FP8), 8 (FP4); k must be a multiple
+struct CodePosition {
+  int64_t byte;  // offset in the panels
+  int nibble;    // FP4: 0 low, 1 high
+};
+CodePosition code_position(PanelFormat f, int64_t k, int64_t p, int64_t t, int64_t c);
+// Whether an e8m0 scale keeps every code times it a normal float (real
+// checkpoints' scales do; loaders reject others).
+bool scale_in_kernel_range(uint8_t e8m0);
 int64_t packed_code_bytes(PanelFormat f, int64_t n, int64_t k);
 int64_t packed_scale_bytes(PanelFormat f, int64_t n, int64_t k);
 // codes: [n, k] one code per byte (an FP4 nibble in the low 4 bits; BF16:
@@ -79,6 +93,55 @@ void matmul_quantized_generic(const float* x, int64_t m, int64_t k, const Quanti
                               int64_t p_begin, int64_t p_end, float* y, int64_t ldy);
 void matmul_quantized_avx512(const float* x, int64_t m, int64_t k, const QuantizedPanels& w, int64_t n,
                              int64_t p_begin, int64_t p_end, float* y, int64_t ldy);
+
+// Inputs that are exact BF16 values (every FP8/FP4 linear rounds its input
+// through e4m3 first, and e4m3 times a power of two fits BF16) as pairs:
+// dword t / 2 of a row holds step t in its high half and t + 1 in its low
+// half (k even). Products of two such values are exact in f32, so a BF16 dot
+// product that adds the high pair's product first and then the low one's
+// (VDPBF16PS does) rounds exactly as the reference's left-to-right sum:
+// matmul_quantized_pairs equals matmul_quantized on the same values bit for
+// bit (BF16 dot products treat subnormal inputs and sums as zero; these
+// values never come near 2^-126).
+void pack_bf16_pairs(const float* x, int64_t m, int64_t k, uint32_t* pairs);
+void matmul_quantized_pairs(const uint32_t* pairs, int64_t m, int64_t k, const QuantizedPanels& w, int64_t n,
+                            int64_t p_begin, int64_t p_end, float* y, int64_t ldy);
+void matmul_quantized_pairs_generic(const uint32_t* pairs, int64_t m, int64_t k, const QuantizedPanels& w, int64_t n,
+                                    int64_t p_begin, int64_t p_end, float* y, int64_t ldy);
+void matmul_quantized_pairs_avx512(const uint32_t* pairs, int64_t m, int64_t k, const QuantizedPanels& w, int64_t n,
+                                   int64_t p_begin, int64_t p_end, float* y, int64_t ldy);
+
+// W8A8 (compressed-tensors int-quantized): int8 weights with an f32 scale
+// per output channel, against activations quantized per row to int8 with
+// a symmetric dynamic scale (amax / 127, round to nearest even). Panels of
+// kPanel columns hold [k / 4][16][4] int8 (k padded to a multiple of 4 with
+// zeros), then per panel 16 int32 column sums and 16 f32 scales. The kernels
+// take activations biased to uint8 (q + 128: VNNI multiplies unsigned by
+// signed bytes) and subtract 128 x the column sum; integer sums are exact,
+// and y = float(sum) * row scale * channel scale in that order.
+int64_t int8_padded_k(int64_t k);
+int64_t int8_code_bytes(int64_t n, int64_t k);
+int64_t int8_panel_extra_bytes(int64_t n);
+void pack_int8_panels(const int8_t* codes, const float* channel_scales, int64_t n, int64_t k, uint8_t* packed_codes,
+                      uint8_t* sums_and_scales);
+// x [m, k] -> biased [m, int8_padded_k(k)] and row_scales [m].
+void quantize_rows_int8(const float* x, int64_t m, int64_t k, uint8_t* biased, float* row_scales);
+struct Int8Panels {
+  const uint8_t* codes;
+  const uint8_t* sums_and_scales;
+};
+void matmul_int8(const uint8_t* biased, const float* row_scales, int64_t m, int64_t k, const Int8Panels& w, int64_t n,
+                 int64_t p_begin, int64_t p_end, float* y, int64_t ldy);
+void matmul_int8_generic(const uint8_t* biased, const float* row_scales, int64_t m, int64_t k, const Int8Panels& w,
+                         int64_t n, int64_t p_begin, int64_t p_end, float* y, int64_t ldy);
+void matmul_int8_avx512(const uint8_t* biased, const float* row_scales, int64_t m, int64_t k, const Int8Panels& w,
+                        int64_t n, int64_t p_begin, int64_t p_end, float* y, int64_t ldy);
+
+// Input steps per slice of a blocked GEMM: with more rows than one register
+// block, 256 (the rows' slice stays in cache while panels stream past);
+// with one block, all of k, so each panel is one sequential stream (what
+// the hardware prefetcher follows best in decode).
+inline int64_t slice_steps(int64_t m, int64_t k) { return m <= 4 ? k : 256; }
 
 // The generic and AVX-512 bodies, for tests.
 void matmul_packed_generic(const float* x, int64_t m, int64_t k, const float* packed, int64_t n, int64_t p_begin,

@@ -23,6 +23,12 @@ class Checkpoint {
   // An error naming tensor and checkpoint when the tensor is missing.
   StatusOr<const TensorInfo*> get(const std::string& name) const;
   size_t num_tensors() const { return index_.size(); }
+  // The shard files in the order they were opened (index order, or sorted).
+  std::vector<const SafetensorsFile*> shards() const {
+    std::vector<const SafetensorsFile*> out;
+    for (const auto& f : files_) out.push_back(f.get());
+    return out;
+  }
   uint64_t total_bytes() const;
 
  private:

@@ -96,7 +96,16 @@ bool model_is_quantized(const DeepseekV4& model) {
   return false;
 }
 
+bool model_is_w8a8(const DeepseekV4& model) {
+  for (const auto& b : model.weights().blocks)
+    if (b.attn.wq_a.format == WeightFormat::kInt8Channel || b.ffn.shared.w1.format == WeightFormat::kInt8Channel ||
+        (!b.ffn.experts.empty() && b.ffn.experts[0].w1.format == WeightFormat::kInt8Channel))
+      return true;
+  return false;
+}
+
 StatusOr<VerifyReport> verify_golden(const DeepseekV4& model, const VerifyOptions& opt) {
+  const bool w8a8 = model_is_w8a8(model);
   const ModelConfig& c = model.config();
   DSV4_ASSIGN_OR_RETURN(auto golden, SafetensorsFile::open(opt.golden_path));
   DSV4_ASSIGN_OR_RETURN(const TensorInfo* prompt_t, golden_tensor(*golden, "prompt_ids", DType::kI64));
@@ -216,7 +225,11 @@ StatusOr<VerifyReport> verify_golden(const DeepseekV4& model, const VerifyOption
     TensorCheck tc;
     tc.name = name;
     tc.rel_l2 = rel_l2(it->second.data(), gv.data(), gv.size());
-    if (!opt.quantized) {
+    if (w8a8) {
+      // int8 activations per token move every layer; only the logits are
+      // bounded (the W8A8 acceptance bound), the rest is reported.
+      tc.bound = name == "prefill_logits" ? 0.3 : -1.0;
+    } else if (!opt.quantized) {
       tc.bound = 1e-4;
     } else {
       static const std::map<std::string, double> kBounds = {
@@ -229,7 +242,7 @@ StatusOr<VerifyReport> verify_golden(const DeepseekV4& model, const VerifyOption
 
   // Greedy tokens: f32 cases must match the reference's choices exactly;
   // quantized ones must agree with its argmax on >= 85% of decode steps.
-  if (!opt.quantized) {
+  if (!opt.quantized && !w8a8) {
     report.greedy_required = 1.0;
     for (int64_t b = 0; b < B; ++b) {
       report.greedy_total++;
@@ -245,7 +258,7 @@ StatusOr<VerifyReport> verify_golden(const DeepseekV4& model, const VerifyOption
         report.greedy_match += argmax(&decode_logits[(t * B + b) * V], V) == want;
       }
   } else {
-    report.greedy_required = 0.85;
+    report.greedy_required = w8a8 ? 0.80 : 0.85;
     const TensorInfo* gl = golden->find("decode_logits");
     if (gl) {
       std::vector<float> glv = read_f32(gl);

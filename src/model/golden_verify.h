@@ -46,7 +46,10 @@ struct VerifyReport {
 
 StatusOr<VerifyReport> verify_golden(const DeepseekV4& model, const VerifyOptions& options);
 
-// True when any linear of the model was stored as FP8/FP4.
+// True when any linear of the model was stored as FP8/FP4 (or W8A8).
 bool model_is_quantized(const DeepseekV4& model);
+// True when its linears are W8A8: prefill_logits within 0.3 and the argmax
+// of at least 80% of decode steps (other tensors reported, not bounded).
+bool model_is_w8a8(const DeepseekV4& model);
 
 }  // namespace dsv4

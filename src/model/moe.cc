@@ -90,25 +90,38 @@ void run_routed_experts(const MoEWeights& w, const ModelConfig& c, const float* 
   // Run each expert this rank holds over the slots it received, in arrival order.
   const int64_t got = static_cast<int64_t>(recv.size()) / record;
   std::vector<float> results(got * dim);
-  std::vector<int64_t> mine;
-  std::vector<float> xin, wts, yout;
+  std::vector<std::vector<int64_t>> mine(c.n_routed_experts);
+  std::vector<std::vector<float>> wts(c.n_routed_experts);
+  for (int64_t i = 0; i < got; ++i) {
+    SlotHeader hdr;
+    std::memcpy(&hdr, &recv[i * record], sizeof hdr);
+    mine[hdr.expert].push_back(i);
+    wts[hdr.expert].push_back(hdr.weight);
+  }
+  std::vector<int> active;
   for (int e = 0; e < c.n_routed_experts; ++e) {
-    mine.clear();
-    wts.clear();
-    for (int64_t i = 0; i < got; ++i) {
-      SlotHeader hdr;
-      std::memcpy(&hdr, &recv[i * record], sizeof hdr);
-      if (hdr.expert == e) mine.push_back(i), wts.push_back(hdr.weight);
-    }
-    if (mine.empty()) continue;
+    if (mine[e].empty()) continue;
     DSV4_CHECK_MSG(w.experts[e].w1.out > 0, "a slot for expert %d reached a rank that does not hold it", e);
-    const int64_t n = static_cast<int64_t>(mine.size());
-    xin.resize(n * dim);
-    yout.resize(n * dim);
+    active.push_back(e);
+  }
+  auto run_expert = [&](int e) {
+    const int64_t n = static_cast<int64_t>(mine[e].size());
+    std::vector<float> xin(n * dim), yout(n * dim);
     for (int64_t i = 0; i < n; ++i)
-      std::memcpy(&xin[i * dim], &recv[mine[i] * record + sizeof(SlotHeader)], sizeof(float) * dim);
-    expert_forward(w.experts[e], c.swiglu_limit, xin.data(), n, wts.data(), yout.data());
-    for (int64_t i = 0; i < n; ++i) std::copy_n(&yout[i * dim], dim, &results[mine[i] * dim]);
+      std::memcpy(&xin[i * dim], &recv[mine[e][i] * record + sizeof(SlotHeader)], sizeof(float) * dim);
+    expert_forward(w.experts[e], c.swiglu_limit, xin.data(), n, wts[e].data(), yout.data());
+    for (int64_t i = 0; i < n; ++i) std::copy_n(&yout[i * dim], dim, &results[mine[e][i] * dim]);
+  };
+  // With enough active experts, whole experts per thread (one pool job for
+  // the layer instead of three per expert: decode's experts are small);
+  // otherwise each expert's GEMMs split over the pool. The same kernels run
+  // either way, so the numbers are identical.
+  if (static_cast<int64_t>(active.size()) >= 2 * ThreadPool::global().num_threads()) {
+    parallel_for(static_cast<int64_t>(active.size()), 1, [&](int64_t a, int64_t b) {
+      for (int64_t i = a; i < b; ++i) run_expert(active[i]);
+    });
+  } else {
+    for (int e : active) run_expert(e);
   }
   // Outputs travel back the way their slots came.
   std::vector<float> back;

@@ -1,11 +1,13 @@
 #include "model/weights.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
 
 #include "base/dtype.h"
 #include "base/thread_pool.h"
+#include "kernels/kernels.h"
 #include "model/checkpoint.h"
 
 namespace dsv4 {
@@ -18,6 +20,10 @@ std::string shape_str(const std::vector<int64_t>& s) {
 }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
 
 // Reads tensors by name with shape and dtype checks; every error names the
 // tensor and the file it came from.
@@ -89,6 +95,17 @@ class Loader {
     return out;
   }
 
+  // E8M0 scales the kernels can apply by an exponent addition (every real
+  // checkpoint's are; 2^-117..2^118).
+  Status check_scales(const TensorInfo* s, const std::string& name) {
+    for (int64_t i = 0; i < s->numel(); ++i)
+      if (!kernels::scale_in_kernel_range(s->data[i]))
+        return invalid_argument("tensor '" + name + "' in " + *s->file + " holds the scale 2^" +
+                                std::to_string(static_cast<int>(s->data[i]) - 127) + " at element " +
+                                std::to_string(i) + ", outside 2^-117..2^118");
+    return Status::Ok();
+  }
+
   // prefix.weight in BF16/F16/F32, FP8 e4m3 with a 128x128 block prefix.scale,
   // or FP4 e2m1 (two per byte, low nibble first) with a per-32 prefix.scale.
   StatusOr<Linear> linear(const std::string& prefix, int64_t out, int64_t in) {
@@ -97,6 +114,7 @@ class Loader {
     l.in = in;
     const std::string wname = prefix + ".weight";
     DSV4_ASSIGN_OR_RETURN(const TensorInfo* t, ckpt_.get(wname));
+    if (const TensorInfo* ws = ckpt_.find(prefix + ".weight_scale")) return int8_linear(prefix, t, ws, out, in);
     const bool quantized = t->dtype == DType::kF8E4M3 || t->dtype == DType::kI8 || t->dtype == DType::kU8;
     if (quantized && in % 128) {
       return invalid_argument("quantized tensor '" + wname + "' in " + *t->file +
@@ -107,8 +125,9 @@ class Loader {
       const int64_t sr = ceil_div(out, 128), sc = ceil_div(in, 128);
       DSV4_ASSIGN_OR_RETURN(const TensorInfo* s, tensor(prefix + ".scale", {sr, sc}));
       l.format = WeightFormat::kFp8Block;
-      l.round_input = true;
+      l.round_input = reference_rounds_input(prefix);
       if (s->dtype == DType::kF8E8M0) {  // kept as stored: codes, and each row's block scales
+        DSV4_RETURN_IF_ERROR(check_scales(s, prefix + ".scale"));
         l.codes.assign(t->data, t->data + out * in);
         l.scales.resize(out * sc);
         for (int64_t r = 0; r < out; ++r) std::copy_n(s->data + (r / 128) * sc, sc, &l.scales[r * sc]);
@@ -127,12 +146,13 @@ class Loader {
       DSV4_RETURN_IF_ERROR(tensor(wname, {out, in / 2}).status());
       DSV4_ASSIGN_OR_RETURN(const TensorInfo* s, tensor(prefix + ".scale", {out, in / 32}));
       l.format = WeightFormat::kFp4Block;
-      l.round_input = true;
+      l.round_input = reference_rounds_input(prefix);
       auto nibble = [&](int64_t r, int64_t c) -> uint8_t {
         const uint8_t byte = t->data[r * (in / 2) + c / 2];
         return (c & 1) ? (byte >> 4) : (byte & 0xF);
       };
       if (s->dtype == DType::kF8E8M0) {
+        DSV4_RETURN_IF_ERROR(check_scales(s, prefix + ".scale"));
         l.codes.resize(out * in);
         for (int64_t r = 0; r < out; ++r)
           for (int64_t c = 0; c < in; ++c) l.codes[r * in + c] = nibble(r, c);
@@ -159,6 +179,41 @@ class Loader {
   }
 
  private:
+  // W8A8 (compressed-tensors): prefix.weight I8 [out, in] with
+  // prefix.weight_scale [out, 1] per output channel. Linears the reference
+  // feeds an unrounded input keep f32 weights (int8 times scale) instead.
+  StatusOr<Linear> int8_linear(const std::string& prefix, const TensorInfo* t, const TensorInfo* ws, int64_t out,
+                               int64_t in) {
+    if (t->dtype != DType::kI8) return wrong_dtype(t, "I8 (W8A8 with a weight_scale)");
+    DSV4_RETURN_IF_ERROR(tensor(prefix + ".weight", {out, in}).status());
+    if (ws->numel() != out)
+      return invalid_argument("tensor '" + prefix + ".weight_scale' in " + *ws->file + " has shape " +
+                              ws->shape_string() + ", expected one scale per output channel [" +
+                              std::to_string(out) + ", 1]");
+    Linear l;
+    l.out = out;
+    l.in = in;
+    std::vector<float> scale(out);
+    DSV4_RETURN_IF_ERROR(to_f32(ws, scale.data()));
+    for (int64_t r = 0; r < out; ++r)
+      if (!std::isfinite(scale[r]) || scale[r] < 0.0f)
+        return invalid_argument("tensor '" + prefix + ".weight_scale' in " + *ws->file + " holds " +
+                                std::to_string(scale[r]) + " at row " + std::to_string(r) +
+                                ", not a finite non-negative scale");
+    const auto* q = reinterpret_cast<const int8_t*>(t->data);
+    if (!reference_rounds_input(prefix)) {
+      l.w.resize(out * in);
+      for (int64_t r = 0; r < out; ++r)
+        for (int64_t c = 0; c < in; ++c) l.w[r * in + c] = static_cast<float>(q[r * in + c]) * scale[r];
+      return l;
+    }
+    l.format = WeightFormat::kInt8Channel;
+    l.round_input = true;
+    l.codes.assign(t->data, t->data + out * in);
+    l.channel_scales = std::move(scale);
+    return l;
+  }
+
   Status to_f32(const TensorInfo* t, float* out) {
     const int64_t n = t->numel();
     switch (t->dtype) {
@@ -192,6 +247,19 @@ class Loader {
   uint64_t loaded_ = 0;
 };
 
+}  // namespace
+
+bool reference_rounds_input(const std::string& prefix) {
+  // The compressors' wkv / wgate (kept in f32), wo_a (an einsum on the
+  // dequantized weight) and the indexer's weights_proj (BF16) take their
+  // input as it is.
+  for (const char* plain : {".compressor.wkv", ".compressor.wgate", ".wo_a", ".weights_proj"})
+    if (ends_with(prefix, plain)) return false;
+  return true;
+}
+
+namespace {
+
 StatusOr<CompressorWeights> load_compressor(Loader& ld, const std::string& p, const ModelConfig& c, int ratio,
                                             int head_dim, bool rotate) {
   CompressorWeights w;
@@ -202,8 +270,6 @@ StatusOr<CompressorWeights> load_compressor(Loader& ld, const std::string& p, co
   const int64_t width = (w.overlap ? 2 : 1) * head_dim;
   DSV4_ASSIGN_OR_RETURN(w.wkv, ld.linear(p + ".wkv", width, c.dim));
   DSV4_ASSIGN_OR_RETURN(w.wgate, ld.linear(p + ".wgate", width, c.dim));
-  // The reference keeps these two in f32 and never rounds their input.
-  w.wkv.round_input = w.wgate.round_input = false;
   DSV4_ASSIGN_OR_RETURN(w.ape, ld.floats(p + ".ape", {ratio, width}));
   DSV4_ASSIGN_OR_RETURN(w.norm, ld.floats(p + ".norm.weight", {head_dim}));
   return w;
@@ -221,6 +287,8 @@ Linear slice_rows(const Linear& l, int64_t begin, int64_t count) {
     const int64_t row_bytes = static_cast<int64_t>(l.codes.size()) / l.out;
     s.codes.assign(l.codes.begin() + begin * row_bytes, l.codes.begin() + (begin + count) * row_bytes);
     s.scales.assign(l.scales.begin() + begin * per_row, l.scales.begin() + (begin + count) * per_row);
+    if (!l.channel_scales.empty())
+      s.channel_scales.assign(l.channel_scales.begin() + begin, l.channel_scales.begin() + begin + count);
   } else {
     s.w.assign(l.w.begin() + begin * l.in, l.w.begin() + (begin + count) * l.in);
   }
@@ -238,7 +306,6 @@ StatusOr<AttentionWeights> load_attention(Loader& ld, const std::string& p, cons
   DSV4_ASSIGN_OR_RETURN(a.wkv, ld.linear(p + ".wkv", hd, c.dim));
   DSV4_ASSIGN_OR_RETURN(a.kv_norm, ld.floats(p + ".kv_norm.weight", {hd}));
   DSV4_ASSIGN_OR_RETURN(Linear wo_a, ld.linear(p + ".wo_a", c.o_groups * c.o_lora_rank, heads * hd / c.o_groups));
-  wo_a.round_input = false;  // dequantized once, input not rounded (reference)
   DSV4_ASSIGN_OR_RETURN(a.wo_b, ld.linear(p + ".wo_b", c.dim, c.o_groups * c.o_lora_rank));
   if (ratio) {
     DSV4_ASSIGN_OR_RETURN(a.compressor, load_compressor(ld, p + ".compressor", c, ratio, c.head_dim, false));
@@ -246,7 +313,6 @@ StatusOr<AttentionWeights> load_attention(Loader& ld, const std::string& p, cons
       IndexerWeights ix;
       DSV4_ASSIGN_OR_RETURN(ix.wq_b, ld.linear(p + ".indexer.wq_b", int64_t{c.index_n_heads} * c.index_head_dim, c.q_lora_rank));
       DSV4_ASSIGN_OR_RETURN(ix.weights_proj, ld.linear(p + ".indexer.weights_proj", c.index_n_heads, c.dim));
-      ix.weights_proj.round_input = false;  // bf16 in the reference
       DSV4_ASSIGN_OR_RETURN(ix.compressor, load_compressor(ld, p + ".indexer.compressor", c, ratio, c.index_head_dim, true));
       a.indexer = std::move(ix);
     }

@@ -15,6 +15,11 @@
 
 namespace dsv4 {
 
+// Whether the reference rounds (FP8) or quantizes (W8A8) the input of the
+// linear stored under `prefix` (e.g. "layers.0.attn.wq_a"); a few it applies
+// to the input as it is.
+bool reference_rounds_input(const std::string& prefix);
+
 // Called as tensors load: bytes read so far, bytes in the checkpoint.
 using LoadProgress = std::function<void(uint64_t loaded, uint64_t total)>;
 

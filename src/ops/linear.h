@@ -8,8 +8,10 @@
 
 namespace dsv4 {
 
-// kDense: f32 (or f16) in the checkpoint, held as f32; kBf16 held as BF16.
-enum class WeightFormat { kDense, kBf16, kFp8Block, kFp4Block };
+// kDense: f32 (or f16) in the checkpoint, held as f32; kBf16 held as BF16;
+// kInt8Channel: W8A8 (compressed-tensors), int8 with a scale per output
+// channel, its input quantized to int8 per row.
+enum class WeightFormat { kDense, kBf16, kFp8Block, kFp4Block, kInt8Channel };
 
 struct Linear {
   int64_t out = 0;
@@ -17,21 +19,24 @@ struct Linear {
   // While loading (and slicing for tensor parallelism), as the checkpoint
   // stored it: dense weights as f32 [out, in], BF16 weights as their bytes
   // [out, in * 2], or FP8/FP4 codes one per byte [out, in] with e8m0 scales
-  // per row and block [out, in / block]. pack() moves them into the forward's panels (kernels.h), FP8
-  // and FP4 staying in their formats.
+  // per row and block [out, in / block], or int8 codes [out, in] with
+  // channel_scales [out]. pack() moves them into the forward's panels
+  // (kernels.h), each format staying as stored.
   std::vector<float> w;
   std::vector<uint8_t> codes, scales;
+  std::vector<float> channel_scales;
   std::vector<float> panels;
   std::vector<uint8_t> code_panels, scale_panels;
   WeightFormat format = WeightFormat::kDense;  // how the checkpoint stored it
   // FP8/FP4 linears round their input through FP8 e4m3 per 128 values
-  // first, as the reference's act_quant does (a few it uses dequantized).
+  // first, as the reference's act_quant does (a few it uses dequantized);
+  // W8A8 linears quantize it to int8 per row.
   bool round_input = false;
   bool quantizes_input() const { return round_input; }
   void pack();
   int64_t resident_bytes() const {
-    return static_cast<int64_t>(4 * (w.size() + panels.size()) + codes.size() + scales.size() + code_panels.size() +
-                                scale_panels.size());
+    return static_cast<int64_t>(4 * (w.size() + panels.size() + channel_scales.size()) + codes.size() +
+                                scales.size() + code_panels.size() + scale_panels.size());
   }
 };
 

@@ -47,51 +47,69 @@ void matmul_packed_generic(const float* x, int64_t m, int64_t k, const float* pa
 
 int64_t panel_block(PanelFormat f) { return f == PanelFormat::kFp8 ? 128 : 32; }
 
+int64_t chunk_steps(PanelFormat f) { return f == PanelFormat::kFp8 ? 4 : f == PanelFormat::kFp4 ? 8 : 1; }
+
+CodePosition code_position(PanelFormat f, int64_t k, int64_t p, int64_t t, int64_t c) {
+  if (f == PanelFormat::kBf16) return {((p * k + t) * kPanel + c) * 2, 0};
+  // Pair group g of the chunk: word 2c + 1 holds step 2g (added first by
+  // the dot product), word 2c step 2g + 1; words 8L..8L+7 come from bytes
+  // 16L..16L+7 (even groups) or 16L+8..16L+15 (odd groups) of the chunk,
+  // the order in which byte unpacking interleaves 128-bit lanes.
+  const int64_t steps = chunk_steps(f), in_chunk = t % steps, group = in_chunk / 2;
+  const int64_t word = 2 * c + (in_chunk % 2 == 0 ? 1 : 0);
+  const int64_t byte = 16 * (word / 8) + 8 * (group % 2) + word % 8;
+  return {(p * k + t - in_chunk) / steps * kChunkBytes + byte, static_cast<int>(group / 2)};
+}
+
 namespace {
 
 int64_t panel_count(int64_t n) { return (n + kPanel - 1) / kPanel; }
 int64_t scale_blocks(PanelFormat f, int64_t k) {
   return f == PanelFormat::kBf16 ? 0 : (k + panel_block(f) - 1) / panel_block(f);
 }
-int64_t code_bytes_per_step(PanelFormat f) {
-  return f == PanelFormat::kBf16 ? 2 * kPanel : f == PanelFormat::kFp8 ? kPanel : kPanel / 2;
-}
 
 // Weight (t, column c) of panel p, dequantized.
 float panel_weight(const QuantizedPanels& w, int64_t k, int64_t p, int64_t t, int64_t c) {
+  const CodePosition at = code_position(w.format, k, p, t, c);
   if (w.format == PanelFormat::kBf16) {
     uint16_t v;
-    std::memcpy(&v, w.codes + ((p * k + t) * kPanel + c) * 2, 2);
+    std::memcpy(&v, w.codes + at.byte, 2);
     return bf16_to_f32(v);
   }
   const uint8_t scale = w.scales[(p * scale_blocks(w.format, k) + t / panel_block(w.format)) * kPanel + c];
-  if (w.format == PanelFormat::kFp8) return e4m3_to_f32(w.codes[(p * k + t) * kPanel + c]) * e8m0_to_f32(scale);
-  const uint8_t byte = w.codes[(p * k + t) * (kPanel / 2) + c / 2];
-  return e2m1_to_f32((c & 1) ? byte >> 4 : byte & 0xF) * e8m0_to_f32(scale);
+  if (w.format == PanelFormat::kFp8) return e4m3_to_f32(w.codes[at.byte]) * e8m0_to_f32(scale);
+  return e2m1_to_f32((w.codes[at.byte] >> (4 * at.nibble)) & 0xF) * e8m0_to_f32(scale);
 }
 
 }  // namespace
 
-int64_t packed_code_bytes(PanelFormat f, int64_t n, int64_t k) { return panel_count(n) * k * code_bytes_per_step(f); }
+int64_t packed_code_bytes(PanelFormat f, int64_t n, int64_t k) {
+  const int64_t per_step = f == PanelFormat::kBf16 ? 2 * kPanel : f == PanelFormat::kFp8 ? kPanel : kPanel / 2;
+  return panel_count(n) * k * per_step;
+}
 
 int64_t packed_scale_bytes(PanelFormat f, int64_t n, int64_t k) { return panel_count(n) * scale_blocks(f, k) * kPanel; }
 
+bool scale_in_kernel_range(uint8_t e8m0) {
+  // A code times its scale must stay a normal number for the exponent
+  // addition the kernels use: codes span 2^-9..448 (FP8) and 0.5..6 (FP4).
+  const int e = static_cast<int>(e8m0) - 127;
+  return e >= -117 && e <= 118;
+}
+
 void pack_quantized_panels(PanelFormat f, const uint8_t* codes, const uint8_t* scales, int64_t n, int64_t k,
                            uint8_t* packed_codes, uint8_t* packed_scales) {
-  const int64_t blocks = scale_blocks(f, k), step = code_bytes_per_step(f);
+  const int64_t blocks = scale_blocks(f, k);
+  std::fill_n(packed_codes, packed_code_bytes(f, n, k), 0);  // padding columns: +0
   for (int64_t p = 0; p < panel_count(n); ++p) {
-    for (int64_t t = 0; t < k; ++t) {
-      uint8_t* dst = packed_codes + (p * k + t) * step;
-      std::fill_n(dst, step, 0);
-      for (int64_t c = 0; c < kPanel; ++c) {
-        const int64_t j = p * kPanel + c;
-        if (f == PanelFormat::kBf16) {
-          if (j < n) std::memcpy(dst + 2 * c, codes + (j * k + t) * 2, 2);  // padding: +0
-          continue;
-        }
-        const uint8_t code = j < n ? codes[j * k + t] : 0;  // padding: +0
-        if (f == PanelFormat::kFp8) dst[c] = code;
-        else dst[c / 2] |= static_cast<uint8_t>((code & 0xF) << ((c & 1) * 4));
+    for (int64_t c = 0; c < kPanel; ++c) {
+      const int64_t j = p * kPanel + c;
+      if (j >= n) break;
+      for (int64_t t = 0; t < k; ++t) {
+        const CodePosition at = code_position(f, k, p, t, c);
+        if (f == PanelFormat::kBf16) std::memcpy(packed_codes + at.byte, codes + (j * k + t) * 2, 2);
+        else if (f == PanelFormat::kFp8) packed_codes[at.byte] = codes[j * k + t];
+        else packed_codes[at.byte] |= static_cast<uint8_t>((codes[j * k + t] & 0xF) << (4 * at.nibble));
       }
     }
     for (int64_t b = 0; b < blocks; ++b)
@@ -110,6 +128,33 @@ void matmul_quantized_generic(const float* x, int64_t m, int64_t k, const Quanti
       for (int64_t c = 0; c < kPanel; ++c) panel[t * kPanel + c] = panel_weight(w, k, p, t, c);
     panel_product(x, m, k, panel.data(), n, p, y, ldy);
   }
+}
+
+void pack_bf16_pairs(const float* x, int64_t m, int64_t k, uint32_t* pairs) {
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t t = 0; t < k; t += 2) {
+      uint32_t first, second;
+      std::memcpy(&first, x + i * k + t, 4);
+      std::memcpy(&second, x + i * k + t + 1, 4);
+      pairs[(i * k + t) / 2] = (first & 0xFFFF0000u) | (second >> 16);
+    }
+}
+
+void matmul_quantized_pairs_generic(const uint32_t* pairs, int64_t m, int64_t k, const QuantizedPanels& w, int64_t n,
+                                    int64_t p_begin, int64_t p_end, float* y, int64_t ldy) {
+  std::vector<float> x(m * k);
+  for (int64_t i = 0; i < m * k; i += 2) {
+    const uint32_t first = pairs[i / 2] & 0xFFFF0000u, second = pairs[i / 2] << 16;
+    std::memcpy(&x[i], &first, 4);
+    std::memcpy(&x[i + 1], &second, 4);
+  }
+  matmul_quantized_generic(x.data(), m, k, w, n, p_begin, p_end, y, ldy);
+}
+
+void matmul_quantized_pairs(const uint32_t* pairs, int64_t m, int64_t k, const QuantizedPanels& w, int64_t n,
+                            int64_t p_begin, int64_t p_end, float* y, int64_t ldy) {
+  if (active_isa() == Isa::kAvx512) matmul_quantized_pairs_avx512(pairs, m, k, w, n, p_begin, p_end, y, ldy);
+  else matmul_quantized_pairs_generic(pairs, m, k, w, n, p_begin, p_end, y, ldy);
 }
 
 void matmul_quantized(const float* x, int64_t m, int64_t k, const QuantizedPanels& w, int64_t n, int64_t p_begin,

@@ -1,22 +1,20 @@
 // The packed-panel GEMM on AVX-512: 16 output columns per vector, blocks of
 // up to 4 rows x 4 panels in registers, k in slices that stay in cache
 // (partial sums park in y between slices, so every output still adds its
-// products left to right: multiply, round, add, round; no FMA). FP8 and FP4
-// panels are decoded in registers: a code's value is exact in f32 and its
-// power-of-two scale is applied by one exact scalef, as the reference's
-// dequantization multiplies.
+// products left to right: multiply, round, add, round; no FMA). BF16 panels
+// widen in registers; FP8 and FP4 panels are in chunked_matmul_avx512.cc.
 #include <immintrin.h>
 
 #include <algorithm>
 
 #include "kernels/kernels.h"
+#include "kernels/x86/chunked_matmul_avx512.h"
 
 #define DSV4_AVX512 __attribute__((target("avx512f,avx512bw")))
 
 namespace dsv4::kernels {
 namespace {
 
-constexpr int64_t kSlice = 256;  // k per slice
 
 // Where a panel's 16 weights at step t come from.
 struct F32Source {
@@ -25,52 +23,12 @@ struct F32Source {
   DSV4_AVX512 __m512 load(int64_t p, int64_t t) const { return _mm512_loadu_ps(packed + (p * k + t) * kPanel); }
 };
 
-// The e8m0 scales of panel p at step t as exponents (scale = 2^e).
-DSV4_AVX512 inline __m512 scale_exponents(const uint8_t* scales, int64_t blocks, int64_t block, int64_t p,
-                                          int64_t t) {
-  const __m128i s = _mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + (p * blocks + t / block) * kPanel));
-  return _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(s), _mm512_set1_epi32(127)));
-}
-
 struct Bf16Source {
   const uint8_t* codes;
   int64_t k;
   DSV4_AVX512 __m512 load(int64_t p, int64_t t) const {
     const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + (p * k + t) * kPanel * 2));
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
-  }
-};
-
-struct Fp8Source {
-  const uint8_t* codes;
-  const uint8_t* scales;
-  int64_t k, blocks;
-  DSV4_AVX512 __m512 load(int64_t p, int64_t t) const {
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + (p * k + t) * kPanel));
-    const __m512i v = _mm512_cvtepu8_epi32(b);
-    // e4m3 -> f32: sign to bit 31, exponent and mantissa to bits 30..20
-    // (a float 2^-120 times the value, subnormals included), then 2^120.
-    const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(v, _mm512_set1_epi32(0x80)), 24);
-    const __m512i mag = _mm512_slli_epi32(_mm512_and_si512(v, _mm512_set1_epi32(0x7F)), 20);
-    const __m512 value = _mm512_scalef_ps(_mm512_castsi512_ps(_mm512_or_si512(sign, mag)), _mm512_set1_ps(120.0f));
-    return _mm512_scalef_ps(value, scale_exponents(scales, blocks, 128, p, t));
-  }
-};
-
-struct Fp4Source {
-  const uint8_t* codes;
-  const uint8_t* scales;
-  int64_t k, blocks;
-  DSV4_AVX512 __m512 load(int64_t p, int64_t t) const {
-    const __m512 table = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f, -0.5f, -1.0f, -1.5f,
-                                        -2.0f, -3.0f, -4.0f, -6.0f);
-    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + (p * k + t) * (kPanel / 2)));
-    // Byte c / 2 to lane c, then the low nibble for even c, the high for odd.
-    const __m128i twice = _mm_shuffle_epi8(b, _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7));
-    const __m512i shift = _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4);
-    const __m512i nibble =
-        _mm512_and_si512(_mm512_srlv_epi32(_mm512_cvtepu8_epi32(twice), shift), _mm512_set1_epi32(0xF));
-    return _mm512_scalef_ps(_mm512_permutexvar_ps(nibble, table), scale_exponents(scales, blocks, 32, p, t));
   }
 };
 
@@ -131,8 +89,9 @@ void run(const float* x, int64_t m, int64_t k, const Source& src, int64_t n, int
       std::fill(y + i * ldy + p_begin * kPanel, y + i * ldy + std::min(n, p_end * kPanel), 0.0f);
     return;
   }
-  for (int64_t t0 = 0; t0 < k; t0 += kSlice) {
-    const int64_t t1 = std::min(k, t0 + kSlice);
+  const int64_t slice = slice_steps(m, k);
+  for (int64_t t0 = 0; t0 < k; t0 += slice) {
+    const int64_t t1 = std::min(k, t0 + slice);
     for (int64_t p = p_begin; p < p_end; p += 4) {
       const int64_t np = std::min<int64_t>(4, p_end - p);
       for (int64_t i = 0; i < m; i += 4) {
@@ -156,9 +115,7 @@ void matmul_quantized_avx512(const float* x, int64_t m, int64_t k, const Quantiz
     run(x, m, k, Bf16Source{w.codes, k}, n, p_begin, p_end, y, ldy);
     return;
   }
-  const int64_t blocks = (k + panel_block(w.format) - 1) / panel_block(w.format);
-  if (w.format == PanelFormat::kFp8) run(x, m, k, Fp8Source{w.codes, w.scales, k, blocks}, n, p_begin, p_end, y, ldy);
-  else run(x, m, k, Fp4Source{w.codes, w.scales, k, blocks}, n, p_begin, p_end, y, ldy);
+  matmul_chunked_avx512(x, m, k, w, n, p_begin, p_end, y, ldy);
 }
 
 }  // namespace dsv4::kernels

@@ -1,0 +1,79 @@
+// W8A8 panels on AVX-512 VNNI: VPDPBUSD adds four uint8 x int8 products
+// per lane into int32 (exact), 16 output channels per vector; blocks of up
+// to 4 rows x 4 panels; the epilogue converts and scales as the generic
+// kernel does.
+#include <immintrin.h>
+
+#include <algorithm>
+
+#include "kernels/kernels.h"
+
+#define DSV4_VNNI __attribute__((target("avx512f,avx512bw,avx512vnni")))
+
+namespace dsv4::kernels {
+namespace {
+
+template <int R, int P>
+DSV4_VNNI void int8_block(const uint8_t* biased, const float* row_scales, int64_t kp, const Int8Panels& w, int64_t n,
+                          int64_t i, int64_t p, float* y, int64_t ldy) {
+  __m512i acc[R][P];
+  for (int r = 0; r < R; ++r)
+    for (int pp = 0; pp < P; ++pp) acc[r][pp] = _mm512_setzero_si512();
+  for (int64_t q = 0; q < kp / 4; ++q) {
+    __m512i wv[P];
+    for (int pp = 0; pp < P; ++pp) wv[pp] = _mm512_loadu_si512(w.codes + ((p + pp) * kp / 4 + q) * kPanel * 4);
+    for (int r = 0; r < R; ++r) {
+      int32_t quad;
+      __builtin_memcpy(&quad, biased + (i + r) * kp + q * 4, 4);
+      const __m512i xb = _mm512_set1_epi32(quad);
+      for (int pp = 0; pp < P; ++pp) acc[r][pp] = _mm512_dpbusd_epi32(acc[r][pp], xb, wv[pp]);
+    }
+  }
+  for (int pp = 0; pp < P; ++pp) {
+    const uint8_t* extra = w.sums_and_scales + (p + pp) * kPanel * 8;
+    const __m512i bias = _mm512_slli_epi32(_mm512_loadu_si512(extra), 7);  // 128 x column sum
+    const __m512 scales = _mm512_loadu_ps(extra + kPanel * 4);
+    const int64_t cols = std::min(kPanel, n - (p + pp) * kPanel);
+    const __mmask16 mask = static_cast<__mmask16>((1u << cols) - 1);
+    for (int r = 0; r < R; ++r) {
+      const __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r][pp], bias));
+      const __m512 out = _mm512_mul_ps(_mm512_mul_ps(v, _mm512_set1_ps(row_scales[i + r])), scales);
+      _mm512_mask_storeu_ps(y + (i + r) * ldy + (p + pp) * kPanel, mask, out);
+    }
+  }
+}
+
+using BlockFn = void (*)(const uint8_t*, const float*, int64_t, const Int8Panels&, int64_t, int64_t, int64_t, float*,
+                         int64_t);
+
+template <int R>
+BlockFn pick(int64_t panels) {
+  switch (panels) {
+    case 1: return &int8_block<R, 1>;
+    case 2: return &int8_block<R, 2>;
+    case 3: return &int8_block<R, 3>;
+    default: return &int8_block<R, 4>;
+  }
+}
+
+BlockFn pick(int64_t rows, int64_t panels) {
+  switch (rows) {
+    case 1: return pick<1>(panels);
+    case 2: return pick<2>(panels);
+    case 3: return pick<3>(panels);
+    default: return pick<4>(panels);
+  }
+}
+
+}  // namespace
+
+void matmul_int8_avx512(const uint8_t* biased, const float* row_scales, int64_t m, int64_t k, const Int8Panels& w,
+                        int64_t n, int64_t p_begin, int64_t p_end, float* y, int64_t ldy) {
+  const int64_t kp = int8_padded_k(k);
+  for (int64_t p = p_begin; p < p_end; p += 4) {
+    const int64_t np = std::min<int64_t>(4, p_end - p);
+    for (int64_t i = 0; i < m; i += 4) pick(std::min<int64_t>(4, m - i), np)(biased, row_scales, kp, w, n, i, p, y, ldy);
+  }
+}
+
+}  // namespace dsv4::kernels
