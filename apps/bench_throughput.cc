@@ -51,18 +51,28 @@ double read_bandwidth() {
   return best;
 }
 
-// The packed f32 GEMM (the kernel every linear runs) on a prefill-sized
-// problem: flop / s.
-double gemm_peak() {
+// A kernel's FLOP/s on a prefill-sized problem (256 rows, 2048 x 2048),
+// best of three: the FP8 panels with BF16-pair inputs (what the released
+// formats' linears run in prefill) and the f32 panels.
+double gemm_peak(WeightFormat format) {
   const int64_t m = 256, n = 2048, k = 2048;
   Linear l;
   l.out = n;
   l.in = k;
-  l.w.resize(n * k);
   std::mt19937 rng(1);
-  for (float& v : l.w) v = static_cast<float>(rng() % 1000) / 1000.0f - 0.5f;
+  if (format == WeightFormat::kFp8Block) {
+    l.format = format;
+    l.round_input = true;
+    l.codes.resize(n * k);
+    for (auto& c : l.codes) c = static_cast<uint8_t>(rng() % 0x7E);  // finite e4m3 codes
+    l.scales.assign(n * (k / 128), 120);
+  } else {
+    l.w.resize(n * k);
+    for (float& v : l.w) v = static_cast<float>(rng() % 1000) / 1000.0f - 0.5f;
+  }
   l.pack();
-  std::vector<float> x(m * k, 0.25f), y(m * n);
+  std::vector<float> x(m * k), y(m * n);
+  for (float& v : x) v = static_cast<float>(rng() % 1000) / 500.0f - 1.0f;
   double best = 0;
   for (int rep = 0; rep < 3; ++rep) {
     const auto t0 = Clock::now();
@@ -70,6 +80,21 @@ double gemm_peak() {
     best = std::max(best, 2.0 * m * n * k / seconds_since(t0));
   }
   return best;
+}
+
+// Multiply-adds x 2 a token costs in the linears: every main linear, the
+// routed experts' share top-k / experts, and the head when logits are
+// wanted (every decode token; only a chunk's last row in prefill).
+double linear_flops_per_token(const DeepseekV4& m, bool with_head) {
+  const ModelConfig& c = m.config();
+  double flops = 0;
+  m.weights().for_each_linear([&](const Linear& l, LinearKind kind) {
+    const double f = 2.0 * static_cast<double>(l.out) * static_cast<double>(l.in);
+    if (kind == LinearKind::kMain) flops += f;
+    if (kind == LinearKind::kRoutedExpert) flops += f * c.n_activated_experts / c.n_routed_experts;
+    if (kind == LinearKind::kHead && with_head) flops += f;
+  });
+  return flops;
 }
 
 struct Row {
@@ -91,15 +116,21 @@ int bench_throughput(const std::string& dir, const std::string& name, const std:
   const DeepseekV4& m = **model;
   const ModelConfig& c = m.config();
   for (int64_t L : contexts)
-    if (L < 1 || L + gen > c.max_position_embeddings) {
+    if (L < 1 || L + gen + 1 > c.max_position_embeddings) {
       std::fprintf(stderr, "dsv4 bench: context %lld + %lld decode steps exceeds the model's %d positions\n",
                    static_cast<long long>(L), static_cast<long long>(gen), c.max_position_embeddings);
       return 2;
     }
   std::printf("dsv4 bench: %s (%s), kernels %s, %d threads\n", name.c_str(), c.summary().c_str(),
               kernels::isa_name(kernels::active_isa()), ThreadPool::global().num_threads());
-  const double bandwidth = read_bandwidth(), peak = gemm_peak();
-  std::printf("machine: memory read %.2f GB/s, GEMM kernel peak %.2f GFLOP/s\n", bandwidth / 1e9, peak / 1e9);
+  const double bandwidth = read_bandwidth(), peak = gemm_peak(WeightFormat::kFp8Block),
+               f32_peak = gemm_peak(WeightFormat::kDense);
+  std::printf("machine: memory read %.2f GB/s; GEMM kernel peak %.2f GFLOP/s (FP8/FP4 panels, BF16 dot), "
+              "%.2f GFLOP/s (f32 panels)\n",
+              bandwidth / 1e9, peak / 1e9, f32_peak / 1e9);
+  const double prefill_flops = linear_flops_per_token(m, false);
+  std::printf("linears: %.2f GFLOP per prefill token, %.2f per decode token (with the head)\n", prefill_flops / 1e9,
+              linear_flops_per_token(m, true) / 1e9);
 
   // What one decode token must read: every weight but the routed experts
   // and the embedding table (one row of it), plus the experts it activates.
@@ -149,44 +180,63 @@ int bench_throughput(const std::string& dir, const std::string& name, const std:
     for (int64_t B : batches) {
       std::vector<ContiguousCache> copies(seqs.begin(), seqs.begin() + B);
       Row dec{"decode", B, L, L + gen, 0, 0};
-      for (int64_t s = 0; s < gen; ++s) {
+      for (int64_t s = -1; s < gen; ++s) {  // step -1: warm-up, not timed
         ForwardBatch fb;
         const std::vector<int32_t> t = random_tokens(B);
         for (int64_t b = 0; b < B; ++b) fb.add(&copies[b], &t[b], 1);
         ForwardOutput out;
         const auto t0 = Clock::now();
         const Status st = m.forward(fb, &out);
-        dec.seconds += seconds_since(t0);
-        dec.tokens += B;
+        if (s >= 0) dec.seconds += seconds_since(t0), dec.tokens += B;
         if (!st.ok()) {
           std::fprintf(stderr, "dsv4 bench: %s\n", st.message().c_str());
           return 2;
         }
       }
+      dec.ctx_to = L + gen + 1;
       rows.push_back(dec);
     }
   }
 
-  std::printf("  %-8s %6s %14s %10s %12s %10s\n", "phase", "batch", "context", "tokens", "tok/s", "vs roof");
-  double decode1 = 0;
+  // Prefill rows against the GEMM peak, decode rows at batch 1 against the
+  // memory roofline.
+  auto ratio = [&](const Row& r) {
+    if (r.phase == "prefill") return r.tok_s() * prefill_flops / peak;
+    if (r.batch == 1) return r.tok_s() / (bandwidth / per_token_bytes);
+    return 0.0;
+  };
+  std::printf("  %-8s %6s %14s %10s %12s %10s\n", "phase", "batch", "context", "tokens", "tok/s", "vs limit");
   for (const Row& r : rows) {
     const std::string ctx = std::to_string(r.ctx_from) + "-" + std::to_string(r.ctx_to);
-    char ratio[32] = "";
-    if (r.phase == "decode" && r.batch == 1) {
-      std::snprintf(ratio, sizeof ratio, "%.1f%%", 100.0 * r.tok_s() / (bandwidth / per_token_bytes));
-      if (!decode1) decode1 = r.tok_s();
-    }
+    char pct[32] = "";
+    if (ratio(r) > 0) std::snprintf(pct, sizeof pct, "%.1f%%", 100.0 * ratio(r));
     std::printf("  %-8s %6lld %14s %10lld %12.1f %10s\n", r.phase.c_str(), static_cast<long long>(r.batch), ctx.c_str(),
-                static_cast<long long>(r.tokens), r.tok_s(), ratio);
+                static_cast<long long>(r.tokens), r.tok_s(), pct);
+  }
+  std::printf("  (prefill: linear FLOP/s vs the FP8 GEMM peak; decode batch 1: vs the memory roofline)\n");
+  // Batch scaling at each context, and long-context decode against the
+  // shortest context, at batch 1.
+  const Row* first_decode1 = nullptr;
+  for (const Row& r : rows) {
+    if (r.phase != "decode") continue;
+    if (r.batch == 1 && !first_decode1) first_decode1 = &r;
+    if (r.batch == 1 && first_decode1 != &r)
+      std::printf("decode at context %lld: %.2fx the tokens/s at context %lld\n", static_cast<long long>(r.ctx_from),
+                  r.tok_s() / first_decode1->tok_s(), static_cast<long long>(first_decode1->ctx_from));
+    if (r.batch == 1) continue;
+    for (const Row& one : rows)
+      if (one.phase == "decode" && one.batch == 1 && one.ctx_from == r.ctx_from)
+        std::printf("decode batch %lld at context %lld: %.2fx the tokens/s of batch 1\n",
+                    static_cast<long long>(r.batch), static_cast<long long>(r.ctx_from), r.tok_s() / one.tok_s());
   }
   std::printf("KV cache: %.0f bytes per token at %lld context\n",
               seqs[0].bytes() / static_cast<double>(std::max<int64_t>(1, at)), static_cast<long long>(at));
   if (!csv.empty()) {
     std::ofstream f(csv);
-    f << "phase,batch,ctx_from,ctx_to,tokens,seconds,tok_s,mem_gbps,gemm_gflops\n";
+    f << "phase,batch,ctx_from,ctx_to,tokens,seconds,tok_s,mem_gbps,gemm_gflops,vs_limit\n";
     for (const Row& r : rows)
       f << r.phase << ',' << r.batch << ',' << r.ctx_from << ',' << r.ctx_to << ',' << r.tokens << ',' << r.seconds
-        << ',' << r.tok_s() << ',' << bandwidth / 1e9 << ',' << peak / 1e9 << '\n';
+        << ',' << r.tok_s() << ',' << bandwidth / 1e9 << ',' << peak / 1e9 << ',' << ratio(r) << '\n';
     std::printf("CSV written to %s\n", csv.c_str());
   }
   return 0;

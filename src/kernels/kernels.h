@@ -159,10 +159,17 @@ void rms_norm(const float* x, const float* weight, int64_t n, float eps, float* 
 // reference's pure-PyTorch in-place QAT step, which only clamps.
 void fp8_quant_dequant(float* x, int64_t n, int64_t block, bool round);
 void fp4_quant_dequant(float* x, int64_t n, int64_t block, bool round);
+// The FP8 block scale for a block's amax (floored at 1e-4, as the reference).
+float fp8_block_scale(float amax);
+// fp8_quant_dequant(round = true) on AVX-512 (block a multiple of 16): the
+// same values bit for bit.
+void fp8_round_trip_avx512(float* x, int64_t n, int64_t block);
 
 // In place normalized Walsh-Hadamard transform (n a power of two), scaled by
 // n^-1/2, equal to x @ H_n / sqrt(n) with Sylvester's H_n. scratch: n floats.
 void hadamard(float* x, int64_t n, float* scratch);
+void hadamard_generic(float* x, int64_t n, float* scratch);
+void hadamard_avx512(float* x, int64_t n, float* scratch);  // n a multiple of 16
 
 // Rotates interleaved pairs (x[2i], x[2i+1]) by angle i: cos[i], sin[i];
 // inverse rotates by the negative angle.
@@ -174,6 +181,21 @@ void rope(float* x, const float* cos, const float* sin, int64_t pairs, bool inve
 // for a masked slot (weight 0, still part of the softmax sum's layout).
 void sink_attention(const float* q, const float* const* keys, int64_t num_slots, int64_t dim, float sink,
                     float scale, float* scores_scratch, float* out);
+// The softmax step of sink_attention: scores (logits, -inf for masked
+// slots) become exp(score - max); returns the denominator with the sink.
+float sink_softmax(const float* const* keys, int64_t num_slots, float sink, float* scores);
+// sink_attention for `heads` query heads (q [heads, dim], out [heads, dim],
+// sinks [heads]) sharing the same key slots, as in DeepSeek-V4's one-KV-head
+// attention. scratch: heads * (num_slots + dim) floats. The AVX-512 body
+// (dim a multiple of 16, at most 16 heads) puts heads in vector lanes for
+// the scores and dimensions in lanes for the weighted sum, so every sum
+// still runs left to right: bit-identical to the generic one.
+void sink_attention_heads(const float* q, int64_t heads, const float* const* keys, int64_t num_slots, int64_t dim,
+                          const float* sinks, float scale, float* scratch, float* out);
+void sink_attention_heads_generic(const float* q, int64_t heads, const float* const* keys, int64_t num_slots,
+                                  int64_t dim, const float* sinks, float scale, float* scratch, float* out);
+void sink_attention_heads_avx512(const float* q, int64_t heads, const float* const* keys, int64_t num_slots,
+                                 int64_t dim, const float* sinks, float scale, float* scratch, float* out);
 
 
 }  // namespace dsv4::kernels

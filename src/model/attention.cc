@@ -158,16 +158,20 @@ void attention_forward(const AttentionWeights& w, const LayerContext& ctx, const
       return p < ch.start_pos ? cache->window_row(layer, p) : &kv[(ch.row_begin + p - ch.start_pos) * hd];
     };
     auto compressed_row = [&](int64_t j) -> const float* { return cache->compressed_row(layer, j); };
-    parallel_for(ch.num_tokens * heads, 4, [&](int64_t v0, int64_t v1) {
+    // One task per token and group of up to 16 heads (the heads share the
+    // token's key slots).
+    const int64_t head_groups = (heads + 15) / 16;
+    parallel_for(ch.num_tokens * head_groups, 1, [&](int64_t v0, int64_t v1) {
       std::vector<const float*> slots;
-      Buffer scores;
+      Buffer scratch;
       for (int64_t v = v0; v < v1; ++v) {
-        const int64_t i = v / heads, h = v % heads, t = ch.start_pos + i;
+        const int64_t i = v / head_groups, h0 = v % head_groups * 16, t = ch.start_pos + i;
+        const int64_t group = std::min<int64_t>(16, heads - h0);
         attention_slots(c, w, t, ch.prefill_len, w.indexer ? &picked[i] : nullptr, key_at, compressed_row, &slots);
-        scores.resize(slots.size());
+        scratch.resize(group * static_cast<int64_t>(slots.size()) + 16 * hd);
         const int64_t row = ch.row_begin + i;
-        kernels::sink_attention(&q[(row * heads + h) * hd], slots.data(), slots.size(), hd, w.attn_sink[h], scale,
-                                scores.data(), &o[(row * heads + h) * hd]);
+        kernels::sink_attention_heads(&q[(row * heads + h0) * hd], group, slots.data(), slots.size(), hd,
+                                      &w.attn_sink[h0], scale, scratch.data(), &o[(row * heads + h0) * hd]);
       }
     });
     // Only now the ring may take this chunk's keys: earlier queries read it.

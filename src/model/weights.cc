@@ -482,42 +482,53 @@ void EmbeddingTable::keep_rows(int64_t begin, int64_t count) {
   rows = count;
 }
 
-void ModelWeights::pack() {
-  auto comp = [](CompressorWeights& c) {
-    c.wkv.pack();
-    c.wgate.pack();
+namespace {
+
+// Every linear of the model with its kind, for const and mutable weights.
+template <class Weights, class Fn>
+void visit_linears(Weights& w, Fn&& fn) {
+  auto comp = [&](auto& c) {
+    fn(c.wkv, LinearKind::kMain);
+    fn(c.wgate, LinearKind::kMain);
   };
-  auto expert = [](ExpertWeights& e) {
-    e.w1.pack();
-    e.w2.pack();
-    e.w3.pack();
-  };
-  auto block = [&](BlockWeights& b) {
-    AttentionWeights& a = b.attn;
-    for (Linear* l : {&a.wq_a, &a.wq_b, &a.wkv, &a.wo_b}) l->pack();
-    for (Linear& g : a.wo_a) g.pack();
+  auto block = [&](auto& b, LinearKind kind, LinearKind routed) {
+    auto& a = b.attn;
+    for (auto* l : {&a.wq_a, &a.wq_b, &a.wkv, &a.wo_b}) fn(*l, kind);
+    for (auto& g : a.wo_a) fn(g, kind);
     if (a.compressor) comp(*a.compressor);
     if (a.indexer) {
-      a.indexer->wq_b.pack();
-      a.indexer->weights_proj.pack();
+      fn(a.indexer->wq_b, kind);
+      fn(a.indexer->weights_proj, kind);
       comp(a.indexer->compressor);
     }
-    for (ExpertWeights& e : b.ffn.experts) expert(e);
-    expert(b.ffn.shared);
+    for (auto& e : b.ffn.experts)
+      for (auto* l : {&e.w1, &e.w2, &e.w3}) fn(*l, routed);
+    for (auto* l : {&b.ffn.shared.w1, &b.ffn.shared.w2, &b.ffn.shared.w3}) fn(*l, kind);
   };
-  for (BlockWeights& b : blocks) block(b);
-  for (MtpWeights& t : mtp) {
-    block(t.block);
-    t.e_proj.pack();
-    t.h_proj.pack();
+  for (auto& b : w.blocks) block(b, LinearKind::kMain, LinearKind::kRoutedExpert);
+  for (auto& t : w.mtp) {
+    block(t.block, LinearKind::kMtp, LinearKind::kMtp);
+    fn(t.e_proj, LinearKind::kMtp);
+    fn(t.h_proj, LinearKind::kMtp);
   }
-  head.pack();
+  fn(w.head, LinearKind::kHead);
+}
+
+}  // namespace
+
+void ModelWeights::for_each_linear(const std::function<void(const Linear&, LinearKind)>& fn) const {
+  visit_linears(*this, fn);
+}
+
+void ModelWeights::pack() {
+  visit_linears(*this, [](Linear& l, LinearKind) { l.pack(); });
 }
 
 int64_t ModelWeights::routed_expert_bytes() const {
   int64_t n = 0;
-  for (const BlockWeights& b : blocks)
-    for (const ExpertWeights& e : b.ffn.experts) n += expert_bytes(e);
+  for_each_linear([&](const Linear& l, LinearKind kind) {
+    if (kind == LinearKind::kRoutedExpert) n += l.resident_bytes();
+  });
   for (const MtpWeights& t : mtp)
     for (const ExpertWeights& e : t.block.ffn.experts) n += expert_bytes(e);
   return n;

@@ -108,6 +108,11 @@ struct EmbeddingTable {
   int64_t resident_bytes() const { return static_cast<int64_t>(4 * f32.size() + 2 * bf16.size()); }
 };
 
+// What a linear is for, as far as per-token cost goes: main-model linears
+// run for every token, routed experts for the tokens routed to them, the
+// head for the rows whose logits are wanted, MTP for drafting.
+enum class LinearKind { kMain, kRoutedExpert, kHead, kMtp };
+
 struct ModelWeights {
   EmbeddingTable embed;      // [vocab, dim] (this rank's vocabulary slice)
   std::vector<BlockWeights> blocks;
@@ -127,6 +132,7 @@ struct ModelWeights {
 
   // Moves every linear into the forward's packed layout (after slicing).
   void pack();
+  void for_each_linear(const std::function<void(const Linear&, LinearKind)>& fn) const;
 
   // Bytes of f32 weights held: all of them, and the routed experts' part.
   int64_t resident_bytes() const;

@@ -1,5 +1,6 @@
 #include <cmath>
 
+#include "kernels/isa.h"
 #include "kernels/kernels.h"
 
 namespace dsv4::kernels {
@@ -51,6 +52,14 @@ void rms_norm(const float* x, const float* weight, int64_t n, float eps, float* 
 }
 
 void hadamard(float* x, int64_t n, float* scratch) {
+  if (n % 16 == 0 && active_isa() == Isa::kAvx512) {
+    hadamard_avx512(x, n, scratch);
+    return;
+  }
+  hadamard_generic(x, n, scratch);
+}
+
+void hadamard_generic(float* x, int64_t n, float* scratch) {
   // x @ H_n as a plain product (each output adds +-x[l] left to right), the
   // reference's order; the butterfly would round differently.
   // Sylvester's H_n[l][i] = (-1)^popcount(l & i).
@@ -72,16 +81,18 @@ void rope(float* x, const float* cos, const float* sin, int64_t pairs, bool inve
   }
 }
 
-void sink_attention(const float* q, const float* const* keys, int64_t num_slots, int64_t dim, float sink,
-                    float scale, float* scores, float* out) {
+float sink_softmax(const float* const* keys, int64_t num_slots, float sink, float* scores) {
   float mx = -INFINITY;
-  for (int64_t j = 0; j < num_slots; ++j) {
-    scores[j] = keys[j] ? dot(q, keys[j], dim) * scale : -INFINITY;
-    mx = std::fmax(mx, scores[j]);
-  }
+  for (int64_t j = 0; j < num_slots; ++j) mx = std::fmax(mx, scores[j]);
   for (int64_t j = 0; j < num_slots; ++j) scores[j] = keys[j] ? vexp(scores[j] - mx) : 0.0f;
   // The sink is one more logit whose value row is zero: denominator only.
-  const float denom = sum(scores, num_slots) + vexp(sink - mx);
+  return sum(scores, num_slots) + vexp(sink - mx);
+}
+
+void sink_attention(const float* q, const float* const* keys, int64_t num_slots, int64_t dim, float sink,
+                    float scale, float* scores, float* out) {
+  for (int64_t j = 0; j < num_slots; ++j) scores[j] = keys[j] ? dot(q, keys[j], dim) * scale : -INFINITY;
+  const float denom = sink_softmax(keys, num_slots, sink, scores);
   for (int64_t d = 0; d < dim; ++d) out[d] = 0.0f;
   for (int64_t j = 0; j < num_slots; ++j) {
     if (!keys[j]) continue;
@@ -89,6 +100,19 @@ void sink_attention(const float* q, const float* const* keys, int64_t num_slots,
     const float* k = keys[j];
     for (int64_t d = 0; d < dim; ++d) out[d] += p * k[d];
   }
+}
+
+void sink_attention_heads_generic(const float* q, int64_t heads, const float* const* keys, int64_t num_slots,
+                                  int64_t dim, const float* sinks, float scale, float* scratch, float* out) {
+  for (int64_t h = 0; h < heads; ++h)
+    sink_attention(q + h * dim, keys, num_slots, dim, sinks[h], scale, scratch, out + h * dim);
+}
+
+void sink_attention_heads(const float* q, int64_t heads, const float* const* keys, int64_t num_slots, int64_t dim,
+                          const float* sinks, float scale, float* scratch, float* out) {
+  if (active_isa() == Isa::kAvx512 && dim % kPanel == 0 && heads <= kPanel)
+    sink_attention_heads_avx512(q, heads, keys, num_slots, dim, sinks, scale, scratch, out);
+  else sink_attention_heads_generic(q, heads, keys, num_slots, dim, sinks, scale, scratch, out);
 }
 
 }  // namespace dsv4::kernels

@@ -178,6 +178,88 @@ BlockFn<Chunks, kPairs> pick(int64_t rows, int64_t panels) {
   }
 }
 
+// Panels [p, p + np) over steps [t0, t1) decoded once into BF16 pair
+// vectors: out[pp * (t1 - t0) / 2 + pair], for every row block to reuse.
+template <class Chunks>
+DSV4_AVX512_BF16 void decode_slice(const QuantizedPanels& w, int64_t k, int64_t p, int64_t np, int64_t t0, int64_t t1,
+                                   __m512i* out) {
+  const Chunks chunks(tables());
+  const int64_t blocks = (k + Chunks::kBlock - 1) / Chunks::kBlock, pairs = (t1 - t0) / 2;
+  for (int64_t pp = 0; pp < np; ++pp) {
+    __m512i steps = _mm512_setzero_si512();
+    for (int64_t t = t0; t < t1; t += Chunks::kSteps) {
+      if (t == t0 || t % Chunks::kBlock == 0)
+        steps = exponent_steps(w.scales + ((p + pp) * blocks + t / Chunks::kBlock) * kPanel);
+      __m512i g[Chunks::kGroups];
+      chunks.decode(w.codes + ((p + pp) * k + t) / Chunks::kSteps * kChunkBytes, g);
+      for (int G = 0; G < Chunks::kGroups; ++G) out[pp * pairs + (t - t0) / 2 + G] = scaled(g[G], steps);
+    }
+  }
+}
+
+// Rows [i, i + R) x panels [p, p + P) over a decoded slice.
+template <int R, int P, bool kPairs>
+DSV4_AVX512_BF16 void decoded_block(const Inputs& in, int64_t k, const __m512i* decoded, int64_t n, int64_t i,
+                                    int64_t p, int64_t t0, int64_t t1, bool first, float* y, int64_t ldy) {
+  const int64_t pairs = (t1 - t0) / 2;
+  __m512 acc[R][P];
+  __mmask16 mask[P];
+  for (int pp = 0; pp < P; ++pp) {
+    const int64_t cols = std::min(kPanel, n - (p + pp) * kPanel);
+    mask[pp] = static_cast<__mmask16>((1u << cols) - 1);
+    for (int r = 0; r < R; ++r)
+      acc[r][pp] = first ? _mm512_setzero_ps()
+                         : _mm512_maskz_loadu_ps(mask[pp], y + (i + r) * ldy + (p + pp) * kPanel);
+  }
+  for (int64_t q = 0; q < pairs; ++q) {
+    __m512i wg[P];
+    for (int pp = 0; pp < P; ++pp) wg[pp] = _mm512_load_si512(decoded + pp * pairs + q);
+    if constexpr (kPairs) {
+      for (int r = 0; r < R; ++r) {
+        const __m512i xb = _mm512_set1_epi32(static_cast<int>(in.pairs[((i + r) * k + t0) / 2 + q]));
+        for (int pp = 0; pp < P; ++pp)
+          acc[r][pp] = _mm512_dpbf16_ps(acc[r][pp], reinterpret_cast<__m512bh>(wg[pp]), reinterpret_cast<__m512bh>(xb));
+      }
+    } else {
+      for (int pp = 0; pp < P; ++pp) {
+        const __m512 first_step = _mm512_castsi512_ps(_mm512_and_si512(wg[pp], _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+        const __m512 second_step = _mm512_castsi512_ps(_mm512_slli_epi32(wg[pp], 16));
+        for (int r = 0; r < R; ++r) {
+          const float* xr = in.x + (i + r) * k + t0 + 2 * q;
+          acc[r][pp] = _mm512_add_ps(acc[r][pp], _mm512_mul_ps(_mm512_set1_ps(xr[0]), first_step));
+          acc[r][pp] = _mm512_add_ps(acc[r][pp], _mm512_mul_ps(_mm512_set1_ps(xr[1]), second_step));
+        }
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int pp = 0; pp < P; ++pp) _mm512_mask_storeu_ps(y + (i + r) * ldy + (p + pp) * kPanel, mask[pp], acc[r][pp]);
+}
+
+template <bool kPairs>
+using DecodedFn = void (*)(const Inputs&, int64_t, const __m512i*, int64_t, int64_t, int64_t, int64_t, int64_t, bool,
+                           float*, int64_t);
+
+template <int R, bool kPairs>
+DecodedFn<kPairs> pick_decoded(int64_t panels) {
+  switch (panels) {
+    case 1: return &decoded_block<R, 1, kPairs>;
+    case 2: return &decoded_block<R, 2, kPairs>;
+    case 3: return &decoded_block<R, 3, kPairs>;
+    default: return &decoded_block<R, 4, kPairs>;
+  }
+}
+
+template <bool kPairs>
+DecodedFn<kPairs> pick_decoded(int64_t rows, int64_t panels) {
+  switch (rows) {
+    case 1: return pick_decoded<1, kPairs>(panels);
+    case 2: return pick_decoded<2, kPairs>(panels);
+    case 3: return pick_decoded<3, kPairs>(panels);
+    default: return pick_decoded<4, kPairs>(panels);
+  }
+}
+
 template <class Chunks, bool kPairs>
 void run(const Inputs& in, int64_t m, int64_t k, const QuantizedPanels& w, int64_t n, int64_t p_begin, int64_t p_end,
          float* y, int64_t ldy) {
@@ -187,12 +269,24 @@ void run(const Inputs& in, int64_t m, int64_t k, const QuantizedPanels& w, int64
     return;
   }
   const int64_t slice = slice_steps(m, k);
+  if (m <= 4) {  // one row block: decode while multiplying
+    for (int64_t t0 = 0; t0 < k; t0 += slice) {
+      const int64_t t1 = std::min(k, t0 + slice);
+      for (int64_t p = p_begin; p < p_end; p += 4)
+        pick<Chunks, kPairs>(m, std::min<int64_t>(4, p_end - p))(in, k, w, n, 0, p, t0, t1, t0 == 0, y, ldy);
+    }
+    return;
+  }
+  // Several row blocks: each slice of 4 panels is decoded once (32 KiB,
+  // cache-resident) and every row block multiplies it.
+  alignas(64) __m512i decoded[4 * 256 / 2];
   for (int64_t t0 = 0; t0 < k; t0 += slice) {
     const int64_t t1 = std::min(k, t0 + slice);
     for (int64_t p = p_begin; p < p_end; p += 4) {
       const int64_t np = std::min<int64_t>(4, p_end - p);
+      decode_slice<Chunks>(w, k, p, np, t0, t1, decoded);
       for (int64_t i = 0; i < m; i += 4)
-        pick<Chunks, kPairs>(std::min<int64_t>(4, m - i), np)(in, k, w, n, i, p, t0, t1, t0 == 0, y, ldy);
+        pick_decoded<kPairs>(std::min<int64_t>(4, m - i), np)(in, k, decoded, n, i, p, t0, t1, t0 == 0, y, ldy);
     }
   }
 }

@@ -1,0 +1,62 @@
+// Elementwise kernels on AVX-512 that keep the generic kernels' exact
+// results: the Walsh-Hadamard product with 16 outputs per vector (each
+// still adds +-x[l] left to right), and the FP8 e4m3 round trip of
+// activations (the rounding done by adding and subtracting a constant whose
+// last mantissa bit is the format's quantum: ties to even, as nearbyint).
+#include <immintrin.h>
+
+#include <cmath>
+
+#include "base/dtype.h"
+#include "kernels/kernels.h"
+
+#define DSV4_AVX512 __attribute__((target("avx512f")))
+
+namespace dsv4::kernels {
+
+DSV4_AVX512 void hadamard_avx512(float* x, int64_t n, float* scratch) {
+  // Lane c of output block i0 negates x[l] when popcount(l & (i0 + c)) is
+  // odd: the parity of l & i0 (all lanes) xor the parity of l & c.
+  __mmask16 low[16];
+  for (int b = 0; b < 16; ++b) {
+    low[b] = 0;
+    for (int c = 0; c < 16; ++c) low[b] |= static_cast<__mmask16>((__builtin_popcount(b & c) & 1) << c);
+  }
+  const __m512i sign = _mm512_set1_epi32(static_cast<int>(0x80000000u));
+  for (int64_t i0 = 0; i0 < n; i0 += 16) {
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t l = 0; l < n; ++l) {
+      const __mmask16 odd = low[l & 15] ^ ((__builtin_popcountll(l & i0) & 1) ? 0xFFFF : 0);
+      const __m512i xl = _mm512_castps_si512(_mm512_set1_ps(x[l]));
+      acc = _mm512_add_ps(acc, _mm512_castsi512_ps(_mm512_mask_xor_epi32(xl, odd, xl, sign)));
+    }
+    _mm512_storeu_ps(scratch + i0, acc);
+  }
+  const __m512 s = _mm512_set1_ps(static_cast<float>(std::pow(static_cast<double>(n), -0.5)));
+  for (int64_t i = 0; i < n; i += 16) _mm512_storeu_ps(x + i, _mm512_mul_ps(_mm512_loadu_ps(scratch + i), s));
+}
+
+DSV4_AVX512 void fp8_round_trip_avx512(float* x, int64_t n, int64_t block) {
+  const __m512 max_value = _mm512_set1_ps(kE4M3Max), min_exponent = _mm512_set1_ps(-6.0f);
+  const __m512i sign = _mm512_set1_epi32(static_cast<int>(0x80000000u));
+  for (int64_t b = 0; b < n; b += block) {
+    __m512 amax = _mm512_setzero_ps();
+    for (int64_t i = b; i < b + block; i += 16) amax = _mm512_max_ps(amax, _mm512_abs_ps(_mm512_loadu_ps(x + i)));
+    const float scale = fp8_block_scale(_mm512_reduce_max_ps(amax));
+    const __m512 vscale = _mm512_set1_ps(scale), inverse = _mm512_set1_ps(1.0f / scale);
+    for (int64_t i = b; i < b + block; i += 16) {
+      // x / scale (exact as x * (1 / scale): a power of two), clamped.
+      __m512 q = _mm512_mul_ps(_mm512_loadu_ps(x + i), inverse);
+      q = _mm512_min_ps(max_value, _mm512_max_ps(_mm512_sub_ps(_mm512_setzero_ps(), max_value), q));
+      // 1.5 * 2^(e + 20) has quantum 2^(e - 3), e4m3's spacing in [2^e, 2^(e+1)).
+      const __m512 e = _mm512_max_ps(_mm512_getexp_ps(q), min_exponent);
+      const __m512 c = _mm512_scalef_ps(_mm512_set1_ps(1.5f), _mm512_add_ps(e, _mm512_set1_ps(20.0f)));
+      __m512 r = _mm512_sub_ps(_mm512_add_ps(q, c), c);
+      r = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(r),
+                                              _mm512_and_si512(_mm512_castps_si512(q), sign)));  // -0 stays -0
+      _mm512_storeu_ps(x + i, _mm512_mul_ps(r, vscale));
+    }
+  }
+}
+
+}  // namespace dsv4::kernels
