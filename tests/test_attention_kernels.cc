@@ -92,3 +92,29 @@ TEST(Hadamard, Avx512EqualsTheGenericBitForBit) {
 
 }  // namespace
 }  // namespace dsv4
+
+namespace dsv4 {
+namespace {
+
+TEST(HeadDots, Avx512EqualsTheGenericBitForBit) {
+  if (!kernels::isa_supported(kernels::Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 on this CPU";
+  std::mt19937 rng(29);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  for (int64_t heads : {1, 5, 16, 20, 32})
+    for (int64_t keys_n : {1, 9, 40}) {
+      const int64_t dim = 128;
+      std::vector<float> q(heads * dim), rows(keys_n * dim), scratch(16 * dim);
+      for (auto& v : q) v = d(rng);
+      for (auto& v : rows) v = d(rng);
+      std::vector<const float*> keys(keys_n);
+      for (int64_t j = 0; j < keys_n; ++j) keys[j] = &rows[j * dim];
+      std::vector<float> want(keys_n * heads), got(keys_n * heads, -1.0f);
+      kernels::head_dots_generic(q.data(), heads, keys.data(), keys_n, dim, want.data());
+      kernels::head_dots_avx512(q.data(), heads, keys.data(), keys_n, dim, scratch.data(), got.data());
+      EXPECT_EQ(0, std::memcmp(got.data(), want.data(), sizeof(float) * want.size()))
+          << "heads " << heads << " keys " << keys_n;
+    }
+}
+
+}  // namespace
+}  // namespace dsv4

@@ -181,6 +181,15 @@ void rope(float* x, const float* cos, const float* sin, int64_t pairs, bool inve
 // for a masked slot (weight 0, still part of the softmax sum's layout).
 void sink_attention(const float* q, const float* const* keys, int64_t num_slots, int64_t dim, float sink,
                     float scale, float* scores_scratch, float* out);
+// dots[j * heads + h] = q[h] . keys[j] (each added left to right) for query
+// heads q [heads, dim] and keys [num_keys] (none null). scratch: 16 * dim
+// floats. The AVX-512 body puts 16 heads in the lanes: same bits.
+void head_dots(const float* q, int64_t heads, const float* const* keys, int64_t num_keys, int64_t dim, float* scratch,
+               float* dots);
+void head_dots_generic(const float* q, int64_t heads, const float* const* keys, int64_t num_keys, int64_t dim,
+                       float* dots);
+void head_dots_avx512(const float* q, int64_t heads, const float* const* keys, int64_t num_keys, int64_t dim,
+                      float* scratch, float* dots);
 // The softmax step of sink_attention: scores (logits, -inf for masked
 // slots) become exp(score - max); returns the denominator with the sink.
 float sink_softmax(const float* const* keys, int64_t num_slots, float sink, float* scores);

@@ -10,11 +10,11 @@ namespace dsv4 {
 namespace {
 
 // mixes[r, m] = (fn[m] . h[r]) / rms(h[r]) over the flattened hc*dim stream.
-std::vector<float> stream_mixes(const std::vector<float>& fn, int64_t num_mixes, const ModelConfig& c, const float* h,
+std::vector<float> stream_mixes(const Linear& fn, int64_t num_mixes, const ModelConfig& c, const float* h,
                                 int64_t rows) {
   const int64_t flat = static_cast<int64_t>(c.hc_mult) * c.dim;
   std::vector<float> mixes(rows * num_mixes);
-  matmul(h, rows, flat, fn.data(), num_mixes, mixes.data());
+  linear_forward(fn, h, rows, mixes.data());
   for (int64_t r = 0; r < rows; ++r) {
     const float* x = h + r * flat;
     float rs = 1.0f / std::sqrt(kernels::sum_squares(x, flat) / static_cast<float>(flat) + c.norm_eps);

@@ -17,13 +17,13 @@ void indexer_select(const IndexerShape& s, const float* q, const float* weights,
   for (int64_t i = 0; i < n; ++i) offset[i + 1] = offset[i] + (start_pos + i + 1) / s.ratio * s.heads;
   std::vector<float> terms(offset[n]);
   parallel_for(n, 1, [&](int64_t i0, int64_t i1) {
+    std::vector<float> scratch(16 * s.head_dim);
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t visible = (start_pos + i + 1) / s.ratio;
+      float* t = terms.data() + offset[i];
+      kernels::head_dots(q + i * s.heads * s.head_dim, s.heads, keys, visible, s.head_dim, scratch.data(), t);
       for (int64_t j = 0; j < visible; ++j)
-        for (int h = 0; h < s.heads; ++h) {
-          const float dotv = kernels::dot(q + (i * s.heads + h) * s.head_dim, keys[j], s.head_dim);
-          terms[offset[i] + j * s.heads + h] = std::max(dotv, 0.0f) * weights[i * s.heads + h];
-        }
+        for (int h = 0; h < s.heads; ++h) t[j * s.heads + h] = std::max(t[j * s.heads + h], 0.0f) * weights[i * s.heads + h];
     }
   });
   const int ranks = tp ? tp->size() : 1;

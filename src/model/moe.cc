@@ -150,7 +150,7 @@ Routing route_tokens(const MoEWeights& w, const ModelConfig& c, const float* x, 
   rt.experts.resize(rows * k);
   rt.weights.resize(rows * k);
   std::vector<float> logits(rows * E);
-  matmul(x, rows, c.dim, w.gate.data(), E, logits.data());
+  linear_forward(w.gate, x, rows, logits.data());
   for (int64_t r = 0; r < rows; ++r) {
     float* s = &logits[r * E];
     if (c.score_func == ScoreFunc::kSoftmax) {

@@ -358,7 +358,8 @@ StatusOr<ExpertWeights> load_expert(Loader& ld, const std::string& p, const Mode
 StatusOr<MoEWeights> load_moe(Loader& ld, const std::string& p, const ModelConfig& c, bool hash) {
   MoEWeights m;
   m.hash = hash;
-  DSV4_ASSIGN_OR_RETURN(m.gate, ld.floats(p + ".gate.weight", {c.n_routed_experts, c.dim}));
+  DSV4_ASSIGN_OR_RETURN(auto gate, ld.floats(p + ".gate.weight", {c.n_routed_experts, c.dim}));
+  m.gate = Linear::dense(std::move(gate), c.n_routed_experts, c.dim);
   if (hash) {
     DSV4_ASSIGN_OR_RETURN(m.tid2eid, ld.ints(p + ".gate.tid2eid", {c.vocab_size, c.n_activated_experts}, c.n_routed_experts));
   } else {
@@ -385,7 +386,8 @@ StatusOr<MoEWeights> load_moe(Loader& ld, const std::string& p, const ModelConfi
 
 StatusOr<HyperConnWeights> load_hc(Loader& ld, const std::string& p, const std::string& which, const ModelConfig& c) {
   HyperConnWeights h;
-  DSV4_ASSIGN_OR_RETURN(h.fn, ld.floats(p + "hc_" + which + "_fn", {c.mix_hc(), int64_t{c.hc_mult} * c.dim}));
+  DSV4_ASSIGN_OR_RETURN(auto fn, ld.floats(p + "hc_" + which + "_fn", {c.mix_hc(), int64_t{c.hc_mult} * c.dim}));
+  h.fn = Linear::dense(std::move(fn), c.mix_hc(), int64_t{c.hc_mult} * c.dim);
   DSV4_ASSIGN_OR_RETURN(h.base, ld.floats(p + "hc_" + which + "_base", {c.mix_hc()}));
   DSV4_ASSIGN_OR_RETURN(h.scale, ld.floats(p + "hc_" + which + "_scale", {3}));
   return h;
@@ -393,7 +395,8 @@ StatusOr<HyperConnWeights> load_hc(Loader& ld, const std::string& p, const std::
 
 StatusOr<HcHeadWeights> load_hc_head(Loader& ld, const std::string& p, const ModelConfig& c) {
   HcHeadWeights h;
-  DSV4_ASSIGN_OR_RETURN(h.fn, ld.floats(p + "hc_head_fn", {c.hc_mult, int64_t{c.hc_mult} * c.dim}));
+  DSV4_ASSIGN_OR_RETURN(auto fn, ld.floats(p + "hc_head_fn", {c.hc_mult, int64_t{c.hc_mult} * c.dim}));
+  h.fn = Linear::dense(std::move(fn), c.hc_mult, int64_t{c.hc_mult} * c.dim);
   DSV4_ASSIGN_OR_RETURN(h.base, ld.floats(p + "hc_head_base", {c.hc_mult}));
   DSV4_ASSIGN_OR_RETURN(h.scale, ld.floats(p + "hc_head_scale", {1}));
   return h;
@@ -504,13 +507,16 @@ void visit_linears(Weights& w, Fn&& fn) {
     for (auto& e : b.ffn.experts)
       for (auto* l : {&e.w1, &e.w2, &e.w3}) fn(*l, routed);
     for (auto* l : {&b.ffn.shared.w1, &b.ffn.shared.w2, &b.ffn.shared.w3}) fn(*l, kind);
+    for (auto* l : {&b.ffn.gate, &b.hc_attn.fn, &b.hc_ffn.fn}) fn(*l, kind);
   };
   for (auto& b : w.blocks) block(b, LinearKind::kMain, LinearKind::kRoutedExpert);
   for (auto& t : w.mtp) {
     block(t.block, LinearKind::kMtp, LinearKind::kMtp);
     fn(t.e_proj, LinearKind::kMtp);
     fn(t.h_proj, LinearKind::kMtp);
+    fn(t.hc_head.fn, LinearKind::kMtp);
   }
+  fn(w.hc_head.fn, LinearKind::kMain);
   fn(w.head, LinearKind::kHead);
 }
 
@@ -560,7 +566,7 @@ int64_t ModelWeights::resident_bytes() const {
       lin(a.indexer->weights_proj);
       comp(a.indexer->compressor);
     }
-    vec(b.ffn.gate);
+    lin(b.ffn.gate);
     vec(b.ffn.gate_bias);
     for (const ExpertWeights& e : b.ffn.experts) {
       lin(e.w1);
@@ -572,14 +578,14 @@ int64_t ModelWeights::resident_bytes() const {
     lin(b.ffn.shared.w3);
     vec(b.attn_norm);
     vec(b.ffn_norm);
-    vec(b.hc_attn.fn);
-    vec(b.hc_ffn.fn);
+    lin(b.hc_attn.fn);
+    lin(b.hc_ffn.fn);
   };
   const ModelWeights& w = *this;
   n += w.embed.resident_bytes();
   vec(w.norm);
   lin(w.head);
-  vec(w.hc_head.fn);
+  lin(w.hc_head.fn);
   for (const BlockWeights& b : w.blocks) block(b);
   for (const MtpWeights& t : w.mtp) {
     block(t.block);

@@ -64,7 +64,7 @@ struct ExpertWeights {
 
 struct MoEWeights {  // ffn
   bool hash = false;
-  std::vector<float> gate;       // [experts, dim]
+  Linear gate;                   // [experts, dim], f32
   std::vector<float> gate_bias;  // [experts], score routing only
   std::vector<int32_t> tid2eid;  // [vocab, topk], hash routing only
   std::vector<ExpertWeights> experts;
@@ -72,13 +72,13 @@ struct MoEWeights {  // ffn
 };
 
 struct HyperConnWeights {  // hc_{attn,ffn}_{fn,base,scale}
-  std::vector<float> fn;     // [(2+hc)*hc, hc*dim]
+  Linear fn;                 // [(2+hc)*hc, hc*dim], f32
   std::vector<float> base;   // [(2+hc)*hc]
   std::vector<float> scale;  // [3]
 };
 
 struct HcHeadWeights {  // hc_head_{fn,base,scale}
-  std::vector<float> fn;     // [hc, hc*dim]
+  Linear fn;                 // [hc, hc*dim], f32
   std::vector<float> base;   // [hc]
   std::vector<float> scale;  // [1]
 };

@@ -34,6 +34,14 @@ struct Linear {
   bool round_input = false;
   bool quantizes_input() const { return round_input; }
   void pack();
+  // An f32 [out, in] weight (kDense), as held before pack().
+  static Linear dense(std::vector<float> weights, int64_t out, int64_t in) {
+    Linear l;
+    l.out = out;
+    l.in = in;
+    l.w = std::move(weights);
+    return l;
+  }
   int64_t resident_bytes() const {
     return static_cast<int64_t>(4 * (w.size() + panels.size() + channel_scales.size()) + codes.size() +
                                 scales.size() + code_panels.size() + scale_panels.size());

@@ -81,6 +81,18 @@ void rope(float* x, const float* cos, const float* sin, int64_t pairs, bool inve
   }
 }
 
+void head_dots_generic(const float* q, int64_t heads, const float* const* keys, int64_t num_keys, int64_t dim,
+                       float* dots) {
+  for (int64_t j = 0; j < num_keys; ++j)
+    for (int64_t h = 0; h < heads; ++h) dots[j * heads + h] = dot(q + h * dim, keys[j], dim);
+}
+
+void head_dots(const float* q, int64_t heads, const float* const* keys, int64_t num_keys, int64_t dim, float* scratch,
+               float* dots) {
+  if (active_isa() == Isa::kAvx512) head_dots_avx512(q, heads, keys, num_keys, dim, scratch, dots);
+  else head_dots_generic(q, heads, keys, num_keys, dim, dots);
+}
+
 float sink_softmax(const float* const* keys, int64_t num_slots, float sink, float* scores) {
   float mx = -INFINITY;
   for (int64_t j = 0; j < num_slots; ++j) mx = std::fmax(mx, scores[j]);
