@@ -61,7 +61,7 @@ TEST(PackedMatmul, QuantizedPanelsEqualTheDequantizedOracle) {
   for (PanelFormat f : {PanelFormat::kBf16, PanelFormat::kFp8, PanelFormat::kFp4}) {
     const bool bf16 = f == PanelFormat::kBf16;
     const int64_t block = bf16 ? 1 : kernels::panel_block(f);
-    for (const Shape& s : {Shape{1, 16, 128}, Shape{3, 21, 256}, Shape{6, 70, 384}, Shape{1, 5, 128}, Shape{5, 130, 640}}) {
+    for (const Shape& s : {Shape{1, 16, 128}, Shape{3, 21, 256}, Shape{6, 70, 384}, Shape{1, 5, 128}, Shape{5, 130, 640}, Shape{0, 16, 128}}) {
       const int64_t blocks = bf16 ? 0 : s.k / block;
       std::vector<uint8_t> codes(s.n * s.k * (bf16 ? 2 : 1)), scales(s.n * blocks);
       std::vector<float> w(s.n * s.k);

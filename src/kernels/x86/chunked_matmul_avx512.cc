@@ -269,6 +269,7 @@ void run(const Inputs& in, int64_t m, int64_t k, const QuantizedPanels& w, int64
     return;
   }
   const int64_t slice = slice_steps(m, k);
+  if (m == 0) return;  // an idle data-parallel group
   if (m <= 4) {  // one row block: decode while multiplying
     for (int64_t t0 = 0; t0 < k; t0 += slice) {
       const int64_t t1 = std::min(k, t0 + slice);
