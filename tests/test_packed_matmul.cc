@@ -37,11 +37,13 @@ TEST(PackedMatmul, EveryIsaEqualsTheOracleBitForBit) {
     std::vector<float> packed(kernels::packed_floats(s.n, s.k));
     kernels::pack_panels(w.data(), s.n, s.k, packed.data());
     const int64_t panels = (s.n + kernels::kPanel - 1) / kernels::kPanel;
-    for (Isa isa : {Isa::kGeneric, Isa::kAvx512}) {
+    for (Isa isa : {Isa::kGeneric, Isa::kAvx2, Isa::kAvx512}) {
       if (!kernels::isa_supported(isa)) continue;
       std::vector<float> got(s.m * s.n, -1.0f);
       // In two panel ranges, as the thread pool splits it.
-      auto run = isa == Isa::kGeneric ? &kernels::matmul_packed_generic : &kernels::matmul_packed_avx512;
+      auto run = isa == Isa::kGeneric ? &kernels::matmul_packed_generic
+                 : isa == Isa::kAvx2  ? &kernels::matmul_packed_avx2
+                                      : &kernels::matmul_packed_avx512;
       run(x.data(), s.m, s.k, packed.data(), s.n, 0, panels / 2, got.data(), s.n);
       run(x.data(), s.m, s.k, packed.data(), s.n, panels / 2, panels, got.data(), s.n);
       EXPECT_EQ(0, std::memcmp(got.data(), want.data(), sizeof(float) * want.size()))
@@ -90,9 +92,11 @@ TEST(PackedMatmul, QuantizedPanelsEqualTheDequantizedOracle) {
       kernels::pack_quantized_panels(f, codes.data(), scales.data(), s.n, s.k, pc.data(), ps.data());
       const kernels::QuantizedPanels q{f, pc.data(), ps.data()};
       const int64_t panels = (s.n + kernels::kPanel - 1) / kernels::kPanel;
-      for (Isa isa : {Isa::kGeneric, Isa::kAvx512}) {
+      for (Isa isa : {Isa::kGeneric, Isa::kAvx2, Isa::kAvx512}) {
         if (!kernels::isa_supported(isa)) continue;
-        auto run = isa == Isa::kGeneric ? &kernels::matmul_quantized_generic : &kernels::matmul_quantized_avx512;
+        auto run = isa == Isa::kGeneric ? &kernels::matmul_quantized_generic
+                   : isa == Isa::kAvx2  ? &kernels::matmul_quantized_avx2
+                                        : &kernels::matmul_quantized_avx512;
         std::vector<float> got(s.m * s.n, -1.0f);
         run(x.data(), s.m, s.k, q, s.n, 0, panels, got.data(), s.n);
         EXPECT_EQ(0, std::memcmp(got.data(), want.data(), sizeof(float) * want.size()))
@@ -107,10 +111,11 @@ TEST(PackedMatmul, QuantizedPanelsEqualTheDequantizedOracle) {
       std::vector<uint32_t> pairs(s.m * s.k / 2);
       kernels::pack_bf16_pairs(rounded.data(), s.m, s.k, pairs.data());
       kernels::matmul_nt(rounded.data(), s.m, s.k, w.data(), 0, s.n, want.data(), s.n);
-      for (Isa isa : {Isa::kGeneric, Isa::kAvx512}) {
+      for (Isa isa : {Isa::kGeneric, Isa::kAvx2, Isa::kAvx512}) {
         if (!kernels::isa_supported(isa)) continue;
-        auto run =
-            isa == Isa::kGeneric ? &kernels::matmul_quantized_pairs_generic : &kernels::matmul_quantized_pairs_avx512;
+        auto run = isa == Isa::kGeneric ? &kernels::matmul_quantized_pairs_generic
+                   : isa == Isa::kAvx2  ? &kernels::matmul_quantized_pairs_avx2
+                                        : &kernels::matmul_quantized_pairs_avx512;
         std::vector<float> got(s.m * s.n, -1.0f);
         // In two panel ranges, the second starting mid register block.
         run(pairs.data(), s.m, s.k, q, s.n, 0, panels / 2, got.data(), s.n);
@@ -124,7 +129,9 @@ TEST(PackedMatmul, QuantizedPanelsEqualTheDequantizedOracle) {
 }
 
 TEST(PackedMatmul, IsaIsChosenOnceAndOverridable) {
-  const Isa best = kernels::isa_supported(Isa::kAvx512) ? Isa::kAvx512 : Isa::kGeneric;
+  const Isa best = kernels::isa_supported(Isa::kAvx512) ? Isa::kAvx512
+                   : kernels::isa_supported(Isa::kAvx2) ? Isa::kAvx2
+                                                        : Isa::kGeneric;
   if (!std::getenv("DSV4_ISA")) {
     EXPECT_EQ(kernels::active_isa(), best);
   }
@@ -136,6 +143,13 @@ TEST(PackedMatmul, IsaIsChosenOnceAndOverridable) {
   ASSERT_EQ(generic.code, 0) << generic.output;
   auto table = [](const std::string& out) { return out.substr(out.find("  tensor")); };
   EXPECT_EQ(table(fast.output), table(generic.output));
+  if (kernels::isa_supported(Isa::kAvx2)) {
+    const auto avx2 =
+        testing::run_dsv4("verify --model " + testing::golden_dir() + "/small-fp8 --chunk 7", "DSV4_ISA=avx2");
+    ASSERT_EQ(avx2.code, 0) << avx2.output;
+    EXPECT_EQ(table(avx2.output), table(generic.output));
+    EXPECT_NE(avx2.output.find("kernels avx2"), std::string::npos) << avx2.output;
+  }
   EXPECT_NE(fast.output.find(std::string("kernels ") + kernels::isa_name(best)), std::string::npos) << fast.output;
   EXPECT_NE(generic.output.find("kernels generic"), std::string::npos) << generic.output;
 }

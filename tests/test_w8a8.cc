@@ -76,9 +76,11 @@ TEST(W8a8Kernels, EveryIsaEqualsTheIntegerSum) {
     kernels::pack_int8_panels(w.data(), channel.data(), s.n, s.k, codes.data(), extra.data());
     const kernels::Int8Panels q{codes.data(), extra.data()};
     const int64_t panels = (s.n + kernels::kPanel - 1) / kernels::kPanel;
-    for (Isa isa : {Isa::kGeneric, Isa::kAvx512}) {
+    for (Isa isa : {Isa::kGeneric, Isa::kAvx2, Isa::kAvx512}) {
       if (!kernels::isa_supported(isa)) continue;
-      auto run = isa == Isa::kGeneric ? &kernels::matmul_int8_generic : &kernels::matmul_int8_avx512;
+      auto run = isa == Isa::kGeneric ? &kernels::matmul_int8_generic
+                 : isa == Isa::kAvx2  ? &kernels::matmul_int8_avx2
+                                      : &kernels::matmul_int8_avx512;
       std::vector<float> got(s.m * s.n, -1.0f);
       run(biased.data(), row_scales.data(), s.m, s.k, q, s.n, 0, panels / 2, got.data(), s.n);
       run(biased.data(), row_scales.data(), s.m, s.k, q, s.n, panels / 2, panels, got.data(), s.n);

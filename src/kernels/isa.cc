@@ -10,9 +10,10 @@ namespace {
 Isa detect() {
   if (const char* env = std::getenv("DSV4_ISA")) {
     if (!std::strcmp(env, "generic")) return Isa::kGeneric;
+    if (!std::strcmp(env, "avx2") && isa_supported(Isa::kAvx2)) return Isa::kAvx2;
     if (!std::strcmp(env, "avx512") && isa_supported(Isa::kAvx512)) return Isa::kAvx512;
   }
-  return isa_supported(Isa::kAvx512) ? Isa::kAvx512 : Isa::kGeneric;
+  return isa_supported(Isa::kAvx512) ? Isa::kAvx512 : isa_supported(Isa::kAvx2) ? Isa::kAvx2 : Isa::kGeneric;
 }
 
 std::atomic<Isa>& current() {
@@ -25,6 +26,7 @@ std::atomic<Isa>& current() {
 bool isa_supported(Isa isa) {
   switch (isa) {
     case Isa::kGeneric: return true;
+    case Isa::kAvx2: return __builtin_cpu_supports("avx2");
     // The FP8/FP4 kernels decode with VBMI byte permutes and add with BF16
     // dot products; W8A8 uses VNNI.
     case Isa::kAvx512:
@@ -39,6 +41,13 @@ Isa active_isa() { return current().load(std::memory_order_relaxed); }
 
 void set_isa(Isa isa) { current().store(isa_supported(isa) ? isa : Isa::kGeneric); }
 
-const char* isa_name(Isa isa) { return isa == Isa::kAvx512 ? "avx512" : "generic"; }
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx512: return "avx512";
+    case Isa::kAvx2: return "avx2";
+    case Isa::kGeneric: break;
+  }
+  return "generic";
+}
 
 }  // namespace dsv4::kernels

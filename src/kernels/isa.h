@@ -1,11 +1,13 @@
 // Which instruction set the kernels use: the best this CPU has, chosen once
-// at start-up; DSV4_ISA=generic|avx512 overrides it (tests run every path
-// against the generic kernels).
+// at start-up; DSV4_ISA=generic|avx2|avx512 overrides it (tests run every
+// path against the generic kernels). AVX-512 here means the Zen 4 / Sapphire
+// Rapids set: F, BW, VBMI, VNNI and BF16. On AVX2 the GEMMs are vectorized
+// and the attention, Hadamard and rounding kernels run generic.
 #pragma once
 
 namespace dsv4::kernels {
 
-enum class Isa { kGeneric, kAvx512 };
+enum class Isa { kGeneric, kAvx2, kAvx512 };
 
 Isa active_isa();
 const char* isa_name(Isa isa);

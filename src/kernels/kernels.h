@@ -143,6 +143,16 @@ void matmul_int8_avx512(const uint8_t* biased, const float* row_scales, int64_t 
 // the hardware prefetcher follows best in decode).
 inline int64_t slice_steps(int64_t m, int64_t k) { return m <= 4 ? k : 256; }
 
+// The AVX2 bodies (for CPUs without AVX-512), the same bits.
+void matmul_packed_avx2(const float* x, int64_t m, int64_t k, const float* packed, int64_t n, int64_t p_begin,
+                        int64_t p_end, float* y, int64_t ldy);
+void matmul_quantized_avx2(const float* x, int64_t m, int64_t k, const QuantizedPanels& w, int64_t n, int64_t p_begin,
+                           int64_t p_end, float* y, int64_t ldy);
+void matmul_quantized_pairs_avx2(const uint32_t* pairs, int64_t m, int64_t k, const QuantizedPanels& w, int64_t n,
+                                 int64_t p_begin, int64_t p_end, float* y, int64_t ldy);
+void matmul_int8_avx2(const uint8_t* biased, const float* row_scales, int64_t m, int64_t k, const Int8Panels& w,
+                      int64_t n, int64_t p_begin, int64_t p_end, float* y, int64_t ldy);
+
 // The generic and AVX-512 bodies, for tests.
 void matmul_packed_generic(const float* x, int64_t m, int64_t k, const float* packed, int64_t n, int64_t p_begin,
                            int64_t p_end, float* y, int64_t ldy);
