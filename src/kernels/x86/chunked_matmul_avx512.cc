@@ -20,6 +20,7 @@
 #include "base/dtype.h"
 #include "kernels/kernels.h"
 #include "kernels/x86/chunked_matmul_avx512.h"
+#include "kernels/x86/register_blocks.h"
 
 #define DSV4_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512bf16")))
 
@@ -109,6 +110,20 @@ struct Inputs {
   const uint32_t* pairs;  // BF16 pair rows
 };
 
+// Panel pp's pair vector (steps t, t + 1) times f32 inputs: split into the
+// two steps' weights, each product rounded and added in turn.
+template <int R, int P>
+DSV4_AVX512_BF16 inline void add_pair_f32(__m512 (&acc)[R][P], int pp, __m512i pair, const float* x, int64_t k,
+                                          int64_t i, int64_t t) {
+  const __m512 first = _mm512_castsi512_ps(_mm512_and_si512(pair, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+  const __m512 second = _mm512_castsi512_ps(_mm512_slli_epi32(pair, 16));
+  for (int r = 0; r < R; ++r) {
+    const float* xr = x + (i + r) * k + t;
+    acc[r][pp] = _mm512_add_ps(acc[r][pp], _mm512_mul_ps(_mm512_set1_ps(xr[0]), first));
+    acc[r][pp] = _mm512_add_ps(acc[r][pp], _mm512_mul_ps(_mm512_set1_ps(xr[1]), second));
+  }
+}
+
 // Rows [i, i + R) x panels [p, p + P), steps [t0, t1); first: start from 0.
 template <int R, int P, class Chunks, bool kPairs>
 DSV4_AVX512_BF16 void chunk_block(const Inputs& in, int64_t k, const QuantizedPanels& w, int64_t n, int64_t i,
@@ -117,13 +132,7 @@ DSV4_AVX512_BF16 void chunk_block(const Inputs& in, int64_t k, const QuantizedPa
   const int64_t blocks = (k + Chunks::kBlock - 1) / Chunks::kBlock;
   __m512 acc[R][P];
   __mmask16 mask[P];
-  for (int pp = 0; pp < P; ++pp) {
-    const int64_t cols = std::min(kPanel, n - (p + pp) * kPanel);
-    mask[pp] = static_cast<__mmask16>((1u << cols) - 1);
-    for (int r = 0; r < R; ++r)
-      acc[r][pp] = first ? _mm512_setzero_ps()
-                         : _mm512_maskz_loadu_ps(mask[pp], y + (i + r) * ldy + (p + pp) * kPanel);
-  }
+  start_block<R, P>(acc, mask, n, i, p, first, y, ldy);
   __m512i steps[P] = {};
   for (int64_t t = t0; t < t1; t += Chunks::kSteps) {
     if (t % Chunks::kBlock == 0)
@@ -139,43 +148,12 @@ DSV4_AVX512_BF16 void chunk_block(const Inputs& in, int64_t k, const QuantizedPa
             acc[r][pp] = _mm512_dpbf16_ps(acc[r][pp], reinterpret_cast<__m512bh>(wg), reinterpret_cast<__m512bh>(xb));
           }
         } else {
-          const __m512 first_step = _mm512_castsi512_ps(_mm512_and_si512(wg, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
-          const __m512 second_step = _mm512_castsi512_ps(_mm512_slli_epi32(wg, 16));
-          for (int r = 0; r < R; ++r) {
-            const float* xr = in.x + (i + r) * k + t + 2 * G;
-            acc[r][pp] = _mm512_add_ps(acc[r][pp], _mm512_mul_ps(_mm512_set1_ps(xr[0]), first_step));
-            acc[r][pp] = _mm512_add_ps(acc[r][pp], _mm512_mul_ps(_mm512_set1_ps(xr[1]), second_step));
-          }
+          add_pair_f32<R, P>(acc, pp, wg, in.x, k, i, t + 2 * G);
         }
       }
     }
   }
-  for (int r = 0; r < R; ++r)
-    for (int pp = 0; pp < P; ++pp) _mm512_mask_storeu_ps(y + (i + r) * ldy + (p + pp) * kPanel, mask[pp], acc[r][pp]);
-}
-
-template <class Chunks, bool kPairs>
-using BlockFn = void (*)(const Inputs&, int64_t, const QuantizedPanels&, int64_t, int64_t, int64_t, int64_t, int64_t,
-                         bool, float*, int64_t);
-
-template <int R, class Chunks, bool kPairs>
-BlockFn<Chunks, kPairs> pick(int64_t panels) {
-  switch (panels) {
-    case 1: return &chunk_block<R, 1, Chunks, kPairs>;
-    case 2: return &chunk_block<R, 2, Chunks, kPairs>;
-    case 3: return &chunk_block<R, 3, Chunks, kPairs>;
-    default: return &chunk_block<R, 4, Chunks, kPairs>;
-  }
-}
-
-template <class Chunks, bool kPairs>
-BlockFn<Chunks, kPairs> pick(int64_t rows, int64_t panels) {
-  switch (rows) {
-    case 1: return pick<1, Chunks, kPairs>(panels);
-    case 2: return pick<2, Chunks, kPairs>(panels);
-    case 3: return pick<3, Chunks, kPairs>(panels);
-    default: return pick<4, Chunks, kPairs>(panels);
-  }
+  finish_block<R, P>(acc, mask, i, p, y, ldy);
 }
 
 // Panels [p, p + np) over steps [t0, t1) decoded once into BF16 pair
@@ -204,13 +182,7 @@ DSV4_AVX512_BF16 void decoded_block(const Inputs& in, int64_t k, const __m512i* 
   const int64_t pairs = (t1 - t0) / 2;
   __m512 acc[R][P];
   __mmask16 mask[P];
-  for (int pp = 0; pp < P; ++pp) {
-    const int64_t cols = std::min(kPanel, n - (p + pp) * kPanel);
-    mask[pp] = static_cast<__mmask16>((1u << cols) - 1);
-    for (int r = 0; r < R; ++r)
-      acc[r][pp] = first ? _mm512_setzero_ps()
-                         : _mm512_maskz_loadu_ps(mask[pp], y + (i + r) * ldy + (p + pp) * kPanel);
-  }
+  start_block<R, P>(acc, mask, n, i, p, first, y, ldy);
   for (int64_t q = 0; q < pairs; ++q) {
     __m512i wg[P];
     for (int pp = 0; pp < P; ++pp) wg[pp] = _mm512_load_si512(decoded + pp * pairs + q);
@@ -222,42 +194,11 @@ DSV4_AVX512_BF16 void decoded_block(const Inputs& in, int64_t k, const __m512i* 
       }
     } else {
       for (int pp = 0; pp < P; ++pp) {
-        const __m512 first_step = _mm512_castsi512_ps(_mm512_and_si512(wg[pp], _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
-        const __m512 second_step = _mm512_castsi512_ps(_mm512_slli_epi32(wg[pp], 16));
-        for (int r = 0; r < R; ++r) {
-          const float* xr = in.x + (i + r) * k + t0 + 2 * q;
-          acc[r][pp] = _mm512_add_ps(acc[r][pp], _mm512_mul_ps(_mm512_set1_ps(xr[0]), first_step));
-          acc[r][pp] = _mm512_add_ps(acc[r][pp], _mm512_mul_ps(_mm512_set1_ps(xr[1]), second_step));
-        }
+        add_pair_f32<R, P>(acc, pp, wg[pp], in.x, k, i, t0 + 2 * q);
       }
     }
   }
-  for (int r = 0; r < R; ++r)
-    for (int pp = 0; pp < P; ++pp) _mm512_mask_storeu_ps(y + (i + r) * ldy + (p + pp) * kPanel, mask[pp], acc[r][pp]);
-}
-
-template <bool kPairs>
-using DecodedFn = void (*)(const Inputs&, int64_t, const __m512i*, int64_t, int64_t, int64_t, int64_t, int64_t, bool,
-                           float*, int64_t);
-
-template <int R, bool kPairs>
-DecodedFn<kPairs> pick_decoded(int64_t panels) {
-  switch (panels) {
-    case 1: return &decoded_block<R, 1, kPairs>;
-    case 2: return &decoded_block<R, 2, kPairs>;
-    case 3: return &decoded_block<R, 3, kPairs>;
-    default: return &decoded_block<R, 4, kPairs>;
-  }
-}
-
-template <bool kPairs>
-DecodedFn<kPairs> pick_decoded(int64_t rows, int64_t panels) {
-  switch (rows) {
-    case 1: return pick_decoded<1, kPairs>(panels);
-    case 2: return pick_decoded<2, kPairs>(panels);
-    case 3: return pick_decoded<3, kPairs>(panels);
-    default: return pick_decoded<4, kPairs>(panels);
-  }
+  finish_block<R, P>(acc, mask, i, p, y, ldy);
 }
 
 template <class Chunks, bool kPairs>
@@ -274,7 +215,9 @@ void run(const Inputs& in, int64_t m, int64_t k, const QuantizedPanels& w, int64
     for (int64_t t0 = 0; t0 < k; t0 += slice) {
       const int64_t t1 = std::min(k, t0 + slice);
       for (int64_t p = p_begin; p < p_end; p += 4)
-        pick<Chunks, kPairs>(m, std::min<int64_t>(4, p_end - p))(in, k, w, n, 0, p, t0, t1, t0 == 0, y, ldy);
+        with_block(m, p_end - p, [&]<int R, int P>() {
+          chunk_block<R, P, Chunks, kPairs>(in, k, w, n, 0, p, t0, t1, t0 == 0, y, ldy);
+        });
     }
     return;
   }
@@ -287,7 +230,9 @@ void run(const Inputs& in, int64_t m, int64_t k, const QuantizedPanels& w, int64
       const int64_t np = std::min<int64_t>(4, p_end - p);
       decode_slice<Chunks>(w, k, p, np, t0, t1, decoded);
       for (int64_t i = 0; i < m; i += 4)
-        pick_decoded<kPairs>(std::min<int64_t>(4, m - i), np)(in, k, decoded, n, i, p, t0, t1, t0 == 0, y, ldy);
+        with_block(m - i, np, [&]<int R, int P>() {
+          decoded_block<R, P, kPairs>(in, k, decoded, n, i, p, t0, t1, t0 == 0, y, ldy);
+        });
     }
   }
 }

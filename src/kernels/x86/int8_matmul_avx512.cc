@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "kernels/kernels.h"
+#include "kernels/x86/register_blocks.h"
 
 #define DSV4_VNNI __attribute__((target("avx512f,avx512bw,avx512vnni")))
 
@@ -43,28 +44,6 @@ DSV4_VNNI void int8_block(const uint8_t* biased, const float* row_scales, int64_
   }
 }
 
-using BlockFn = void (*)(const uint8_t*, const float*, int64_t, const Int8Panels&, int64_t, int64_t, int64_t, float*,
-                         int64_t);
-
-template <int R>
-BlockFn pick(int64_t panels) {
-  switch (panels) {
-    case 1: return &int8_block<R, 1>;
-    case 2: return &int8_block<R, 2>;
-    case 3: return &int8_block<R, 3>;
-    default: return &int8_block<R, 4>;
-  }
-}
-
-BlockFn pick(int64_t rows, int64_t panels) {
-  switch (rows) {
-    case 1: return pick<1>(panels);
-    case 2: return pick<2>(panels);
-    case 3: return pick<3>(panels);
-    default: return pick<4>(panels);
-  }
-}
-
 }  // namespace
 
 void matmul_int8_avx512(const uint8_t* biased, const float* row_scales, int64_t m, int64_t k, const Int8Panels& w,
@@ -72,7 +51,8 @@ void matmul_int8_avx512(const uint8_t* biased, const float* row_scales, int64_t 
   const int64_t kp = int8_padded_k(k);
   for (int64_t p = p_begin; p < p_end; p += 4) {
     const int64_t np = std::min<int64_t>(4, p_end - p);
-    for (int64_t i = 0; i < m; i += 4) pick(std::min<int64_t>(4, m - i), np)(biased, row_scales, kp, w, n, i, p, y, ldy);
+    for (int64_t i = 0; i < m; i += 4)
+      with_block(m - i, np, [&]<int R, int P>() { int8_block<R, P>(biased, row_scales, kp, w, n, i, p, y, ldy); });
   }
 }
 

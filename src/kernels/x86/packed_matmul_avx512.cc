@@ -9,6 +9,7 @@
 
 #include "kernels/kernels.h"
 #include "kernels/x86/chunked_matmul_avx512.h"
+#include "kernels/x86/register_blocks.h"
 
 #define DSV4_AVX512 __attribute__((target("avx512f,avx512bw")))
 
@@ -38,13 +39,7 @@ DSV4_AVX512 void block(const float* x, int64_t k, const Source& src, int64_t n, 
                        int64_t t1, bool first, float* y, int64_t ldy) {
   __m512 acc[R][P];
   __mmask16 mask[P];
-  for (int pp = 0; pp < P; ++pp) {
-    const int64_t cols = std::min(kPanel, n - (p + pp) * kPanel);
-    mask[pp] = static_cast<__mmask16>((1u << cols) - 1);
-    for (int r = 0; r < R; ++r)
-      acc[r][pp] = first ? _mm512_setzero_ps()
-                         : _mm512_maskz_loadu_ps(mask[pp], y + (i + r) * ldy + (p + pp) * kPanel);
-  }
+  start_block<R, P>(acc, mask, n, i, p, first, y, ldy);
   for (int64_t t = t0; t < t1; ++t) {
     __m512 w[P];
     for (int pp = 0; pp < P; ++pp) w[pp] = src.load(p + pp, t);
@@ -53,32 +48,7 @@ DSV4_AVX512 void block(const float* x, int64_t k, const Source& src, int64_t n, 
       for (int pp = 0; pp < P; ++pp) acc[r][pp] = _mm512_add_ps(acc[r][pp], _mm512_mul_ps(xb, w[pp]));
     }
   }
-  for (int r = 0; r < R; ++r)
-    for (int pp = 0; pp < P; ++pp) _mm512_mask_storeu_ps(y + (i + r) * ldy + (p + pp) * kPanel, mask[pp], acc[r][pp]);
-}
-
-template <class Source>
-using BlockFn = void (*)(const float*, int64_t, const Source&, int64_t, int64_t, int64_t, int64_t, int64_t, bool,
-                         float*, int64_t);
-
-template <int R, class Source>
-BlockFn<Source> pick(int64_t panels) {
-  switch (panels) {
-    case 1: return &block<R, 1, Source>;
-    case 2: return &block<R, 2, Source>;
-    case 3: return &block<R, 3, Source>;
-    default: return &block<R, 4, Source>;
-  }
-}
-
-template <class Source>
-BlockFn<Source> pick(int64_t rows, int64_t panels) {
-  switch (rows) {
-    case 1: return pick<1, Source>(panels);
-    case 2: return pick<2, Source>(panels);
-    case 3: return pick<3, Source>(panels);
-    default: return pick<4, Source>(panels);
-  }
+  finish_block<R, P>(acc, mask, i, p, y, ldy);
 }
 
 template <class Source>
@@ -96,7 +66,7 @@ void run(const float* x, int64_t m, int64_t k, const Source& src, int64_t n, int
       const int64_t np = std::min<int64_t>(4, p_end - p);
       for (int64_t i = 0; i < m; i += 4) {
         const int64_t nr = std::min<int64_t>(4, m - i);
-        pick<Source>(nr, np)(x, k, src, n, i, p, t0, t1, t0 == 0, y, ldy);
+        with_block(nr, np, [&]<int R, int P>() { block<R, P, Source>(x, k, src, n, i, p, t0, t1, t0 == 0, y, ldy); });
       }
     }
   }
