@@ -47,6 +47,16 @@ TEST(W8a8Kernels, RowQuantizationIsSymmetricPerRow) {
     }
     EXPECT_EQ(max_q, i == 2 ? 0 : 127) << "row " << i;
   }
+  if (kernels::isa_supported(Isa::kAvx512)) {  // the same bytes and scales
+    std::vector<uint8_t> fast(biased.size());
+    std::vector<float> fast_scales(m);
+    kernels::quantize_rows_int8_avx512(x.data(), m, k, fast.data(), fast_scales.data());
+    std::vector<uint8_t> slow(biased.size());
+    std::vector<float> slow_scales(m);
+    kernels::quantize_rows_int8_generic(x.data(), m, k, slow.data(), slow_scales.data());
+    EXPECT_EQ(fast, slow);
+    EXPECT_EQ(fast_scales, slow_scales);
+  }
 }
 
 TEST(W8a8Kernels, EveryIsaEqualsTheIntegerSum) {

@@ -126,6 +126,8 @@ void pack_int8_panels(const int8_t* codes, const float* channel_scales, int64_t 
                       uint8_t* sums_and_scales);
 // x [m, k] -> biased [m, int8_padded_k(k)] and row_scales [m].
 void quantize_rows_int8(const float* x, int64_t m, int64_t k, uint8_t* biased, float* row_scales);
+void quantize_rows_int8_generic(const float* x, int64_t m, int64_t k, uint8_t* biased, float* row_scales);
+void quantize_rows_int8_avx512(const float* x, int64_t m, int64_t k, uint8_t* biased, float* row_scales);
 struct Int8Panels {
   const uint8_t* codes;
   const uint8_t* sums_and_scales;

@@ -38,6 +38,11 @@ void pack_int8_panels(const int8_t* codes, const float* channel_scales, int64_t 
 }
 
 void quantize_rows_int8(const float* x, int64_t m, int64_t k, uint8_t* biased, float* row_scales) {
+  if (active_isa() == Isa::kAvx512) return quantize_rows_int8_avx512(x, m, k, biased, row_scales);
+  quantize_rows_int8_generic(x, m, k, biased, row_scales);
+}
+
+void quantize_rows_int8_generic(const float* x, int64_t m, int64_t k, uint8_t* biased, float* row_scales) {
   const int64_t kp = int8_padded_k(k);
   for (int64_t i = 0; i < m; ++i) {
     const float* xi = x + i * k;

@@ -5,6 +5,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "kernels/kernels.h"
 #include "kernels/x86/register_blocks.h"
@@ -53,6 +54,39 @@ void matmul_int8_avx512(const uint8_t* biased, const float* row_scales, int64_t 
     const int64_t np = std::min<int64_t>(4, p_end - p);
     for (int64_t i = 0; i < m; i += 4)
       with_block(m - i, np, [&]<int R, int P>() { int8_block<R, P>(biased, row_scales, kp, w, n, i, p, y, ldy); });
+  }
+}
+
+}  // namespace dsv4::kernels
+
+namespace dsv4::kernels {
+
+__attribute__((target("avx512f,avx512bw"))) void quantize_rows_int8_avx512(const float* x, int64_t m, int64_t k,
+                                                                           uint8_t* biased, float* row_scales) {
+  const int64_t kp = int8_padded_k(k);
+  for (int64_t i = 0; i < m; ++i) {
+    const float* xi = x + i * k;
+    __m512 amax = _mm512_setzero_ps();
+    int64_t t = 0;
+    for (; t + 16 <= k; t += 16) amax = _mm512_max_ps(amax, _mm512_abs_ps(_mm512_loadu_ps(xi + t)));
+    float top = _mm512_reduce_max_ps(amax);
+    for (; t < k; ++t) top = std::max(top, std::fabs(xi[t]));
+    const float scale = top > 0.0f ? top / 127.0f : 1.0f;
+    row_scales[i] = scale;
+    // The generic kernel's steps: x / scale, clamped to +-127, rounded to
+    // nearest even, + 128.
+    const __m512 vscale = _mm512_set1_ps(scale), lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
+    uint8_t* out = biased + i * kp;
+    for (t = 0; t + 16 <= k; t += 16) {
+      const __m512 q = _mm512_min_ps(hi, _mm512_max_ps(lo, _mm512_div_ps(_mm512_loadu_ps(xi + t), vscale)));
+      const __m512i v = _mm512_add_epi32(_mm512_cvtps_epi32(_mm512_roundscale_ps(q, _MM_FROUND_TO_NEAREST_INT)),
+                                         _mm512_set1_epi32(128));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + t), _mm512_cvtepi32_epi8(v));
+    }
+    for (; t < kp; ++t) {
+      const float q = t < k ? std::nearbyint(std::fmin(127.0f, std::fmax(-127.0f, xi[t] / scale))) : 0.0f;
+      out[t] = static_cast<uint8_t>(static_cast<int>(q) + 128);
+    }
   }
 }
 
