@@ -105,6 +105,11 @@ DSV4_AVX512_BF16 inline __m512i scaled(__m512i weights, __m512i steps) {
   return _mm512_mask_add_epi16(weights, nonzero, weights, steps);
 }
 
+// How far ahead each panel's code stream is prefetched in decode (the
+// hardware prefetcher alone left the FP8 GEMVs about a quarter short; the
+// BF16 and f32 panels, read twice as fast per byte, do better without).
+constexpr int kPrefetchBytes = 1024;
+
 struct Inputs {
   const float* x;         // f32 rows, or
   const uint32_t* pairs;  // BF16 pair rows
@@ -139,7 +144,9 @@ DSV4_AVX512_BF16 void chunk_block(const Inputs& in, int64_t k, const QuantizedPa
       for (int pp = 0; pp < P; ++pp) steps[pp] = exponent_steps(w.scales + ((p + pp) * blocks + t / Chunks::kBlock) * kPanel);
     for (int pp = 0; pp < P; ++pp) {
       __m512i g[Chunks::kGroups];
-      chunks.decode(w.codes + ((p + pp) * k + t) / Chunks::kSteps * kChunkBytes, g);
+      const uint8_t* chunk = w.codes + ((p + pp) * k + t) / Chunks::kSteps * kChunkBytes;
+      _mm_prefetch(reinterpret_cast<const char*>(chunk) + kPrefetchBytes, _MM_HINT_T0);
+      chunks.decode(chunk, g);
       for (int G = 0; G < Chunks::kGroups; ++G) {
         const __m512i wg = scaled(g[G], steps[pp]);
         if constexpr (kPairs) {
