@@ -15,4 +15,15 @@ bool isa_supported(Isa isa);
 // For tests: runs the kernels on `isa` from now on (must be supported).
 void set_isa(Isa isa);
 
+// Calls the body for the active ISA (bodies share one signature).
+template <class Fn, class... Args>
+inline void by_isa(Fn* avx512, Fn* avx2, Fn* generic, Args&&... args) {
+  switch (active_isa()) {
+    case Isa::kAvx512: return avx512(static_cast<Args&&>(args)...);
+    case Isa::kAvx2: return avx2(static_cast<Args&&>(args)...);
+    case Isa::kGeneric: break;
+  }
+  generic(static_cast<Args&&>(args)...);
+}
+
 }  // namespace dsv4::kernels

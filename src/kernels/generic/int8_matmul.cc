@@ -83,12 +83,8 @@ void matmul_int8_generic(const uint8_t* biased, const float* row_scales, int64_t
 
 void matmul_int8(const uint8_t* biased, const float* row_scales, int64_t m, int64_t k, const Int8Panels& w, int64_t n,
                  int64_t p_begin, int64_t p_end, float* y, int64_t ldy) {
-  switch (active_isa()) {
-    case Isa::kAvx512: return matmul_int8_avx512(biased, row_scales, m, k, w, n, p_begin, p_end, y, ldy);
-    case Isa::kAvx2: return matmul_int8_avx2(biased, row_scales, m, k, w, n, p_begin, p_end, y, ldy);
-    case Isa::kGeneric: break;
-  }
-  matmul_int8_generic(biased, row_scales, m, k, w, n, p_begin, p_end, y, ldy);
+  by_isa(&matmul_int8_avx512, &matmul_int8_avx2, &matmul_int8_generic,
+         biased, row_scales, m, k, w, n, p_begin, p_end, y, ldy);
 }
 
 }  // namespace dsv4::kernels

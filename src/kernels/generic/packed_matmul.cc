@@ -153,32 +153,20 @@ void matmul_quantized_pairs_generic(const uint32_t* pairs, int64_t m, int64_t k,
 
 void matmul_quantized_pairs(const uint32_t* pairs, int64_t m, int64_t k, const QuantizedPanels& w, int64_t n,
                             int64_t p_begin, int64_t p_end, float* y, int64_t ldy) {
-  switch (active_isa()) {
-    case Isa::kAvx512: return matmul_quantized_pairs_avx512(pairs, m, k, w, n, p_begin, p_end, y, ldy);
-    case Isa::kAvx2: return matmul_quantized_pairs_avx2(pairs, m, k, w, n, p_begin, p_end, y, ldy);
-    case Isa::kGeneric: break;
-  }
-  matmul_quantized_pairs_generic(pairs, m, k, w, n, p_begin, p_end, y, ldy);
+  by_isa(&matmul_quantized_pairs_avx512, &matmul_quantized_pairs_avx2, &matmul_quantized_pairs_generic,
+         pairs, m, k, w, n, p_begin, p_end, y, ldy);
 }
 
 void matmul_quantized(const float* x, int64_t m, int64_t k, const QuantizedPanels& w, int64_t n, int64_t p_begin,
                       int64_t p_end, float* y, int64_t ldy) {
-  switch (active_isa()) {
-    case Isa::kAvx512: return matmul_quantized_avx512(x, m, k, w, n, p_begin, p_end, y, ldy);
-    case Isa::kAvx2: return matmul_quantized_avx2(x, m, k, w, n, p_begin, p_end, y, ldy);
-    case Isa::kGeneric: break;
-  }
-  matmul_quantized_generic(x, m, k, w, n, p_begin, p_end, y, ldy);
+  by_isa(&matmul_quantized_avx512, &matmul_quantized_avx2, &matmul_quantized_generic,
+         x, m, k, w, n, p_begin, p_end, y, ldy);
 }
 
 void matmul_packed(const float* x, int64_t m, int64_t k, const float* packed, int64_t n, int64_t p_begin,
                    int64_t p_end, float* y, int64_t ldy) {
-  switch (active_isa()) {
-    case Isa::kAvx512: return matmul_packed_avx512(x, m, k, packed, n, p_begin, p_end, y, ldy);
-    case Isa::kAvx2: return matmul_packed_avx2(x, m, k, packed, n, p_begin, p_end, y, ldy);
-    case Isa::kGeneric: break;
-  }
-  matmul_packed_generic(x, m, k, packed, n, p_begin, p_end, y, ldy);
+  by_isa(&matmul_packed_avx512, &matmul_packed_avx2, &matmul_packed_generic,
+         x, m, k, packed, n, p_begin, p_end, y, ldy);
 }
 
 }  // namespace dsv4::kernels
