@@ -13,6 +13,7 @@
 #include "model/deepseek_v4.h"
 #include "model/safetensors_writer.h"
 #include "model/synthetic.h"
+#include "test_util.h"
 
 namespace dsv4 {
 namespace {
@@ -51,20 +52,7 @@ class BrokenCheckpoint : public ::testing::Test {
   // Rewrites model.safetensors through `edit`, which may drop or change tensors.
   template <class Edit>
   void rewrite(Edit edit) {
-    auto ckpt = Checkpoint::open(dir_);
-    ASSERT_TRUE(ckpt.ok());
-    auto file = SafetensorsFile::open(dir_ + "/model.safetensors");
-    ASSERT_TRUE(file.ok());
-    SafetensorsWriter w;
-    for (const auto& [name, t] : (*file)->tensors()) {
-      std::vector<uint8_t> bytes(t.data, t.data + t.nbytes);
-      DType dtype = t.dtype;
-      std::vector<int64_t> shape = t.shape;
-      if (!edit(name, &dtype, &shape, &bytes)) continue;
-      w.add(name, dtype, shape, std::move(bytes));
-    }
-    file->reset();
-    ASSERT_TRUE(w.write(dir_ + "/model.safetensors").ok());
+    testing::rewrite_safetensors(dir_ + "/model.safetensors", edit);
   }
 
   std::string dir_, golden_;

@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "model/deepseek_v4.h"
+#include "model/safetensors.h"
+#include "model/safetensors_writer.h"
 #include "sched/sampling_params.h"
 
 namespace dsv4::testing {
@@ -73,6 +75,25 @@ inline double rel_l2(const float* a, const float* b, int64_t n) {
     den += static_cast<double>(b[i]) * b[i];
   }
   return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+// Rewrites the safetensors file at `path` through `edit(name, &dtype,
+// &shape, &bytes)`, which may change a tensor or drop it (return false).
+template <class Edit>
+inline void rewrite_safetensors(const std::string& path, Edit edit) {
+  SafetensorsWriter w;
+  {
+    auto file = SafetensorsFile::open(path);
+    ASSERT_TRUE(file.ok()) << file.status().message();
+    for (const auto& [name, t] : (*file)->tensors()) {
+      std::vector<uint8_t> bytes(t.data, t.data + t.nbytes);
+      DType dtype = t.dtype;
+      std::vector<int64_t> shape = t.shape;
+      if (!edit(name, &dtype, &shape, &bytes)) continue;
+      w.add(name, dtype, shape, std::move(bytes));
+    }
+  }
+  ASSERT_TRUE(w.write(path).ok());
 }
 
 }  // namespace dsv4::testing

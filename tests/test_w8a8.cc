@@ -170,6 +170,53 @@ TEST_F(ConvertW8a8, AnInterruptedRunResumesAndWritesTheSameBytes) {
   EXPECT_EQ(verify().code, 0);
 }
 
+// Broken W8A8 and FP8 scales are load errors that name the tensor.
+TEST_F(ConvertW8a8, BrokenScalesAreClearLoadErrors) {
+  convert();
+  const std::string shard = out_ + "/model.safetensors";
+  const std::string golden = " --golden " + testing::golden_dir() + "/small-fp8/golden.safetensors";
+  testing::rewrite_safetensors(shard, [](const std::string& name, DType*, std::vector<int64_t>* shape,
+                                         std::vector<uint8_t>* bytes) {
+    if (name == "layers.1.attn.wq_b.weight_scale") {  // one scale short
+      shape->at(0) -= 1;
+      bytes->resize(bytes->size() - 4);
+    }
+    return true;
+  });
+  auto r = testing::run_dsv4("verify --model " + out_ + golden);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("layers.1.attn.wq_b.weight_scale"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("one scale per output channel"), std::string::npos) << r.output;
+
+  fs::remove(shard);
+  convert();
+  testing::rewrite_safetensors(shard, [](const std::string& name, DType*, std::vector<int64_t>*,
+                                         std::vector<uint8_t>* bytes) {
+    if (name == "layers.0.attn.wq_a.weight_scale") {
+      const float negative = -1.0f;
+      std::memcpy(bytes->data() + 4 * 3, &negative, 4);
+    }
+    return true;
+  });
+  r = testing::run_dsv4("verify --model " + out_ + golden);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("layers.0.attn.wq_a.weight_scale"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("not a finite non-negative scale"), std::string::npos) << r.output;
+
+  // An FP8 block scale of 2^127 (the kernels add scales to exponents).
+  fs::remove(shard);
+  convert();
+  testing::rewrite_safetensors(shard, [](const std::string& name, DType*, std::vector<int64_t>*,
+                                         std::vector<uint8_t>* bytes) {
+    if (name == "layers.0.attn.wo_a.scale") (*bytes)[0] = 254;
+    return true;
+  });
+  r = testing::run_dsv4("verify --model " + out_ + golden);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("layers.0.attn.wo_a.scale"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("outside 2^-117..2^118"), std::string::npos) << r.output;
+}
+
 TEST_F(ConvertW8a8, BadArgumentsAreClearErrors) {
   auto r = testing::run_dsv4("convert --to w4a16 --model " + testing::golden_dir() + "/small-fp8 --out " + out_);
   EXPECT_EQ(r.code, 2);
