@@ -8,17 +8,21 @@ namespace dsv4::app {
 namespace {
 const char* kHelp =
     "usage: dsv4 mkmodel --out DIR [--preset default|small|bench] [--config JSON] [--weights bf16|fp8]\n"
-    "                    [--seed S] [--shards N]\n"
+    "                    [--seed S] [--shards N] [--mtp-copies-last-block]\n"
     "  --preset   base configuration (default: the embedded default model; bench: Flash shapes scaled\n"
     "             down, about 4 GB with --weights fp8)\n"
     "  --config   JSON object of config.json fields merged over the preset\n"
     "  --weights  bf16 (default) or fp8: FP8 128x128 blocks, FP4 routed experts\n"
     "  --seed     random seed (default 0)\n"
-    "  --shards   number of safetensors files (default 2, with an index)\n";
+    "  --shards   number of safetensors files (default 2, with an index)\n"
+    "  --mtp-copies-last-block  the MTP block copies the last main block (and the main head), e_proj\n"
+    "             is the identity, h_proj zero, and the blocks before the last add nothing (zero wo_b,\n"
+    "             w2): a drafter that agrees with the model most of the time\n";
 }
 
 int cmd_mkmodel(int argc, char** argv) {
-  Args args(argc, argv, 2, {"out", "preset", "config", "weights", "seed", "shards"}, {"help"});
+  Args args(argc, argv, 2, {"out", "preset", "config", "weights", "seed", "shards"},
+            {"help", "mtp-copies-last-block"});
   long seed = args.get_int("seed", 0), shards = args.get_int("shards", 2);
   if (args.has("help")) {
     std::fputs(kHelp, stdout);
@@ -42,6 +46,7 @@ int cmd_mkmodel(int argc, char** argv) {
   opt.weights = weights == "fp8" ? SyntheticWeights::kFp8 : SyntheticWeights::kBf16;
   opt.seed = static_cast<uint64_t>(seed);
   opt.shards = static_cast<int>(shards);
+  opt.mtp_copies_last_block = args.has("mtp-copies-last-block");
   Status st = write_synthetic_checkpoint(*config, opt, args.get("out"));
   if (!st.ok()) {
     std::fprintf(stderr, "dsv4 mkmodel: %s\n", st.message().c_str());

@@ -1,3 +1,4 @@
+#include <algorithm>
 // dsv4 run: offline generation through the serving engine.
 #include <chrono>
 #include <cstdio>
@@ -135,6 +136,11 @@ int cmd_run(int argc, char** argv) {
                prompts.size(), static_cast<long long>(prompt_tokens), static_cast<long long>(generated), secs,
                generated / secs, (prompt_tokens + generated) / secs, static_cast<long long>(st.steps),
                static_cast<long long>(st.preemptions));
+  if (st.verify_chunks > 0)
+    std::fprintf(stderr, "speculative: %lld of %lld draft tokens accepted (%.1f%%), mean accepted length %.2f\n",
+                 static_cast<long long>(st.drafts_accepted), static_cast<long long>(st.drafts_proposed),
+                 100.0 * st.drafts_accepted / std::max<int64_t>(1, st.drafts_proposed),
+                 1.0 + static_cast<double>(st.drafts_accepted) / st.verify_chunks);
   return 0;
 }
 

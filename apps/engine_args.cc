@@ -2,6 +2,8 @@
 
 #include <cstdlib>
 
+#include <nlohmann/json.hpp>
+
 namespace dsv4::app {
 namespace {
 
@@ -28,6 +30,34 @@ double parse_double(Args& args, const std::string& key, double def, bool* bad) {
   return d;
 }
 
+// vLLM's --speculative-config: {"method": "mtp", "num_speculative_tokens": K}.
+int speculative_tokens(Args& args) {
+  if (!args.has("speculative-config")) return 0;
+  const nlohmann::json j = nlohmann::json::parse(args.get("speculative-config"), nullptr, false);
+  if (!j.is_object()) {
+    args.set_error("--speculative-config needs a JSON object such as '{\"method\":\"mtp\",\"num_speculative_tokens\":3}'");
+    return 0;
+  }
+  for (const auto& [key, value] : j.items()) {
+    if (key != "method" && key != "num_speculative_tokens") {
+      args.set_error("--speculative-config: unknown field \"" + key + "\" (known: method, num_speculative_tokens)");
+      return 0;
+    }
+  }
+  const auto method = j.find("method");
+  if (method == j.end() || !method->is_string() || (*method != "mtp" && *method != "deepseek_mtp")) {
+    args.set_error("--speculative-config: method must be \"mtp\" (the model's own MTP layer drafts)");
+    return 0;
+  }
+  const auto k = j.find("num_speculative_tokens");
+  if (k == j.end() || !k->is_number_integer() || *k < 1 || *k > kMaxDraftTokens) {
+    args.set_error("--speculative-config: num_speculative_tokens must be an integer from 1 to " +
+                   std::to_string(kMaxDraftTokens));
+    return 0;
+  }
+  return k->get<int>();
+}
+
 }  // namespace
 
 const char* kEngineHelp =
@@ -38,7 +68,10 @@ const char* kEngineHelp =
     "  --long-prefill-token-threshold N  most prompt tokens of one request per step\n"
     "  --block-size N               raw tokens per KV page (default 32)\n"
     "  --kv-cache-memory BYTES      KV cache budget of the process (shared by its ranks), e.g. 512M or 2G\n"
-    "  --kv-cache-memory-fraction F share of available memory when no budget is given (default 0.25)\n";
+    "  --kv-cache-memory-fraction F share of available memory when no budget is given (default 0.25)\n"
+    "  --speculative-config JSON    MTP speculative decoding, e.g. '{\"method\":\"mtp\",\"num_speculative_tokens\":3}'\n"
+    "                               (1 to 7 draft tokens per step; greedy output is unchanged, sampled\n"
+    "                               output keeps its distribution)\n";
 
 const char* kParallelHelp =
     "parallel ranks (threads of this process; mpirun with --dist mpi for serve):\n"
@@ -56,7 +89,7 @@ const char* kSamplingHelp =
 
 std::set<std::string> engine_option_names() {
   return {"max-num-seqs", "max-num-batched-tokens", "max-model-len", "long-prefill-token-threshold", "block-size",
-          "kv-cache-memory", "kv-cache-memory-fraction"};
+          "kv-cache-memory", "kv-cache-memory-fraction", "speculative-config"};
 }
 
 std::set<std::string> parallel_option_names() { return {"tp", "dp", "ep", "flashcomm1-sp-min-token-num"}; }
@@ -84,6 +117,7 @@ EngineOptions engine_options(Args& args) {
   o.scheduler.max_num_batched_tokens = args.get_int("max-num-batched-tokens", o.scheduler.max_num_batched_tokens);
   o.scheduler.max_model_len = args.get_int("max-model-len", 0);
   o.scheduler.long_prefill_token_threshold = args.get_int("long-prefill-token-threshold", 0);
+  o.scheduler.num_speculative_tokens = speculative_tokens(args);
   o.cache.block_size = args.get_int("block-size", o.cache.block_size);
   if (args.has("kv-cache-memory")) {
     o.cache.memory_bytes = parse_bytes(args, "kv-cache-memory");

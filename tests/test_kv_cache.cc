@@ -28,12 +28,14 @@ double bytes_per_token_formula(const ModelConfig& c, int64_t L, int64_t block) {
   double floats = static_cast<double>(ori_pages) * block * hd * layers;
   for (int l = 0; l < layers; ++l) {
     const int r = c.compress_ratios[l];
+    // Compressor states: rings of the window(s) plus 8 slots for draft rows.
     if (r == 4) {
-      floats += cmp_pages * 32.0 * (hd + ihd);            // cmp_c4 + idx rows
-      floats += 2.0 * (8 * 2 * hd) + 2.0 * (8 * 2 * ihd);  // csa_state + csa_inner_state
+      floats += cmp_pages * 32.0 * (hd + ihd);                // cmp_c4 + idx rows
+      floats += cmp_pages * 2.0 * 4 * (hd + ihd);             // their blocks' compressor tails
+      floats += 2.0 * (16 * 2 * hd) + 2.0 * (16 * 2 * ihd);  // csa_state + csa_inner_state
     } else if (r > 0) {
       floats += cmp_pages * (128.0 / r) * hd;  // cmp_c128 rows
-      floats += 2.0 * r * hd;                   // hca_state
+      floats += 2.0 * (r + 8) * hd;             // hca_state
     }
   }
   return 4.0 * floats / L;

@@ -8,6 +8,7 @@
 
 #include "base/check.h"
 #include "base/logging.h"
+#include "model/compressor.h"
 
 namespace dsv4 {
 namespace {
@@ -60,7 +61,10 @@ struct FixedCost {
 FixedCost fixed_cost(const PageLayout& layout, const KvCacheOptions& o) {
   auto pf = [&](CacheFamily f) { return layout.family(f).page_floats; };
   FixedCost c;
-  c.ring_pages = o.max_num_seqs * 2 * (ceil_div(layout.geometry.window, o.block_size) + 1);
+  // Per request: the window before a step's chunk and the chunk's last
+  // window positions, plus the positions speculative rows may reach.
+  c.ring_pages = o.max_num_seqs * (2 * (ceil_div(layout.geometry.window, o.block_size) + 1) +
+                                   ceil_div(2 * kMaxDraftTokens + 1, o.block_size));
   c.fixed_floats =
       o.max_num_seqs * (pf(CacheFamily::kCsaState) + pf(CacheFamily::kCsaInnerState) + pf(CacheFamily::kHcaState)) +
       c.ring_pages * pf(CacheFamily::kOri);
@@ -269,6 +273,31 @@ CompressorStateView PagedSequenceCache::state(CacheFamily f, int layer, int64_t 
 CompressorStateView PagedSequenceCache::compressor_state(int layer) {
   const LayerCacheShape& s = layout_.geometry.layers[layer];
   return state(s.ratio == 4 ? CacheFamily::kCsaState : CacheFamily::kHcaState, layer, s.state_floats);
+}
+
+float* PagedSequenceCache::compressor_tail(int layer, int64_t block, bool index) {
+  const CacheFamily f = index ? CacheFamily::kIdx : CacheFamily::kCmpC4;
+  const LayerCacheShape& s = layout_.geometry.layers[layer];
+  if (s.ratio != 4) return nullptr;
+  const int64_t width = index ? layout_.geometry.index_head_dim : layout_.geometry.head_dim;
+  const int64_t rows = layout_.family(f).rows_per_page[layer];
+  return row(f, layer, block, rows, width);  // just past the block's rows
+}
+
+void PagedSequenceCache::restore_states(int64_t boundary) {
+  reset_states();
+  if (boundary == 0) return;
+  DSV4_CHECK(boundary % kBlockTokens == 0);
+  const int64_t block = boundary / kBlockTokens - 1;
+  for (size_t l = 0; l < layout_.geometry.layers.size(); ++l) {
+    const LayerCacheShape& s = layout_.geometry.layers[l];
+    if (s.ratio != 4) continue;  // the other windows end at the block end
+    const int layer = static_cast<int>(l);
+    restore_compressor_tail(s.ratio, layout_.geometry.head_dim, compressor_state(layer), boundary,
+                            compressor_tail(layer, block, false));
+    restore_compressor_tail(4, layout_.geometry.index_head_dim, index_compressor_state(layer), boundary,
+                            compressor_tail(layer, block, true));
+  }
 }
 
 CompressorStateView PagedSequenceCache::index_compressor_state(int layer) {

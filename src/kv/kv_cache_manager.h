@@ -94,6 +94,11 @@ class PagedSequenceCache : public SequenceCache {
   float* index_row(int layer, int64_t row) override;
   CompressorStateView compressor_state(int layer) override;
   CompressorStateView index_compressor_state(int layer) override;
+  float* compressor_tail(int layer, int64_t block, bool index) override;
+  // States as they were after position boundary - 1 (a multiple of
+  // kBlockTokens) of the sequence whose blocks this table shares: reset,
+  // then the overlapping compressors' tails of the block ending there.
+  void restore_states(int64_t boundary);
 
  private:
   float* row(CacheFamily f, int layer, int64_t page_index, int64_t row_in_page, int64_t width);

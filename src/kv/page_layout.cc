@@ -41,8 +41,9 @@ StatusOr<PageLayout> PageLayout::of(const CacheGeometry& g, int64_t block_size) 
                               "-token compressed page");
     const int64_t rows = kCompressedPageTokens / s.ratio;
     if (s.ratio == 4) {
-      add(CacheFamily::kCmpC4, l, rows * g.head_dim, rows);
-      add(CacheFamily::kIdx, l, rows * g.index_head_dim, rows);
+      // Each block's compressor tails follow its rows (see LayerCacheShape).
+      add(CacheFamily::kCmpC4, l, rows * g.head_dim + s.tail_floats, rows);
+      add(CacheFamily::kIdx, l, rows * g.index_head_dim + s.index_tail_floats, rows);
       add(CacheFamily::kCsaState, l, 2 * s.state_floats, 0);
       add(CacheFamily::kCsaInnerState, l, 2 * s.index_state_floats, 0);
     } else {

@@ -27,7 +27,7 @@ inline constexpr int kNumCacheFamilies = 7;
 const char* family_name(CacheFamily f);
 
 // Source tokens one compressed page covers.
-inline constexpr int64_t kCompressedPageTokens = 128;
+inline constexpr int64_t kCompressedPageTokens = kBlockTokens;
 
 struct FamilyLayout {
   int64_t page_floats = 0;              // 0: the model has no layer in this family

@@ -54,9 +54,11 @@ void run_compressor(const CompressorWeights& w, const LayerContext& ctx, const f
       const CompressorStateView st =
           index_keys ? cache->index_compressor_state(layer) : cache->compressor_state(layer);
       compress_tokens(w, ctx.rope, c.rope_head_dim, c.norm_eps, ctx.qat_round, kv.data() + ch.row_begin * width,
-                      score.data() + ch.row_begin * width, ch.start_pos, ch.num_tokens, st, [&](int64_t row) {
+                      score.data() + ch.row_begin * width, ch.start_pos, ch.num_tokens, st,
+                      [&](int64_t row) {
                         return index_keys ? cache->index_row(layer, row) : cache->compressed_row(layer, row);
-                      });
+                      },
+                      [&](int64_t block) { return cache->compressor_tail(layer, block, index_keys); });
     }
   });
 }

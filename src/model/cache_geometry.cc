@@ -2,9 +2,14 @@
 
 namespace dsv4 {
 
+int64_t CacheGeometry::compressor_slots(int ratio) {
+  const int64_t coff = ratio == 4 ? 2 : 1;
+  return coff * ratio + kMaxDraftTokens + 1;
+}
+
 int64_t CacheGeometry::compressor_state_floats(int ratio, int64_t head_dim) {
   const int64_t coff = ratio == 4 ? 2 : 1;
-  return coff * ratio * coff * head_dim;
+  return compressor_slots(ratio) * coff * head_dim;
 }
 
 CacheGeometry CacheGeometry::of(const ModelConfig& c) {
@@ -19,6 +24,8 @@ CacheGeometry CacheGeometry::of(const ModelConfig& c) {
     s.indexer = s.ratio == 4;
     if (s.ratio) s.state_floats = compressor_state_floats(s.ratio, c.head_dim);
     if (s.indexer) s.index_state_floats = compressor_state_floats(4, c.index_head_dim);
+    if (s.ratio == 4) s.tail_floats = 2 * s.ratio * c.head_dim;
+    if (s.indexer) s.index_tail_floats = 2 * 4 * c.index_head_dim;
     g.layers.push_back(s);
   }
   return g;

@@ -19,7 +19,7 @@ ContiguousCache::ContiguousCache(const CacheGeometry& geometry, int first_layer,
   for (int i = 0; i < num_layers; ++i) {
     const LayerCacheShape& s = geometry.layers[first_layer + i];
     Layer& l = layers_[i];
-    l.window.assign(geometry.window * geometry.head_dim, 0.0f);
+    l.window.assign(window_rows() * geometry.head_dim, 0.0f);
     l.state_kv.resize(s.state_floats);
     l.state_score.resize(s.state_floats);
     l.index_state_kv.resize(s.index_state_floats);
@@ -50,7 +50,7 @@ float* ContiguousCache::grow_row(std::vector<float>& rows, int64_t row, int64_t 
 }
 
 float* ContiguousCache::window_row(int layer, int64_t pos) {
-  return at(layer).window.data() + (pos % geometry_.window) * geometry_.head_dim;
+  return at(layer).window.data() + (pos % window_rows()) * geometry_.head_dim;
 }
 
 float* ContiguousCache::compressed_row(int layer, int64_t row) {

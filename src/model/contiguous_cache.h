@@ -1,5 +1,6 @@
 // A sequence's caches in plain per-layer vectors: the window as a ring of
-// window_size rows, compressed and indexer rows growing with the sequence.
+// window_size rows (plus room for rejected draft rows), compressed and
+// indexer rows growing with the sequence.
 #pragma once
 
 #include <vector>
@@ -28,6 +29,7 @@ class ContiguousCache : public SequenceCache {
     std::vector<float> state_kv, state_score, index_state_kv, index_state_score;
   };
   Layer& at(int layer);
+  int64_t window_rows() const { return geometry_.window + kMaxDraftTokens + 1; }
   static float* grow_row(std::vector<float>& rows, int64_t row, int64_t width);
 
   CacheGeometry geometry_;

@@ -99,20 +99,21 @@ void DeepseekV4::embed(const ForwardBatch& batch, float* out) const {
   else tensor_group_->all_reduce_sum(out, rows * dim);
 }
 
-// The streams of each chunk's last row (the head's input), from the rows
+// The streams of the given batch rows (the head's input), from the rows
 // this rank holds: under FlashComm1 each comes from the rank holding it
 // (the others add zeros), not a gather of every row.
-std::vector<float> DeepseekV4::last_rows(const ForwardBatch& batch, const float* held) const {
+std::vector<float> DeepseekV4::select_rows(const std::vector<int64_t>& batch_rows, const float* held) const {
   const ForwardScope& scope = ForwardScope::current();
-  const int64_t flat = static_cast<int64_t>(config_.hc_mult) * config_.dim, n = batch.chunks.size();
-  const int64_t first = scope.flashcomm ? scope.split.begin() : 0, count = scope.flashcomm ? scope.split.count() : batch.num_rows();
-  std::vector<float> last(n * flat, 0.0f);
+  const int64_t flat = static_cast<int64_t>(config_.hc_mult) * config_.dim, n = batch_rows.size();
+  const int64_t first = scope.flashcomm ? scope.split.begin() : 0;
+  const int64_t count = scope.flashcomm ? scope.split.count() : INT64_MAX;
+  std::vector<float> out(n * flat, 0.0f);
   for (int64_t i = 0; i < n; ++i) {
-    const int64_t row = batch.chunks[i].row_begin + batch.chunks[i].num_tokens - 1 - first;
-    if (row >= 0 && row < count) std::memcpy(&last[i * flat], held + row * flat, sizeof(float) * flat);
+    const int64_t row = batch_rows[i] - first;
+    if (row >= 0 && row < count) std::memcpy(&out[i * flat], held + row * flat, sizeof(float) * flat);
   }
-  if (scope.flashcomm) tensor_group_->all_reduce_sum(last.data(), n * flat);
-  return last;
+  if (scope.flashcomm) tensor_group_->all_reduce_sum(out.data(), n * flat);
+  return out;
 }
 
 // One block as the paper draws it: hc_pre -> norm -> attention -> hc_post,
@@ -164,14 +165,14 @@ void DeepseekV4::block(const BlockWeights& b, int cache_layer, const ForwardBatc
 }
 
 void DeepseekV4::head(const HcHeadWeights& hc, const std::vector<float>& norm, const ForwardBatch& batch,
-                      const ReferenceRows& rr, const std::vector<float>& last, ForwardOutput* out) const {
+                      const ReferenceRows& rr, const float* held, ForwardOutput* out) const {
   const ModelConfig& c = config_;
-  const int64_t n = batch.chunks.size();
-  // Only each chunk's last row needs logits.
+  // Only the chunks' logit rows go through the head.
+  const std::vector<int64_t> rows = batch.logit_row_indices();
+  const int64_t n = static_cast<int64_t>(rows.size());
+  const std::vector<float> streams = select_rows(rows, held);
   std::vector<float> x(n * c.dim);
-  std::vector<int64_t> last_row(n);
-  for (int64_t i = 0; i < n; ++i) last_row[i] = batch.chunks[i].row_begin + batch.chunks[i].num_tokens - 1;
-  hc_head(hc, c, last.data(), n, last_row.data(), rr, x.data());
+  hc_head(hc, c, streams.data(), n, rows.data(), rr, x.data());
   rms_norm_rows(norm, c.norm_eps, x.data(), n, c.dim);
   const int64_t part = weights_->head.out;  // this rank's vocabulary
   if (part == c.vocab_size || batch.local_logits) {
@@ -237,14 +238,14 @@ Status DeepseekV4::forward(const ForwardBatch& batch, ForwardOutput* out, bool w
   }
   if (!all.empty()) all_streams(h.data(), all.data(), rows);
   if (batch.trace) batch.trace->record("final_hidden", all.data(), rows, flat);
-  head(weights_->hc_head, weights_->norm, batch, rr, last_rows(batch, h.data()), out);
+  head(weights_->hc_head, weights_->norm, batch, rr, h.data(), out);
   if (want_hidden) out->hidden = std::move(all);
   for (const SeqChunk& ch : batch.chunks) ch.cache->length += ch.num_tokens;
   return Status::Ok();
 }
 
-Status DeepseekV4::forward_mtp(int mtp_index, const ForwardBatch& batch, const float* hidden,
-                               ForwardOutput* out) const {
+Status DeepseekV4::forward_mtp(int mtp_index, const ForwardBatch& batch, const float* hidden, ForwardOutput* out,
+                               bool want_hidden) const {
   if (mtp_index < 0 || mtp_index >= static_cast<int>(weights_->mtp.size())) return invalid_argument("the model has no MTP block " + std::to_string(mtp_index));
   DSV4_RETURN_IF_ERROR(check_batch(batch));
   const ModelConfig& c = config_;
@@ -267,7 +268,11 @@ Status DeepseekV4::forward_mtp(int mtp_index, const ForwardBatch& batch, const f
       for (int64_t d = 0; d < dim; ++d) h[(r * hc + s) * dim + d] += ep[r * dim + d];
   const ReferenceRows rr = ReferenceRows::of(batch);
   block(m.block, c.n_layers + mtp_index, batch, rr, h.data());
-  head(m.hc_head, m.norm, batch, rr, last_rows(batch, h.data()), out);
+  head(m.hc_head, m.norm, batch, rr, h.data(), out);
+  if (want_hidden) {
+    out->hidden.resize(rows * hc * dim);
+    all_streams(h.data(), out->hidden.data(), rows);
+  }
   for (const SeqChunk& ch : batch.chunks) ch.cache->length += ch.num_tokens;
   return Status::Ok();
 }

@@ -51,21 +51,24 @@ class DeepseekV4 {
   ContiguousCache new_mtp_sequence(int mtp_index) const;
 
   // Runs every chunk's tokens through the main model and advances the
-  // chunks' states. logits: at each chunk's last token; hidden: every row's
+  // chunks' states. logits: at each chunk's logit rows; hidden: every row's
   // streams entering the head when want_hidden.
   Status forward(const ForwardBatch& batch, ForwardOutput* out, bool want_hidden = false) const;
 
-  // MTP block `mtp_index`: batch holds the MTP input ids with MTP states,
-  // hidden the main model's streams for the same rows [rows, hc, dim].
-  Status forward_mtp(int mtp_index, const ForwardBatch& batch, const float* hidden, ForwardOutput* out) const;
+  // MTP block `mtp_index`: batch holds the MTP input ids (the token after
+  // each row's) with MTP states, hidden the streams [rows, hc, dim] the
+  // rows continue: the main model's, or this block's own from the previous
+  // draft step. hidden out: the block's output streams, when want_hidden.
+  Status forward_mtp(int mtp_index, const ForwardBatch& batch, const float* hidden, ForwardOutput* out,
+                     bool want_hidden = false) const;
 
  private:
   Status check_batch(const ForwardBatch& batch) const;
   void embed(const ForwardBatch& batch, float* out) const;
   void block(const BlockWeights& b, int cache_layer, const ForwardBatch& batch, const ReferenceRows& rr, float* h) const;
   void head(const HcHeadWeights& hc, const std::vector<float>& norm, const ForwardBatch& batch, const ReferenceRows& rr,
-            const std::vector<float>& last, ForwardOutput* out) const;
-  std::vector<float> last_rows(const ForwardBatch& batch, const float* held) const;
+            const float* held, ForwardOutput* out) const;
+  std::vector<float> select_rows(const std::vector<int64_t>& batch_rows, const float* held) const;
   ForwardScope scope_for(const ForwardBatch& batch) const;
   void all_streams(const float* held, float* all, int64_t rows) const;
   const Rope& rope_for(int ratio) const { return ratio ? compress_rope_ : window_rope_; }

@@ -20,6 +20,10 @@ struct SeqChunk {
   // Length of the prompt this chunk prefills (0 for generated tokens); only
   // the indexer's tie order depends on it (see indexer.h).
   int64_t prefill_len = 0;
+  // How many of the chunk's last rows get logits: 1 for sampling its next
+  // token, all of them to verify draft tokens, 0 for a prefill chunk that
+  // samples nothing.
+  int64_t logit_rows = 1;
 };
 
 // Receives named intermediate tensors (layer_out.N, final_hidden) so a golden
@@ -38,20 +42,30 @@ struct ForwardBatch {
   // slice only (greedy decoding exchanges just each slice's best).
   bool local_logits = false;
 
-  void add(SequenceCache* cache, const int32_t* tokens, int64_t n, int64_t prefill_len = 0) {
-    chunks.push_back({cache, cache->length, n, static_cast<int64_t>(token_ids.size()), prefill_len});
+  void add(SequenceCache* cache, const int32_t* tokens, int64_t n, int64_t prefill_len = 0, int64_t logit_rows = 1) {
+    chunks.push_back({cache, cache->length, n, static_cast<int64_t>(token_ids.size()), prefill_len, logit_rows});
     token_ids.insert(token_ids.end(), tokens, tokens + n);
   }
   int64_t num_rows() const { return static_cast<int64_t>(token_ids.size()); }
+  // The batch rows that get logits, chunk by chunk.
+  std::vector<int64_t> logit_row_indices() const {
+    std::vector<int64_t> rows;
+    for (const SeqChunk& ch : chunks)
+      for (int64_t i = ch.num_tokens - ch.logit_rows; i < ch.num_tokens; ++i) rows.push_back(ch.row_begin + i);
+    return rows;
+  }
 };
 
 struct ForwardOutput {
-  // [chunks, vocab_size]: at each chunk's last position; the columns
-  // [vocab_begin, vocab_begin + vocab_size) of the vocabulary.
+  // [logit rows, vocab_size]: each chunk's last logit_rows rows in batch
+  // order; the columns [vocab_begin, vocab_begin + vocab_size) of the
+  // vocabulary.
   std::vector<float> logits;
   int64_t vocab_begin = 0;
   int64_t vocab_size = 0;
-  std::vector<float> hidden;  // [rows, hc, dim]: the streams entering the head (input of MTP)
+  // [rows, hc, dim]: the streams entering the head (the main model's are
+  // MTP's input; an MTP block's feed its next draft step).
+  std::vector<float> hidden;
 };
 
 }  // namespace dsv4

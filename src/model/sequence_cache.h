@@ -32,6 +32,10 @@ class SequenceCache {
   virtual float* index_row(int layer, int64_t row) = 0;
   virtual CompressorStateView compressor_state(int layer) = 0;
   virtual CompressorStateView index_compressor_state(int layer) = 0;
+  // Where the compressor (or the indexer's, `index`) saves its state's tail
+  // at the end of block `block` (LayerCacheShape::tail_floats); null: not
+  // kept (only a prefix cache needs them).
+  virtual float* compressor_tail(int layer, int64_t block, bool index) { return nullptr; }
 
   int64_t length = 0;  // positions already processed
 };

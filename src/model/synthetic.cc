@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "base/dtype.h"
@@ -62,7 +63,9 @@ class ShardedOutput {
   }
 
   void f32(const std::string& name, const std::vector<int64_t>& shape, const std::vector<float>& v) {
-    writers_[shard_of(name)].add_f32(name, shape, v);
+    std::vector<uint8_t> bytes(v.size() * 4);
+    std::memcpy(bytes.data(), v.data(), bytes.size());
+    put(name, DType::kF32, shape, std::move(bytes));
   }
 
   void bf16(const std::string& name, const std::vector<int64_t>& shape, const std::vector<float>& v) {
@@ -71,24 +74,47 @@ class ShardedOutput {
       uint16_t b = f32_to_bf16(v[i]);
       std::memcpy(&bytes[2 * i], &b, 2);
     }
-    writers_[shard_of(name)].add(name, DType::kBF16, shape, std::move(bytes));
+    put(name, DType::kBF16, shape, std::move(bytes));
   }
 
   void i64(const std::string& name, const std::vector<int64_t>& shape, const std::vector<int64_t>& v) {
     std::vector<uint8_t> bytes(v.size() * 8);
     std::memcpy(bytes.data(), v.data(), bytes.size());
-    writers_[shard_of(name)].add(name, DType::kI64, shape, std::move(bytes));
+    put(name, DType::kI64, shape, std::move(bytes));
   }
 
   // prefix.weight [out, in] (+ prefix.scale), random with std 1/sqrt(in).
   // kind: 0 dense BF16, 1 FP8 128x128 blocks, 2 FP4 per-32 (routed experts).
   void linear(const std::string& prefix, int64_t out, int64_t in, int kind) {
     std::vector<float> w = random({out, in}, 1.0f / std::sqrt(static_cast<float>(in)));
+    if (silenced(prefix)) std::fill(w.begin(), w.end(), 0.0f);
+    linear_of(prefix, out, in, kind, std::move(w));
+  }
+
+  // With mtp_copies_last_block the blocks before the last add nothing to
+  // the streams (their output projections are zero), so the last block and
+  // the MTP block both see token embeddings.
+  bool silenced(const std::string& prefix) const {
+    if (!opt_.mtp_copies_last_block || prefix.rfind("layers.", 0) != 0) return false;
+    if (std::atoi(prefix.c_str() + 7) >= cfg_.n_layers - 1) return false;
+    auto ends = [&](const std::string& tail) {
+      return prefix.size() >= tail.size() && prefix.compare(prefix.size() - tail.size(), tail.size(), tail) == 0;
+    };
+    return ends(".wo_b") || ends(".w2");
+  }
+
+  // prefix.weight = diagonal * I [n, n], FP8 blocks with fp8 weights.
+  void identity_linear(const std::string& prefix, int64_t n, float diagonal) {
+    std::vector<float> w(n * n, 0.0f);
+    for (int64_t i = 0; i < n; ++i) w[i * n + i] = diagonal;
+    linear_of(prefix, n, n, 1, std::move(w));
+  }
+
+  void linear_of(const std::string& prefix, int64_t out, int64_t in, int kind, std::vector<float> w) {
     if (opt_.weights == SyntheticWeights::kBf16 || kind == 0) {
       bf16(prefix + ".weight", {out, in}, w);
       return;
     }
-    const int s = shard_of(prefix + ".weight");
     if (kind == 1) {
       const int64_t so = (out + 127) / 128, si = (in + 127) / 128;
       std::vector<uint8_t> q(out * in), scale(so * si);
@@ -102,8 +128,8 @@ class ShardedOutput {
           for (int64_t r = bo * 128; r < std::min(out, bo * 128 + 128); ++r)
             for (int64_t c = bi * 128; c < std::min(in, bi * 128 + 128); ++c) q[r * in + c] = f32_to_e4m3(w[r * in + c] / sc);
         }
-      writers_[s].add(prefix + ".weight", DType::kF8E4M3, {out, in}, std::move(q));
-      writers_[s].add(prefix + ".scale", DType::kF8E8M0, {so, si}, std::move(scale));
+      put(prefix + ".weight", DType::kF8E4M3, {out, in}, std::move(q));
+      put(prefix + ".scale", DType::kF8E8M0, {so, si}, std::move(scale));
     } else {
       std::vector<uint8_t> q(out * in / 2, 0), scale(out * in / 32);
       for (int64_t r = 0; r < out; ++r)
@@ -117,12 +143,30 @@ class ShardedOutput {
             q[r * (in / 2) + c / 2] |= (c & 1) ? static_cast<uint8_t>(nib << 4) : nib;
           }
         }
-      writers_[s].add(prefix + ".weight", DType::kI8, {out, in / 2}, std::move(q));
-      writers_[s].add(prefix + ".scale", DType::kF8E8M0, {out, in / 32}, std::move(scale));
+      put(prefix + ".weight", DType::kI8, {out, in / 2}, std::move(q));
+      put(prefix + ".scale", DType::kF8E8M0, {out, in / 32}, std::move(scale));
     }
   }
 
   Rng& rng() { return rng_; }
+
+  // Every tensor goes out here. With mtp_copies_last_block, an MTP tensor
+  // whose counterpart (the last block's, or the main head's for the MTP
+  // head) has the same shape takes the counterpart's bytes.
+  void put(const std::string& name, DType dtype, std::vector<int64_t> shape, std::vector<uint8_t> bytes) {
+    if (opt_.mtp_copies_last_block) {
+      const std::string last = "layers." + std::to_string(cfg_.n_layers - 1) + ".";
+      if (name.rfind(last, 0) == 0 || name.rfind("hc_head_", 0) == 0 || name == "norm.weight") {
+        saved_[name] = {dtype, shape, bytes};
+      } else if (name.rfind("mtp.", 0) == 0) {
+        const std::string rest = name.substr(name.find('.', 4) + 1);  // after "mtp.N."
+        const bool head = rest.rfind("hc_head_", 0) == 0 || rest == "norm.weight";
+        auto it = saved_.find(head ? rest : last + rest);
+        if (it != saved_.end() && it->second.shape == shape && it->second.dtype == dtype) bytes = it->second.bytes;
+      }
+    }
+    writers_[shard_of(name)].add(name, dtype, std::move(shape), std::move(bytes));
+  }
 
   Status write(const std::string& dir) {
     if (writers_.size() == 1) return writers_[0].write(dir + "/model.safetensors");
@@ -142,8 +186,14 @@ class ShardedOutput {
   }
 
  private:
+  struct Saved {
+    DType dtype;
+    std::vector<int64_t> shape;
+    std::vector<uint8_t> bytes;
+  };
   const SyntheticOptions& opt_;
   Rng rng_;
+  std::map<std::string, Saved> saved_;
   std::vector<SafetensorsWriter> writers_;
   const ModelConfig& cfg_;
 };
@@ -284,8 +334,15 @@ Status write_synthetic_checkpoint(const ModelConfig& c, const SyntheticOptions& 
   for (int i = 0; i < c.n_mtp_layers; ++i) {
     const std::string p = "mtp." + std::to_string(i) + ".";
     write_block(out, c, p, c.n_layers + i);
-    out.linear(p + "e_proj", c.dim, c.dim, 1);
-    out.linear(p + "h_proj", c.dim, c.dim, 1);
+    if (opt.mtp_copies_last_block) {
+      // The block sees the next token's embedding (as the last block sees
+      // that token's stream), the main streams do not enter.
+      out.identity_linear(p + "e_proj", c.dim, 1.0f);
+      out.identity_linear(p + "h_proj", c.dim, 0.0f);
+    } else {
+      out.linear(p + "e_proj", c.dim, c.dim, 1);
+      out.linear(p + "h_proj", c.dim, c.dim, 1);
+    }
     for (const char* n : {"enorm", "hnorm", "norm"}) out.bf16(p + n + ".weight", {c.dim}, out.random({c.dim}, 0.1f, 1.0f));
     write_hc_head(out, c, p);
   }

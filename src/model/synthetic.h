@@ -16,6 +16,13 @@ struct SyntheticOptions {
   SyntheticWeights weights = SyntheticWeights::kBf16;
   uint64_t seed = 0;
   int shards = 2;  // >1 writes model-0000i-of-0000N.safetensors + an index
+  // The MTP block copies the last main block (and the MTP head the main
+  // head), e_proj is the identity and h_proj zero, and the blocks before the
+  // last add nothing to the streams (zero wo_b and w2): the MTP block then
+  // sees what the last block sees one position later, a drafter that agrees
+  // with the model most of the time (speculative decoding tests and
+  // benchmarks).
+  bool mtp_copies_last_block = false;
 };
 
 // A preset's config ("default": the embedded model, "small"), with a JSON

@@ -146,21 +146,14 @@ StatusOr<std::vector<SampledLogits>> DistributedExecutor::run(const StepPlan& pl
   receive_plan(*world_, &plan);
   const std::vector<std::vector<char>> results = send_results(*world_, execute(setup_, *world_, plan));
   step_started_ms_ = 0;
-  // Each group's first rank has its sampling chunks in plan order.
+  // Each group's first rank has its results in plan order.
   std::vector<GroupResult> groups(num_groups());
   for (int g = 0; g < num_groups(); ++g) {
     const std::vector<char>& bytes = results[g * setup_.topology.tp];
     if (bytes.empty()) continue;
     DSV4_ASSIGN_OR_RETURN(groups[g], deserialize_result(bytes.data(), bytes.size()));
   }
-  std::vector<size_t> next(num_groups(), 0);
-  std::vector<SampledLogits> out;
-  for (const PlannedChunk& c : plan.chunks) {
-    if (!c.samples) continue;
-    if (next[c.group] >= groups[c.group].size()) return internal_error("a group's result is missing chunks");
-    out.push_back(std::move(groups[c.group][next[c.group]++]));
-  }
-  return out;
+  return merge_group_results(plan, std::move(groups));
 }
 
 bool DistributedExecutor::healthy() const {

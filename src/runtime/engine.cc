@@ -15,6 +15,11 @@ StatusOr<KvCacheOptions> Engine::cache_options(const ModelConfig& c, EngineOptio
                             std::to_string(c.max_position_embeddings) + " positions");
   if (sched.max_num_seqs <= 0 || sched.max_num_batched_tokens <= 0)
     return invalid_argument("max-num-seqs and max-num-batched-tokens must be positive");
+  const int k = sched.num_speculative_tokens;
+  if (k < 0 || k > kMaxDraftTokens)
+    return invalid_argument("num_speculative_tokens must be between 1 and " + std::to_string(kMaxDraftTokens) +
+                            ", got " + std::to_string(k));
+  if (k > 0 && c.n_mtp_layers < 1) return invalid_argument("speculative decoding with MTP needs a model with an MTP layer");
   KvCacheOptions cache = options.cache;
   cache.max_num_seqs = sched.max_num_seqs;
   cache.max_num_batched_tokens = sched.max_num_batched_tokens;
@@ -115,6 +120,7 @@ void Engine::abort_unfittable(std::vector<RequestOutput>* outputs) {
 StepPlan Engine::plan_step(const SchedulerOutput& schedule) const {
   StepPlan plan;
   plan.argmax_only.assign(num_groups(), observer_ ? 0 : 1);
+  plan.keep_hidden = speculative();
   for (const ScheduledChunk& c : schedule.chunks) {
     const Request* r = c.request;
     PlannedChunk p;
@@ -124,13 +130,60 @@ StepPlan Engine::plan_step(const SchedulerOutput& schedule) const {
     // recomputed after a preemption (see ReferenceRows).
     p.prefill_len = static_cast<int64_t>(r->prompt.size());
     p.samples = c.samples;
+    p.draft_rows = static_cast<int32_t>(c.draft_rows);
+    p.restore_states = c.start == r->cached_tokens;
+    const int64_t known = c.num_tokens - c.draft_rows;
     p.tokens.resize(c.num_tokens);
-    for (int64_t i = 0; i < c.num_tokens; ++i) p.tokens[i] = r->token(c.start + i);
+    for (int64_t i = 0; i < known; ++i) p.tokens[i] = r->token(c.start + i);
+    for (int64_t i = 0; i < c.draft_rows; ++i) p.tokens[known + i] = r->draft[i];
     p.pages = r->pages;
     if (c.samples && !r->params.argmax_only()) plan.argmax_only[c.partition] = 0;
     plan.chunks.push_back(std::move(p));
   }
   return plan;
+}
+
+int64_t Engine::sample_chunk(const ScheduledChunk& c, const SampledLogits* rows, RequestOutput* o) {
+  Request* r = c.request;
+  const int64_t vocab = config().vocab_size;
+  auto emit = [&](const SampledToken& t) {
+    o->new_tokens.push_back(t.token);
+    if (r->params.logprobs) o->new_logprobs.push_back(t);
+    ++stats_.generated_tokens;
+    o->finish_reason = take_token(r, t);
+    return o->finish_reason == FinishReason::kNone;
+  };
+  const int64_t first = c.start + c.num_tokens - c.draft_rows - 1;  // position of logit row 0
+  // Row i verifies draft i: kept, the next row's logits go on; rejected,
+  // the target's own token ends the run. All kept: the last row adds one.
+  int64_t kept = 0;
+  for (int64_t i = 0; i <= c.draft_rows; ++i) {
+    const SampledLogits& s = rows[i];
+    if (observer_ && s.argmax < 0) observer_(r->id, first + i, s.logits.data());
+    SampledToken t;
+    bool accepted = false;
+    if (i == c.draft_rows) {
+      if (s.argmax >= 0) t.token = s.argmax;
+      else t = sample_token(s.logits.data(), vocab, r->params, r->prompt, r->output, &rngs_.at(r->id));
+    } else if (s.argmax >= 0) {
+      t.token = s.argmax;
+      accepted = t.token == r->draft[i];
+    } else {
+      t = sample_against_draft(s.logits.data(), vocab, r->params, r->prompt, r->output, r->draft[i],
+                               &rngs_.at(r->id), &accepted);
+    }
+    kept += accepted;
+    if (!emit(t) || !accepted) break;
+  }
+  if (c.draft_rows > 0) {
+    r->drafts_proposed += c.draft_rows;
+    r->drafts_accepted += kept;
+    stats_.drafts_proposed += c.draft_rows;
+    stats_.drafts_accepted += kept;
+    ++stats_.verify_chunks;
+  }
+  r->draft.clear();
+  return kept;
 }
 
 std::vector<RequestOutput> Engine::step() {
@@ -156,37 +209,72 @@ std::vector<RequestOutput> Engine::step() {
   StatusOr<std::vector<SampledLogits>> sampled = executor_->run(plan);
   DSV4_CHECK_MSG(sampled.ok(), "%s", sampled.status().message().c_str());
 
-  const int64_t vocab = config().vocab_size;
   size_t next = 0;
-  for (const ScheduledChunk& c : schedule.chunks) {
+  std::vector<int64_t> committed(schedule.chunks.size(), 0);  // rows each chunk committed
+  std::vector<uint8_t> finished(schedule.chunks.size(), 0);
+  for (size_t ci = 0; ci < schedule.chunks.size(); ++ci) {
+    const ScheduledChunk& c = schedule.chunks[ci];
     Request* r = c.request;
-    scheduler_->commit(c);
-    if (!c.samples) continue;
-    const SampledLogits& s = (*sampled)[next++];
-    const int64_t position = c.start + c.num_tokens - 1;
-    SampledToken t;
-    if (s.argmax >= 0) {
-      t.token = s.argmax;
-    } else {
-      if (observer_) observer_(r->id, position, s.logits.data());
-      t = sample_token(s.logits.data(), vocab, r->params, r->prompt, r->output, &rngs_.at(r->id));
+    committed[ci] = c.num_tokens - c.draft_rows;
+    if (!c.samples) {
+      scheduler_->commit(c, committed[ci], !speculative());
+      continue;
     }
-    const FinishReason reason = take_token(r, t);
-    ++stats_.generated_tokens;
     RequestOutput o;
     o.id = r->id;
-    o.new_tokens.push_back(t.token);
-    if (r->params.logprobs) o.new_logprobs.push_back(t);
+    committed[ci] += sample_chunk(c, &(*sampled)[next], &o);
+    next += static_cast<size_t>(1 + c.draft_rows);
+    scheduler_->commit(c, committed[ci], !speculative());
     o.prompt_tokens = static_cast<int64_t>(r->prompt.size());
     o.completion_tokens = static_cast<int64_t>(r->output.size());
-    if (reason != FinishReason::kNone) {
+    o.cached_tokens = r->cached_tokens;
+    o.drafts_proposed = r->drafts_proposed;
+    o.drafts_accepted = r->drafts_accepted;
+    if (o.finish_reason != FinishReason::kNone) {
       o.finished = true;
-      o.finish_reason = reason;
-      finish(r->id, reason);
+      finish(r->id, o.finish_reason);
+      finished[ci] = 1;
     }
     outputs.push_back(std::move(o));
   }
+  if (speculative()) draft(schedule, committed, finished);
   return outputs;
+}
+
+void Engine::draft(const SchedulerOutput& schedule, const std::vector<int64_t>& committed,
+                   const std::vector<uint8_t>& finished) {
+  StepPlan plan;
+  plan.draft = true;
+  const int k = scheduler_->options().num_speculative_tokens;
+  for (size_t ci = 0; ci < schedule.chunks.size(); ++ci) {
+    if (finished[ci]) continue;  // its pages are gone
+    const ScheduledChunk& c = schedule.chunks[ci];
+    Request* r = c.request;
+    PlannedChunk job;
+    job.group = c.partition;
+    job.start = c.start;
+    job.prefill_len = static_cast<int64_t>(r->prompt.size());
+    job.source = static_cast<int32_t>(ci);
+    // Row i carries the token after it: the prompt's, or the one just chosen.
+    for (int64_t i = 0; i < committed[ci]; ++i) job.tokens.push_back(r->token(c.start + i + 1));
+    // A decoding request drafts for its next step, within its max_tokens,
+    // when its pages reach that far.
+    if (r->num_computed == r->num_tokens() - 1) {
+      const int64_t room = r->params.max_tokens - static_cast<int64_t>(r->output.size()) - 1;
+      const int64_t drafts = std::min<int64_t>(k, room);
+      if (drafts > 0 && scheduler_->reserve(r, r->num_computed + drafts + 1)) job.drafts = static_cast<int32_t>(drafts);
+    }
+    job.pages = r->pages;
+    plan.chunks.push_back(std::move(job));
+  }
+  StatusOr<std::vector<SampledLogits>> drafted = executor_->run(plan);
+  DSV4_CHECK_MSG(drafted.ok(), "%s", drafted.status().message().c_str());
+  size_t next = 0;
+  for (const PlannedChunk& job : plan.chunks) {
+    Request* r = schedule.chunks[job.source].request;
+    scheduler_->release_behind_window(r);  // the MTP block has read its window
+    if (job.drafts > 0) r->draft = std::move((*drafted)[next++].drafts);
+  }
 }
 
 }  // namespace dsv4

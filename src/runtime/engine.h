@@ -35,6 +35,9 @@ struct RequestOutput {
   std::string error;                         // why the engine had to give up on it
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
+  int64_t cached_tokens = 0;     // prompt tokens served from the prefix cache
+  int64_t drafts_proposed = 0;   // speculative decoding, over the request so far
+  int64_t drafts_accepted = 0;
 };
 
 struct EngineStats {
@@ -43,6 +46,15 @@ struct EngineStats {
   int64_t generated_tokens = 0;
   int64_t preemptions = 0;
   std::vector<int64_t> requests_per_group;  // admitted to each data-parallel group
+  // Speculative decoding: draft tokens verified and accepted, and the
+  // chunks that verified drafts (mean accepted length = accepted / chunks + 1).
+  int64_t drafts_proposed = 0;
+  int64_t drafts_accepted = 0;
+  int64_t verify_chunks = 0;
+  // Prefix caching: prompt tokens of admitted requests, and those whose
+  // caches came from the prefix cache.
+  int64_t prefix_queried_tokens = 0;
+  int64_t prefix_hit_tokens = 0;
 };
 
 class Engine {
@@ -99,6 +111,14 @@ class Engine {
   void abort_unfittable(std::vector<RequestOutput>* outputs);
   // Appends a sampled token and decides whether the request is done.
   FinishReason take_token(Request* r, const SampledToken& t) const;
+  // Chooses a sampling chunk's tokens from its logit rows (verifying its
+  // drafts) into o; returns how many drafts were kept.
+  int64_t sample_chunk(const ScheduledChunk& c, const SampledLogits* rows, RequestOutput* o);
+  // Runs the MTP block over the rows the step committed and drafts the next
+  // step's tokens of the decoding requests.
+  void draft(const SchedulerOutput& schedule, const std::vector<int64_t>& committed,
+             const std::vector<uint8_t>& finished);
+  bool speculative() const { return scheduler_->options().num_speculative_tokens > 0; }
 
   std::unique_ptr<StepExecutor> executor_;
   std::unique_ptr<Scheduler> scheduler_;

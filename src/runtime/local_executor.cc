@@ -102,15 +102,10 @@ StatusOr<std::vector<SampledLogits>> LocalExecutor::run(const StepPlan& plan) {
     done_.wait(lock, [&] { return pending_ == 0; });
   }
   for (const auto& r : results_) DSV4_RETURN_IF_ERROR(r.status());
-  // Each group's first rank has its sampling chunks in plan order.
-  std::vector<size_t> next(num_groups(), 0);
-  std::vector<SampledLogits> out;
-  for (const PlannedChunk& c : plan.chunks) {
-    if (!c.samples) continue;
-    GroupResult& g = *results_[c.group * topology_.tp];
-    out.push_back(std::move(g.at(next[c.group]++)));
-  }
-  return out;
+  // Each group's first rank has its results in plan order.
+  std::vector<GroupResult> groups(num_groups());
+  for (int g = 0; g < num_groups(); ++g) groups[g] = std::move(*results_[g * topology_.tp]);
+  return merge_group_results(plan, std::move(groups));
 }
 
 std::vector<Communicator::Traffic> LocalExecutor::traffic() const {

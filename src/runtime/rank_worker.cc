@@ -9,40 +9,123 @@
 namespace dsv4 {
 
 StatusOr<GroupResult> RankWorker::execute(const StepPlan& plan) {
+  StatusOr<GroupResult> result = plan.draft ? draft(plan) : forward(plan);
+  if (result.ok() && !leader()) result->clear();
+  return result;
+}
+
+bool RankWorker::argmax_only(const StepPlan& plan) const {
+  return group_ < static_cast<int>(plan.argmax_only.size()) && plan.argmax_only[group_];
+}
+
+GroupResult RankWorker::logit_results(const ForwardOutput& out, int64_t rows, bool argmax_only) const {
+  const int64_t part = out.vocab_size, vocab = model_->config().vocab_size;
+  GroupResult result(rows);
+  if (!argmax_only) {
+    for (int64_t i = 0; i < rows; ++i) result[i].logits.assign(&out.logits[i * vocab], &out.logits[(i + 1) * vocab]);
+    return result;
+  }
+  std::vector<int32_t> best(rows);
+  if (part != vocab) {
+    sharded_argmax(*tp_, out.logits.data(), rows, part, out.vocab_begin, best.data());
+  } else {
+    for (int64_t i = 0; i < rows; ++i)
+      best[i] = static_cast<int32_t>(std::max_element(&out.logits[i * part], &out.logits[(i + 1) * part]) -
+                                     &out.logits[i * part]);
+  }
+  for (int64_t i = 0; i < rows; ++i) result[i].argmax = best[i];
+  return result;
+}
+
+StatusOr<GroupResult> RankWorker::forward(const StepPlan& plan) {
   ForwardBatch batch;
   std::vector<std::unique_ptr<PagedSequenceCache>> caches;
-  std::vector<int64_t> sampling;  // batch chunk index of each sampling chunk
-  for (const PlannedChunk& c : plan.chunks) {
+  std::vector<int64_t> row_begin(plan.chunks.size(), -1);
+  for (size_t i = 0; i < plan.chunks.size(); ++i) {
+    const PlannedChunk& c = plan.chunks[i];
     if (c.group != group_) continue;
     caches.push_back(std::make_unique<PagedSequenceCache>(store_, &c.pages, c.start));
-    if (c.start == 0) caches.back()->reset_states();  // a fresh (or recomputed) sequence
-    if (c.samples) sampling.push_back(static_cast<int64_t>(batch.chunks.size()));
-    batch.add(caches.back().get(), c.tokens.data(), static_cast<int64_t>(c.tokens.size()), c.prefill_len);
+    if (c.restore_states) caches.back()->restore_states(c.start);
+    row_begin[i] = batch.num_rows();
+    batch.add(caches.back().get(), c.tokens.data(), static_cast<int64_t>(c.tokens.size()), c.prefill_len,
+              c.logit_rows());
   }
-  const bool argmax_only = group_ < static_cast<int>(plan.argmax_only.size()) && plan.argmax_only[group_];
-  batch.local_logits = argmax_only;
+  batch.local_logits = argmax_only(plan);
   ForwardOutput out;
-  DSV4_RETURN_IF_ERROR(model_->forward(batch, &out));
+  DSV4_RETURN_IF_ERROR(model_->forward(batch, &out, plan.keep_hidden));
+  hidden_ = std::move(out.hidden);
+  hidden_row_begin_ = std::move(row_begin);
+  return logit_results(out, static_cast<int64_t>(batch.logit_row_indices().size()), batch.local_logits);
+}
 
-  const int64_t part = out.vocab_size, vocab = model_->config().vocab_size;
-  GroupResult result(sampling.size());
-  if (argmax_only) {
-    std::vector<float> rows(sampling.size() * part);
-    for (size_t i = 0; i < sampling.size(); ++i)
-      std::copy_n(&out.logits[sampling[i] * part], part, &rows[i * part]);
-    std::vector<int32_t> best(sampling.size());
-    if (part != vocab) {
-      sharded_argmax(*tp_, rows.data(), static_cast<int64_t>(sampling.size()), part, out.vocab_begin, best.data());
-    } else {
-      for (size_t i = 0; i < sampling.size(); ++i)
-        best[i] = static_cast<int32_t>(std::max_element(&rows[i * part], &rows[(i + 1) * part]) - &rows[i * part]);
-    }
-    for (size_t i = 0; i < sampling.size(); ++i) result[i].argmax = best[i];
-  } else {
-    for (size_t i = 0; i < sampling.size(); ++i)
-      result[i].logits.assign(&out.logits[sampling[i] * vocab], &out.logits[(sampling[i] + 1) * vocab]);
+// The MTP block continues the kept rows of the step's forward (row i of a
+// job: the main model's streams at position start + i with the token at
+// start + i + 1), then drafts greedily: each further step feeds the block
+// its own output streams and its last draft, one row per job.
+StatusOr<GroupResult> RankWorker::draft(const StepPlan& plan) {
+  const ModelConfig& c = model_->config();
+  const int64_t flat = static_cast<int64_t>(c.hc_mult) * c.dim;
+  std::vector<const PlannedChunk*> jobs;
+  for (const PlannedChunk& job : plan.chunks)
+    if (job.group == group_) jobs.push_back(&job);
+
+  ForwardBatch batch;
+  std::vector<std::unique_ptr<PagedSequenceCache>> caches;
+  std::vector<float> hidden;
+  for (const PlannedChunk* job : jobs) {
+    const int64_t n = static_cast<int64_t>(job->tokens.size());
+    const int64_t from = job->source >= 0 && job->source < static_cast<int64_t>(hidden_row_begin_.size())
+                             ? hidden_row_begin_[job->source]
+                             : -1;
+    if (from < 0 || (from + n) * flat > static_cast<int64_t>(hidden_.size()))
+      return internal_error("a draft job names rows the step's forward did not keep");
+    hidden.insert(hidden.end(), hidden_.begin() + from * flat, hidden_.begin() + (from + n) * flat);
+    caches.push_back(std::make_unique<PagedSequenceCache>(store_, &job->pages, job->start));
+    batch.add(caches.back().get(), job->tokens.data(), n, job->prefill_len, job->drafts > 0 ? 1 : 0);
   }
-  if (!leader()) result.clear();
+  batch.local_logits = true;
+  // Every rank takes the same number of MTP steps (the routed experts span
+  // the groups): the most any job of the plan drafts.
+  int32_t most = 0;
+  for (const PlannedChunk& job : plan.chunks) most = std::max(most, job.drafts);
+  ForwardOutput out;
+  DSV4_RETURN_IF_ERROR(model_->forward_mtp(0, batch, hidden.data(), &out, most > 1));
+
+  GroupResult result;
+  std::vector<int64_t> drafting;  // jobs still drafting, by index into jobs/result
+  std::vector<int64_t> last_row;  // their last row in the previous MTP forward
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    if (jobs[j]->drafts <= 0) continue;
+    drafting.push_back(static_cast<int64_t>(j));
+    last_row.push_back(batch.chunks[j].row_begin + batch.chunks[j].num_tokens - 1);
+    result.emplace_back();
+  }
+  std::vector<int64_t> slot(jobs.size(), -1);  // job -> its result
+  for (size_t k = 0; k < drafting.size(); ++k) slot[drafting[k]] = static_cast<int64_t>(k);
+
+  for (int32_t step = 1;; ++step) {
+    GroupResult best = logit_results(out, static_cast<int64_t>(drafting.size()), true);
+    std::vector<int64_t> next, next_last;
+    ForwardBatch more;
+    std::vector<float> more_hidden;
+    for (size_t k = 0; k < drafting.size(); ++k) {
+      const int64_t j = drafting[k];
+      result[slot[j]].drafts.push_back(best[k].argmax);
+      if (jobs[j]->drafts <= step) continue;
+      more.add(caches[j].get(), &result[slot[j]].drafts.back(), 1, jobs[j]->prefill_len, 1);
+      more_hidden.insert(more_hidden.end(), out.hidden.begin() + last_row[k] * flat,
+                         out.hidden.begin() + (last_row[k] + 1) * flat);
+      next.push_back(j);
+      next_last.push_back(static_cast<int64_t>(next_last.size()));
+    }
+    if (step >= most) break;
+    more.local_logits = true;
+    ForwardOutput more_out;
+    DSV4_RETURN_IF_ERROR(model_->forward_mtp(0, more, more_hidden.data(), &more_out, true));
+    out = std::move(more_out);
+    drafting = std::move(next);
+    last_row = std::move(next_last);
+  }
   return result;
 }
 

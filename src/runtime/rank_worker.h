@@ -21,8 +21,8 @@ class RankWorker {
 
   // A group without chunks still steps with the others (the routed experts
   // span the groups) but runs no attention and writes no page. The result
-  // is the group's sampling chunks in plan order on its first rank, empty
-  // on the others.
+  // is the group's logit rows (or drafting jobs) in plan order on its first
+  // rank, empty on the others.
   StatusOr<GroupResult> execute(const StepPlan& plan);
 
   int group() const { return group_; }
@@ -30,10 +30,21 @@ class RankWorker {
   const DeepseekV4& model() const { return *model_; }
 
  private:
+  StatusOr<GroupResult> forward(const StepPlan& plan);
+  StatusOr<GroupResult> draft(const StepPlan& plan);
+  bool argmax_only(const StepPlan& plan) const;
+  // Per logit row: the argmax over the vocabulary (exchanging slices' best
+  // under tensor parallelism) or the whole row.
+  GroupResult logit_results(const ForwardOutput& out, int64_t rows, bool argmax_only) const;
+
   const DeepseekV4* model_;
   PageStore* store_;
   Communicator* tp_;
   int group_;
+  // The last forward's streams [rows, hc, dim] when its plan kept them, and
+  // where each plan chunk's rows start in them (-1: another group's).
+  std::vector<float> hidden_;
+  std::vector<int64_t> hidden_row_begin_;
 };
 
 }  // namespace dsv4

@@ -24,4 +24,13 @@ struct SampledToken {
 SampledToken sample_token(const float* logits, int64_t vocab, const SamplingParams& params,
                           const std::vector<int32_t>& prompt, const std::vector<int32_t>& output, std::mt19937_64* rng);
 
+// Speculative sampling against a greedily drafted token (the draft
+// distribution is a point mass on `draft`): keeps the draft with the target
+// probability p(draft), otherwise draws from p with the draft removed, so
+// the token has exactly the distribution sample_token draws from. Greedy
+// requests get their argmax. accepted: the token is the draft.
+SampledToken sample_against_draft(const float* logits, int64_t vocab, const SamplingParams& params,
+                                  const std::vector<int32_t>& prompt, const std::vector<int32_t>& output,
+                                  int32_t draft, std::mt19937_64* rng, bool* accepted);
+
 }  // namespace dsv4

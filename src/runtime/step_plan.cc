@@ -49,9 +49,24 @@ class Reader {
 
 }  // namespace
 
+StatusOr<std::vector<SampledLogits>> merge_group_results(const StepPlan& plan, std::vector<GroupResult> groups) {
+  std::vector<size_t> next(groups.size(), 0);
+  std::vector<SampledLogits> out;
+  for (const PlannedChunk& c : plan.chunks) {
+    for (int64_t i = 0; i < results_of(plan, c); ++i) {
+      if (c.group >= static_cast<int>(groups.size()) || next[c.group] >= groups[c.group].size())
+        return internal_error("a group's result is missing rows");
+      out.push_back(std::move(groups[c.group][next[c.group]++]));
+    }
+  }
+  return out;
+}
+
 std::vector<char> serialize(const StepPlan& plan) {
   Writer w;
   w.put<uint8_t>(plan.stop);
+  w.put<uint8_t>(plan.draft);
+  w.put<uint8_t>(plan.keep_hidden);
   w.put_vector(plan.argmax_only);
   w.put<uint64_t>(plan.chunks.size());
   for (const PlannedChunk& c : plan.chunks) {
@@ -59,6 +74,10 @@ std::vector<char> serialize(const StepPlan& plan) {
     w.put(c.start);
     w.put(c.prefill_len);
     w.put<uint8_t>(c.samples);
+    w.put(c.draft_rows);
+    w.put<uint8_t>(c.restore_states);
+    w.put(c.source);
+    w.put(c.drafts);
     w.put_vector(c.tokens);
     w.put(c.pages.covered);
     for (const auto& ids : c.pages.pages) w.put_vector(ids);
@@ -69,19 +88,23 @@ std::vector<char> serialize(const StepPlan& plan) {
 StatusOr<StepPlan> deserialize_plan(const std::vector<char>& bytes) {
   Reader r(bytes.data(), bytes.size());
   StepPlan plan;
-  uint8_t stop = 0;
+  uint8_t stop = 0, draft = 0, keep = 0;
   uint64_t n = 0;
-  bool ok = r.get(&stop) && r.get_vector(&plan.argmax_only) && r.get(&n);
+  bool ok = r.get(&stop) && r.get(&draft) && r.get(&keep) && r.get_vector(&plan.argmax_only) && r.get(&n);
   plan.stop = stop;
+  plan.draft = draft;
+  plan.keep_hidden = keep;
   for (uint64_t i = 0; ok && i < n; ++i) {
     PlannedChunk c;
     int32_t group = 0;
-    uint8_t samples = 0;
-    ok = r.get(&group) && r.get(&c.start) && r.get(&c.prefill_len) && r.get(&samples) && r.get_vector(&c.tokens) &&
+    uint8_t samples = 0, restore = 0;
+    ok = r.get(&group) && r.get(&c.start) && r.get(&c.prefill_len) && r.get(&samples) && r.get(&c.draft_rows) &&
+         r.get(&restore) && r.get(&c.source) && r.get(&c.drafts) && r.get_vector(&c.tokens) &&
          r.get(&c.pages.covered);
     for (auto& ids : c.pages.pages) ok = ok && r.get_vector(&ids);
     c.group = group;
     c.samples = samples;
+    c.restore_states = restore;
     plan.chunks.push_back(std::move(c));
   }
   if (!ok || !r.done()) return internal_error("a step plan arrived damaged");
@@ -94,6 +117,7 @@ std::vector<char> serialize(const GroupResult& result) {
   for (const SampledLogits& s : result) {
     w.put(s.argmax);
     w.put_vector(s.logits);
+    w.put_vector(s.drafts);
   }
   return std::move(w.out);
 }
@@ -105,7 +129,7 @@ StatusOr<GroupResult> deserialize_result(const char* data, size_t size) {
   GroupResult out;
   for (uint64_t i = 0; ok && i < n; ++i) {
     SampledLogits s;
-    ok = r.get(&s.argmax) && r.get_vector(&s.logits);
+    ok = r.get(&s.argmax) && r.get_vector(&s.logits) && r.get_vector(&s.drafts);
     out.push_back(std::move(s));
   }
   if (!ok || !r.done()) return internal_error("a step result arrived damaged");

@@ -16,9 +16,22 @@ struct PlannedChunk {
   int group = 0;            // the data-parallel group running it
   int64_t start = 0;        // first position
   int64_t prefill_len = 0;  // the request's prompt length
-  bool samples = false;     // its last position's logits choose a token
+  bool samples = false;     // its last rows' logits choose tokens
+  // Trailing rows that are draft tokens to verify: a sampling chunk gets
+  // logits for them and for the row before (1 + draft_rows rows).
+  int32_t draft_rows = 0;
+  // The request's first chunk since admission: its compressor states start
+  // empty (start 0) or from the prefix-cache block ending at start.
+  bool restore_states = false;
+  // Draft plans: the chunk of the forward plan whose first tokens.size()
+  // rows the MTP block continues (tokens: each row's next token), and how
+  // many tokens to draft after them.
+  int32_t source = -1;
+  int32_t drafts = 0;
   std::vector<int32_t> tokens;
   BlockTable pages;         // the request's pages (ids into its group's stores)
+
+  int64_t logit_rows() const { return samples ? 1 + draft_rows : 0; }
 };
 
 struct StepPlan {
@@ -26,17 +39,36 @@ struct StepPlan {
   // Per group: every sampling chunk only needs the argmax of its logits,
   // so the ranks exchange their vocabulary slices' best instead of logits.
   std::vector<uint8_t> argmax_only;
+  // A draft plan: the MTP block runs over rows of the step's forward (which
+  // each rank keeps until then) and drafts tokens; no main-model forward.
+  bool draft = false;
+  // The ranks keep this forward's hidden streams for the draft plan that
+  // follows it (speculative decoding).
+  bool keep_hidden = false;
   bool stop = false;  // the engine is shutting down: ranks leave their loops
 };
 
-// One sampling chunk's outcome: the argmax token, or the whole logits row.
+// One logit row's outcome (the argmax token, or the whole logits row), or
+// a draft job's tokens.
 struct SampledLogits {
   int32_t argmax = -1;
   std::vector<float> logits;  // [vocab] unless argmax >= 0
+  std::vector<int32_t> drafts;
 };
 
-// Per sampling chunk of one group, in plan order.
+// Per logit row (forward plans) or drafting job (draft plans) of one group,
+// in plan order.
 using GroupResult = std::vector<SampledLogits>;
+
+// Results a chunk gives back: its logit rows (forward plans) or one for a
+// drafting job.
+inline int64_t results_of(const StepPlan& plan, const PlannedChunk& c) {
+  return plan.draft ? (c.drafts > 0 ? 1 : 0) : c.logit_rows();
+}
+
+// The groups' results (each from the group's first rank, index = group) in
+// plan order.
+StatusOr<std::vector<SampledLogits>> merge_group_results(const StepPlan& plan, std::vector<GroupResult> groups);
 
 std::vector<char> serialize(const StepPlan& plan);
 StatusOr<StepPlan> deserialize_plan(const std::vector<char>& bytes);

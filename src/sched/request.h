@@ -27,6 +27,15 @@ struct Request {
   RequestStatus status = RequestStatus::kWaiting;
   FinishReason finish = FinishReason::kNone;
   int num_preemptions = 0;
+  // Speculative decoding: the MTP block's draft tokens for the positions
+  // after the last token (not part of the output until verified), and how
+  // many were proposed and accepted so far.
+  std::vector<int32_t> draft;
+  int64_t drafts_proposed = 0;
+  int64_t drafts_accepted = 0;
+  // Prompt tokens whose caches came from the prefix cache at the last
+  // admission (the request's states start at that position).
+  int64_t cached_tokens = 0;
 
   int64_t num_tokens() const { return static_cast<int64_t>(prompt.size() + output.size()); }
   int32_t token(int64_t i) const {

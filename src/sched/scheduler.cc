@@ -73,15 +73,23 @@ Status Scheduler::add(std::unique_ptr<Request> r) {
 }
 
 int64_t Scheduler::chunk_size(const Request& r, int64_t budget) const {
-  int64_t n = std::min(r.num_tokens() - r.num_computed, budget);
-  if (options_.long_prefill_token_threshold > 0) n = std::min(n, options_.long_prefill_token_threshold);
+  const int64_t left = r.num_tokens() - r.num_computed;
+  // A decode verifies its drafts in the same chunk.
+  const int64_t rows = left == 1 ? 1 + static_cast<int64_t>(r.draft.size()) : left;
+  int64_t n = std::min(rows, budget);
+  if (left > 1 && options_.long_prefill_token_threshold > 0) n = std::min(n, options_.long_prefill_token_threshold);
   return n;
+}
+
+int64_t Scheduler::draft_rows(const Request& r, int64_t n) {
+  return std::max<int64_t>(0, r.num_computed + n - r.num_tokens());
 }
 
 void Scheduler::preempt(Request* r) {
   Partition& part = parts_[r->partition];
   part.kv->free(&r->pages);
   r->num_computed = 0;
+  r->draft.clear();
   r->paused = false;
   r->status = RequestStatus::kWaiting;
   ++r->num_preemptions;
@@ -118,7 +126,8 @@ void Scheduler::schedule(int partition, SchedulerOutput* all) {
       }
     }
     if (!scheduled) break;
-    out.chunks.push_back({r, partition, r->num_computed, n, r->num_computed + n == r->num_tokens()});
+    const int64_t drafts = draft_rows(*r, n);
+    out.chunks.push_back({r, partition, r->num_computed, n, drafts, r->num_computed + n - drafts == r->num_tokens()});
     budget -= n;
   }
   // Then admit waiting requests in arrival order (none after a preemption:
@@ -131,18 +140,20 @@ void Scheduler::schedule(int partition, SchedulerOutput* all) {
     waiting.pop_front();
     r->status = RequestStatus::kRunning;
     running.push_back(r);
-    out.chunks.push_back({r, partition, r->num_computed, n, r->num_computed + n == r->num_tokens()});
+    const int64_t drafts = draft_rows(*r, n);
+    out.chunks.push_back({r, partition, r->num_computed, n, drafts, r->num_computed + n - drafts == r->num_tokens()});
     budget -= n;
   }
   all->chunks.insert(all->chunks.end(), out.chunks.begin(), out.chunks.end());
   all->preempted.insert(all->preempted.end(), out.preempted.begin(), out.preempted.end());
 }
 
-void Scheduler::commit(const ScheduledChunk& c) {
+void Scheduler::commit(const ScheduledChunk& c, int64_t rows, bool release_window) {
   Request* r = c.request;
   DSV4_CHECK(r->status == RequestStatus::kRunning && c.start == r->num_computed);
-  r->num_computed += c.num_tokens;
-  parts_[r->partition].kv->release_behind_window(&r->pages, r->num_computed);
+  DSV4_CHECK(rows >= c.num_tokens - c.draft_rows && rows <= c.num_tokens);
+  r->num_computed += rows;
+  if (release_window) release_behind_window(r);
 }
 
 bool Scheduler::finish(int64_t id, FinishReason reason) {

@@ -30,14 +30,18 @@ struct SchedulerOptions {
   // Most tokens one request's prefill takes in a step; 0: no limit but the
   // step's budget.
   int64_t long_prefill_token_threshold = 0;
+  // Speculative decoding with the MTP block: draft tokens per step (0: off,
+  // at most kMaxDraftTokens).
+  int num_speculative_tokens = 0;
 };
 
 struct ScheduledChunk {
   Request* request = nullptr;
   int partition = 0;       // the request's data-parallel group
   int64_t start = 0;       // first position
-  int64_t num_tokens = 0;  // the request's tokens [start, start + num_tokens)
-  bool samples = false;    // reaches the last known token: its logits give the next one
+  int64_t num_tokens = 0;  // rows: the request's tokens [start, start + num_tokens - draft_rows), then drafts
+  int64_t draft_rows = 0;  // the request's first draft tokens, verified by this chunk
+  bool samples = false;    // reaches the last known token: its logits give the next one(s)
 };
 
 struct SchedulerOutput {
@@ -60,8 +64,15 @@ class Scheduler {
   // Queues a request after checking it fits max_model_len by its own length.
   Status add(std::unique_ptr<Request> request);
   SchedulerOutput schedule();
-  // After the forward has written a chunk's caches.
-  void commit(const ScheduledChunk& chunk);
+  // After the forward has written a chunk's caches: its first `rows` rows
+  // count (all but the rejected draft rows). Then, unless the MTP block
+  // still has to read them (release_window false), the raw-KV pages behind
+  // the request's window are released.
+  void commit(const ScheduledChunk& chunk, int64_t rows, bool release_window = true);
+  void release_behind_window(Request* r) { parts_[r->partition].kv->release_behind_window(&r->pages, r->num_computed); }
+  // Gives a running request pages up to position new_len (the draft rows
+  // of its next step); false when the cache has none to spare.
+  bool reserve(Request* r, int64_t new_len) { return parts_[r->partition].kv->allocate(&r->pages, new_len); }
   // Ends a request (finished or aborted) and frees its pages. Returns false
   // for an unknown or already finished id.
   bool finish(int64_t id, FinishReason reason);
@@ -92,8 +103,10 @@ class Scheduler {
     std::deque<Request*> waiting;
     std::vector<Request*> running;  // in admission order
   };
-  // Tokens a request runs this step given what is left of the budget.
+  // Tokens a request runs this step given what is left of the budget, and
+  // how many of them are draft rows.
   int64_t chunk_size(const Request& r, int64_t budget) const;
+  static int64_t draft_rows(const Request& r, int64_t n);
   void schedule(int partition, SchedulerOutput* out);
   void preempt(Request* r);
   int least_loaded() const;

@@ -51,6 +51,8 @@ struct Choice {
   bool finished = false;
   std::string finish_reason;
   int64_t prompt_tokens = 0, completion_tokens = 0;
+  int64_t cached_tokens = 0;                      // of the prompt, from the prefix cache
+  int64_t drafts_proposed = 0, drafts_accepted = 0;  // speculative decoding
   std::vector<SampledToken> logprobs;
   std::vector<int32_t> tokens;
   Clock::time_point last_token;
@@ -234,9 +236,18 @@ void HttpServer::generate(const httplib::Request& req, httplib::Response& res, b
     const RequestOutput& o = ev.output;
     if (!o.new_tokens.empty()) {
       const auto now = Clock::now();
-      if (c.tokens.empty()) metrics_.observe_ttft(std::chrono::duration<double>(now - arrival).count());
-      else metrics_.observe_time_per_output_token(std::chrono::duration<double>(now - c.last_token).count());
+      if (c.tokens.empty()) {
+        metrics_.observe_ttft(std::chrono::duration<double>(now - arrival).count());
+      } else {  // a step may bring several tokens (speculative decoding): the interval is theirs
+        const double each = std::chrono::duration<double>(now - c.last_token).count() / o.new_tokens.size();
+        for (size_t i = 0; i < o.new_tokens.size(); ++i) metrics_.observe_time_per_output_token(each);
+      }
       c.last_token = now;
+    }
+    if (o.prompt_tokens > 0) {  // from an engine step (not a cancellation)
+      c.cached_tokens = o.cached_tokens;
+      c.drafts_proposed = o.drafts_proposed;
+      c.drafts_accepted = o.drafts_accepted;
     }
     c.tokens.insert(c.tokens.end(), o.new_tokens.begin(), o.new_tokens.end());
     c.logprobs.insert(c.logprobs.end(), o.new_logprobs.begin(), o.new_logprobs.end());
@@ -259,14 +270,33 @@ void HttpServer::generate(const httplib::Request& req, httplib::Response& res, b
     }
     return true;
   };
+  // The usage object: prompt (each choice's prompt once), completion and
+  // cached tokens.
   auto usage = [choices] {
-    int64_t prompt = 0, completion = 0;
-    for (size_t i = 0; i < choices->size(); ++i) completion += (*choices)[i].completion_tokens;
-    // Each distinct prompt counts once (n choices share it).
-    std::vector<int64_t> seen;
-    for (const Choice& c : *choices) seen.push_back(c.prompt_tokens);
-    for (size_t i = 0; i < seen.size(); ++i) prompt += seen[i];
-    return std::make_pair(prompt, completion);
+    int64_t prompt = 0, completion = 0, cached = 0;
+    for (const Choice& c : *choices) {
+      prompt += c.prompt_tokens;
+      completion += c.completion_tokens;
+      cached += c.cached_tokens;
+    }
+    return ordered_json{{"prompt_tokens", prompt},
+                        {"completion_tokens", completion},
+                        {"total_tokens", prompt + completion},
+                        {"prompt_tokens_details", {{"cached_tokens", cached}}}};
+  };
+  // Per-request log line: tokens, and what the prefix cache and the drafts did.
+  auto summary = [choices] {
+    int64_t completion = 0, cached = 0, proposed = 0, accepted = 0;
+    for (const Choice& c : *choices) {
+      completion += c.completion_tokens;
+      cached += c.cached_tokens;
+      proposed += c.drafts_proposed;
+      accepted += c.drafts_accepted;
+    }
+    std::string s = std::to_string(completion) + " tokens";
+    if (cached) s += ", " + std::to_string(cached) + " prompt tokens cached";
+    if (proposed) s += ", " + std::to_string(accepted) + "/" + std::to_string(proposed) + " draft tokens accepted";
+    return s;
   };
   auto logprobs_json = [this, chat](const Choice& c) -> ordered_json {
     if (chat) {
@@ -313,8 +343,8 @@ void HttpServer::generate(const httplib::Request& req, httplib::Response& res, b
     return calls;
   };
   auto finish_metrics = [this, choices, endpoint, usage] {
-    auto [p, g] = usage();
-    metrics_.add_tokens(p, g);
+    const ordered_json u = usage();
+    metrics_.add_tokens(u["prompt_tokens"].get<int64_t>(), u["completion_tokens"].get<int64_t>());
     for (const Choice& c : *choices) metrics_.count_request(endpoint, c.finish_reason.empty() ? "abort" : c.finish_reason);
   };
 
@@ -326,7 +356,6 @@ void HttpServer::generate(const httplib::Request& req, httplib::Response& res, b
       if (!channel->pop(&ev, 1000)) continue;
       if (apply(ev, &delta) && (*choices)[ev.choice].finished) ++done;
     }
-    auto [prompt_tokens, completion_tokens] = usage();
     ordered_json out_choices = ordered_json::array();
     for (size_t i = 0; i < choices->size(); ++i) {
       const Choice& c = (*choices)[i];
@@ -347,12 +376,9 @@ void HttpServer::generate(const httplib::Request& req, httplib::Response& res, b
                         {"created", created},
                         {"model", plan.model},
                         {"choices", out_choices},
-                        {"usage",
-                         {{"prompt_tokens", prompt_tokens},
-                          {"completion_tokens", completion_tokens},
-                          {"total_tokens", prompt_tokens + completion_tokens}}}};
+                        {"usage", usage()}};
     finish_metrics();
-    log_info(rid + ": done, " + std::to_string(completion_tokens) + " tokens");
+    log_info(rid + ": done, " + summary());
     res.set_content(dump(out), "application/json");
     return;
   }
@@ -424,13 +450,12 @@ void HttpServer::generate(const httplib::Request& req, httplib::Response& res, b
         if (st->done == choices->size() && !st->ended) {
           st->ended = true;
           if (plan.include_usage) {
-            auto [p, g] = usage();
             ordered_json j = {{"id", rid},
                               {"object", chat ? "chat.completion.chunk" : "text_completion"},
                               {"created", created},
                               {"model", plan.model},
                               {"choices", ordered_json::array()},
-                              {"usage", {{"prompt_tokens", p}, {"completion_tokens", g}, {"total_tokens", p + g}}}};
+                              {"usage", usage()}};
             if (!write("data: " + dump(j) + "\n\n")) return false;
           }
           if (!write("data: [DONE]\n\n")) return false;
@@ -448,7 +473,7 @@ void HttpServer::generate(const httplib::Request& req, httplib::Response& res, b
             }
           log_info(rid + ": client went away, request aborted");
         } else {
-          log_info(rid + ": streamed");
+          log_info(rid + ": streamed, " + summary());
         }
         finish_metrics();
       });

@@ -84,6 +84,16 @@ std::string Metrics::render(const EngineSnapshot& e) const {
   out += "dsv4_num_preemptions_total " + std::to_string(e.stats.preemptions) + "\n";
   header("dsv4_engine_steps_total", "counter", "Engine steps run.", &out);
   out += "dsv4_engine_steps_total " + std::to_string(e.stats.steps) + "\n";
+  header("dsv4_spec_decode_num_draft_tokens_total", "counter", "Draft tokens the MTP block proposed and the model verified.", &out);
+  out += "dsv4_spec_decode_num_draft_tokens_total " + std::to_string(e.stats.drafts_proposed) + "\n";
+  header("dsv4_spec_decode_num_accepted_tokens_total", "counter", "Draft tokens accepted.", &out);
+  out += "dsv4_spec_decode_num_accepted_tokens_total " + std::to_string(e.stats.drafts_accepted) + "\n";
+  header("dsv4_spec_decode_num_drafts_total", "counter", "Decode steps of a request that verified drafts.", &out);
+  out += "dsv4_spec_decode_num_drafts_total " + std::to_string(e.stats.verify_chunks) + "\n";
+  header("dsv4_prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.", &out);
+  out += "dsv4_prefix_cache_queries_total " + std::to_string(e.stats.prefix_queried_tokens) + "\n";
+  header("dsv4_prefix_cache_hits_total", "counter", "Prompt tokens served from the prefix cache.", &out);
+  out += "dsv4_prefix_cache_hits_total " + std::to_string(e.stats.prefix_hit_tokens) + "\n";
   return out;
 }
 
