@@ -21,6 +21,7 @@ const char* kHelp =
     "usage: dsv4 bench [--model DIR] [--ctx 1024,4096] [--batch 1,16] [--gen N] [--csv FILE]\n"
     "       dsv4 bench --topology [--model DIR] [--tp N --dp N --ep N] [--prompt-len N]\n"
     "                  [--flashcomm1-sp-min-token-num N]\n"
+    "       dsv4 bench --serving [--model DIR] [--ctx 4096] [--gen N] [--k 1,3,7] [--csv FILE]\n"
     "  (default)          prefill and decode throughput at each context length and batch size,\n"
     "                     measured incrementally (each row times only its own interval), KV bytes\n"
     "                     per token, and this machine's memory read bandwidth and the GEMM kernel's\n"
@@ -29,6 +30,10 @@ const char* kHelp =
     "  --batch B1,B2,...  decode batch sizes (default 1,16)\n"
     "  --gen N            decode steps timed per row (default 16)\n"
     "  --topology         per-rank resident weights and communication per step of the layout\n"
+    "  --serving          MTP speculative decoding at each --k (mean accepted length, decode speed-up,\n"
+    "                     same greedy tokens) and time to first token at --ctx cold and after a\n"
+    "                     prefix-cache hit on all but the last 64 tokens (--gen default 64)\n"
+    "  --k K1,K2,...      draft tokens per step for --serving (default 1,3,7)\n"
     "  --model DIR        checkpoint (default: the embedded default model)\n"
     "  --prompt-len N     tokens each data-parallel group prefills in the measured step (default 1024)\n"
     "  --flashcomm1-sp-min-token-num N   FlashComm1 threshold for the 'on' rows (default: the prompt length)\n";
@@ -107,10 +112,13 @@ std::vector<int64_t> int_list(const std::string& s) {
 int bench_throughput(const std::string& dir, const std::string& name, const std::vector<int64_t>& contexts,
                      const std::vector<int64_t>& batches, int64_t gen, const std::string& csv);  // bench_throughput.cc
 
+int bench_serving(const std::string& dir, const std::string& name, int64_t ctx, int64_t gen,
+                  const std::vector<int64_t>& ks, const std::string& csv);  // bench_serving.cc
+
 int cmd_bench(int argc, char** argv) {
-  std::set<std::string> valued = {"model", "prompt-len", "ctx", "batch", "gen", "csv"};
+  std::set<std::string> valued = {"model", "prompt-len", "ctx", "batch", "gen", "csv", "k"};
   for (const auto& k : parallel_option_names()) valued.insert(k);
-  Args args(argc, argv, 2, valued, {"help", "topology"});
+  Args args(argc, argv, 2, valued, {"help", "topology", "serving"});
   if (args.has("help")) {
     std::fputs(kHelp, stdout);
     return 0;
@@ -133,6 +141,16 @@ int cmd_bench(int argc, char** argv) {
   if (!dir.ok()) {
     std::fprintf(stderr, "dsv4 bench: %s\n", dir.status().message().c_str());
     return 2;
+  }
+  if (args.has("serving")) {
+    const std::vector<int64_t> ks = int_list(args.get("k", "1,3,7"));
+    for (int64_t k : ks)
+      if (k > kMaxDraftTokens) {
+        std::fprintf(stderr, "dsv4 bench: --k values must be 1 to %d\n", kMaxDraftTokens);
+        return 2;
+      }
+    return bench_serving(dir->path(), model_name(args.get("model")), args.get_int("ctx", 4096), args.get_int("gen", 64),
+                         ks, args.get("csv"));
   }
   if (!args.has("topology"))
     return bench_throughput(dir->path(), model_name(args.get("model")), contexts, batches, gen, args.get("csv"));

@@ -38,6 +38,7 @@ int cmd_run(int argc, char** argv) {
   for (const auto& k : parallel_option_names()) valued.insert(k);
   std::set<std::string> flags = {"help", "ignore-eos"};
   for (const auto& k : parallel_flag_names()) flags.insert(k);
+  for (const auto& k : engine_flag_names()) flags.insert(k);
   Args args(argc, argv, 2, valued, flags);
   if (args.has("help")) {
     std::printf("%s%s%s%s", kHelp, kEngineHelp, kParallelHelp, kSamplingHelp);

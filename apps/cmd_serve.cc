@@ -173,6 +173,7 @@ int cmd_serve(int argc, char** argv) {
   for (const auto& k : parallel_option_names()) valued.insert(k);
   std::set<std::string> flags = {"help"};
   for (const auto& k : parallel_flag_names()) flags.insert(k);
+  for (const auto& k : engine_flag_names()) flags.insert(k);
   Args args(argc, argv, 2, valued, flags);
   if (args.has("help")) {
     std::printf("%s%s%s", kHelp, kEngineHelp, kParallelHelp);

@@ -71,7 +71,10 @@ const char* kEngineHelp =
     "  --kv-cache-memory-fraction F share of available memory when no budget is given (default 0.25)\n"
     "  --speculative-config JSON    MTP speculative decoding, e.g. '{\"method\":\"mtp\",\"num_speculative_tokens\":3}'\n"
     "                               (1 to 7 draft tokens per step; greedy output is unchanged, sampled\n"
-    "                               output keeps its distribution)\n";
+    "                               output keeps its distribution)\n"
+    "  --enable-prefix-caching / --no-enable-prefix-caching\n"
+    "                               reuse the caches of 128-token blocks earlier requests computed\n"
+    "                               (default on)\n";
 
 const char* kParallelHelp =
     "parallel ranks (threads of this process; mpirun with --dist mpi for serve):\n"
@@ -91,6 +94,8 @@ std::set<std::string> engine_option_names() {
   return {"max-num-seqs", "max-num-batched-tokens", "max-model-len", "long-prefill-token-threshold", "block-size",
           "kv-cache-memory", "kv-cache-memory-fraction", "speculative-config"};
 }
+
+std::set<std::string> engine_flag_names() { return {"enable-prefix-caching", "no-enable-prefix-caching"}; }
 
 std::set<std::string> parallel_option_names() { return {"tp", "dp", "ep", "flashcomm1-sp-min-token-num"}; }
 std::set<std::string> parallel_flag_names() { return {"enable-flashcomm1"}; }
@@ -119,6 +124,9 @@ EngineOptions engine_options(Args& args) {
   o.scheduler.long_prefill_token_threshold = args.get_int("long-prefill-token-threshold", 0);
   o.scheduler.num_speculative_tokens = speculative_tokens(args);
   o.cache.block_size = args.get_int("block-size", o.cache.block_size);
+  if (args.has("enable-prefix-caching") && args.has("no-enable-prefix-caching"))
+    args.set_error("give --enable-prefix-caching or --no-enable-prefix-caching, not both");
+  o.cache.enable_prefix_caching = !args.has("no-enable-prefix-caching");
   if (args.has("kv-cache-memory")) {
     o.cache.memory_bytes = parse_bytes(args, "kv-cache-memory");
     if (o.cache.memory_bytes <= 0) args.set_error("--kv-cache-memory needs a size such as 512M or 2G");

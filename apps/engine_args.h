@@ -15,6 +15,7 @@ namespace dsv4::app {
 // Option names engine_options / sampling_params / parallel_options read
 // (parallel_flag_names: the ones without a value).
 std::set<std::string> engine_option_names();
+std::set<std::string> engine_flag_names();
 std::set<std::string> parallel_option_names();
 std::set<std::string> parallel_flag_names();
 extern const char* kParallelHelp;

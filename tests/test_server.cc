@@ -123,6 +123,63 @@ TEST(Server, SseFramingAndJsonShapes) {
     EXPECT_FALSE(metric(metrics->body, name).empty()) << name;
 }
 
+// Through the API: a second prompt sharing 384 tokens reports them cached
+// and answers exactly as a server without prefix caching (logprobs too),
+// with MTP speculation on; a multi-turn chat re-sent with one more turn hits
+// the whole earlier conversation (aligned down to 128); /metrics counts it.
+TEST(Server, PrefixCachingAndSpeculationThroughTheApi) {
+  const std::string prefix(384, 'p');  // the default model's tokenizer: one token per byte
+  auto complete = [](httplib::Client& cli, const std::string& prompt) {
+    const json body = {{"prompt", prompt}, {"max_tokens", 12}, {"temperature", 0}, {"ignore_eos", true}, {"logprobs", 3}};
+    auto r = cli.Post("/v1/completions", body.dump(), "application/json");
+    EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no answer");
+    return r ? json::parse(r->body) : json();
+  };
+  const std::string spec = R"({"method":"mtp","num_speculative_tokens":3})";
+  ServerProcess warm(with({"--speculative-config", spec}));
+  ServerProcess cold(with({"--no-enable-prefix-caching"}));
+  ASSERT_GT(warm.port(), 0) << warm.log();
+  ASSERT_GT(cold.port(), 0) << cold.log();
+  httplib::Client w("127.0.0.1", warm.port()), c("127.0.0.1", cold.port());
+  const json first = complete(w, prefix + "first question?");
+  EXPECT_EQ(first["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  const json second = complete(w, prefix + "other question?"), reference = complete(c, prefix + "other question?");
+  EXPECT_EQ(second["usage"]["prompt_tokens_details"]["cached_tokens"], 384);
+  EXPECT_EQ(reference["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  EXPECT_EQ(second["choices"][0]["text"], reference["choices"][0]["text"]);
+  EXPECT_EQ(second["choices"][0]["logprobs"], reference["choices"][0]["logprobs"]);
+
+  // Multi-turn chat.
+  json messages = {{{"role", "user"}, {"content", std::string(300, 'u')}}};
+  auto chat = [&](int max_tokens) {
+    const json body = {{"messages", messages}, {"max_tokens", max_tokens}, {"temperature", 0}, {"ignore_eos", true}};
+    auto r = w.Post("/v1/chat/completions", body.dump(), "application/json");
+    EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no answer");
+    return r ? json::parse(r->body) : json();
+  };
+  const json turn1 = chat(20);
+  messages.push_back({{"role", "assistant"}, {"content", turn1["choices"][0]["message"]["content"]}});
+  messages.push_back({{"role", "user"}, {"content", "and then?"}});
+  const json turn2 = chat(4);
+  const int64_t earlier = turn1["usage"]["prompt_tokens"].get<int64_t>();
+  const int64_t cached = turn2["usage"]["prompt_tokens_details"]["cached_tokens"].get<int64_t>();
+  EXPECT_EQ(cached % 128, 0);
+  EXPECT_GE(cached, earlier / 128 * 128) << "the earlier turn's prompt is cached";
+  EXPECT_LT(cached, turn2["usage"]["prompt_tokens"].get<int64_t>());
+
+  auto m = w.Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_GE(metric(m->body, "dsv4_prefix_cache_hits_total").at(0), 384 + cached);
+  EXPECT_GT(metric(m->body, "dsv4_prefix_cache_blocks").at(0), 0);
+  EXPECT_GT(metric(m->body, "dsv4_spec_decode_num_draft_tokens_total").at(0), 0);
+  EXPECT_FALSE(metric(m->body, "dsv4_spec_decode_num_accepted_tokens_total").empty());
+  EXPECT_TRUE(settles(w)) << "requests hold no page once done";
+  EXPECT_NE(warm.log().find("draft tokens accepted"), std::string::npos) << warm.log();
+  EXPECT_NE(warm.log().find("384 prompt tokens cached"), std::string::npos) << warm.log();
+  EXPECT_EQ(warm.stop(), 0);
+  EXPECT_EQ(cold.stop(), 0);
+}
+
 // Bodies that must each be refused with a 4xx.
 std::vector<std::pair<std::string, std::string>> hostile_bodies() {
   std::vector<std::pair<std::string, std::string>> out;  // (path, body)

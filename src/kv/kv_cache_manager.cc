@@ -56,6 +56,7 @@ struct FixedCost {
   int64_t ring_pages = 0;
   int64_t fixed_floats = 0;
   int64_t per_compressed_page = 0;
+  int64_t cached_ori_per_compressed_page_x4 = 0;  // ori pages per 4 compressed pages (prefix caching)
 };
 
 FixedCost fixed_cost(const PageLayout& layout, const KvCacheOptions& o) {
@@ -65,10 +66,17 @@ FixedCost fixed_cost(const PageLayout& layout, const KvCacheOptions& o) {
   // window positions, plus the positions speculative rows may reach.
   c.ring_pages = o.max_num_seqs * (2 * (ceil_div(layout.geometry.window, o.block_size) + 1) +
                                    ceil_div(2 * kMaxDraftTokens + 1, o.block_size));
+  if (o.enable_prefix_caching) {
+    // Every position of a step's chunks gets raw KV, and a quarter of the
+    // compressed blocks may keep theirs.
+    c.ring_pages += ceil_div(o.max_num_batched_tokens, o.block_size) + o.max_num_seqs;
+    c.cached_ori_per_compressed_page_x4 = kBlockTokens / o.block_size;
+  }
   c.fixed_floats =
       o.max_num_seqs * (pf(CacheFamily::kCsaState) + pf(CacheFamily::kCsaInnerState) + pf(CacheFamily::kHcaState)) +
       c.ring_pages * pf(CacheFamily::kOri);
-  c.per_compressed_page = pf(CacheFamily::kCmpC4) + pf(CacheFamily::kCmpC128) + pf(CacheFamily::kIdx);
+  c.per_compressed_page = pf(CacheFamily::kCmpC4) + pf(CacheFamily::kCmpC128) + pf(CacheFamily::kIdx) +
+                          c.cached_ori_per_compressed_page_x4 * pf(CacheFamily::kOri) / 4;
   return c;
 }
 
@@ -92,6 +100,9 @@ StatusOr<std::unique_ptr<KvCacheManager>> KvCacheManager::create(const CacheGeom
                                                                   const KvCacheOptions& o, int copies) {
   DSV4_ASSIGN_OR_RETURN(PageLayout layout, PageLayout::of(geometry, o.block_size));
   if (o.max_num_seqs <= 0) return invalid_argument("max-num-seqs must be positive");
+  if (o.enable_prefix_caching && kBlockTokens % o.block_size != 0)
+    return invalid_argument("prefix caching needs a block size dividing " + std::to_string(kBlockTokens) + ", got " +
+                            std::to_string(o.block_size));
   DSV4_ASSIGN_OR_RETURN(int64_t budget, budget_of(o));
   auto pf = [&](CacheFamily f) { return layout.family(f).page_floats; };
   const FixedCost cost = fixed_cost(layout, o);
@@ -108,7 +119,7 @@ StatusOr<std::unique_ptr<KvCacheManager>> KvCacheManager::create(const CacheGeom
     for (CacheFamily f : kAllFamilies) {
       int64_t n = 0;
       if (pf(f) == 0) n = 0;
-      else if (f == CacheFamily::kOri) n = cost.ring_pages;
+      else if (f == CacheFamily::kOri) n = cost.ring_pages + compressed_pages * cost.cached_ori_per_compressed_page_x4 / 4;
       else if (is_state(f)) n = o.max_num_seqs;
       else n = compressed_pages;
       counts[static_cast<int>(f)] = n;
@@ -126,6 +137,7 @@ StatusOr<std::unique_ptr<KvCacheManager>> KvCacheManager::create(const CacheGeom
       continue;
     }
     kv->token_capacity_ = cost.per_compressed_page ? compressed_pages * kCompressedPageTokens : -1;
+    if (o.enable_prefix_caching) kv->prefix_ = std::make_unique<PrefixCache>(&kv->layout_, &kv->pools_);
     return kv;
   }
 }
@@ -140,8 +152,11 @@ int64_t KvCacheManager::pages_needed(CacheFamily f, int64_t len) const {
 bool KvCacheManager::allocate(BlockTable* table, int64_t new_len) {
   if (new_len <= table->covered) return true;
   // The forward writes raw KV only for the last window positions of a
-  // chunk, so the ring needs pages from there on.
-  const int64_t ring_from = std::max(table->covered, new_len - layout_.geometry.window) / layout_.block_size;
+  // chunk (every position when a prefix cache keeps blocks), so the ring
+  // needs pages from there on.
+  const int64_t ring_from =
+      (keeps_all_raw_kv() ? table->covered : std::max(table->covered, new_len - layout_.geometry.window)) /
+      layout_.block_size;
   std::array<int64_t, kNumCacheFamilies> need{};
   for (CacheFamily f : kAllFamilies) {
     const auto& ids = table->of(f);
@@ -149,6 +164,10 @@ bool KvCacheManager::allocate(BlockTable* table, int64_t new_len) {
     int64_t n = 0;
     for (int64_t p = static_cast<int64_t>(ids.size()); p < want; ++p) n += f != CacheFamily::kOri || p >= ring_from;
     need[static_cast<int>(f)] = n;
+  }
+  for (CacheFamily f : kAllFamilies) {
+    const int64_t n = need[static_cast<int>(f)];
+    if (n > pool(f).free_pages() && prefix_) prefix_->evict(f, n);
     if (n > pool(f).free_pages()) return false;
   }
   for (CacheFamily f : kAllFamilies) {
@@ -197,7 +216,7 @@ double KvCacheManager::bytes_per_token(int64_t length) const {
 int64_t KvCacheManager::pages_in_use() const {
   int64_t n = 0;
   for (const PagePool& p : pools_) n += p.num_pages() - p.free_pages();
-  return n;
+  return n - (prefix_ ? prefix_->pages_held_alone() : 0);
 }
 
 int64_t KvCacheManager::bytes() const {
@@ -212,7 +231,7 @@ std::string KvCacheManager::summary() const {
   if (token_capacity_ < 0) s << "no compressed layers, window rings only";
   else s << token_capacity_ << " tokens of history";
   s << ", " << options_.max_num_seqs << " requests, " << static_cast<int64_t>(bytes_per_token(4096))
-    << " bytes/token at 4K context; pages";
+    << " bytes/token at 4K context, prefix caching " << (prefix_ ? "on" : "off") << "; pages";
   for (CacheFamily f : kAllFamilies) {
     const PagePool& p = pools_[static_cast<int>(f)];
     if (p.num_pages()) s << " " << p.name() << " " << p.num_pages();

@@ -13,6 +13,7 @@
 #include "kv/page_layout.h"
 #include "kv/page_pool.h"
 #include "kv/page_store.h"
+#include "kv/prefix_cache.h"
 #include "model/sequence_cache.h"
 
 namespace dsv4 {
@@ -23,6 +24,11 @@ struct KvCacheOptions {
   double memory_fraction = 0.25;
   int64_t max_num_seqs = 64;          // sizes the state pages and the window rings
   int64_t max_num_batched_tokens = 2048;  // ring pages a step's chunks may need
+  // Keep computed 128-token blocks for later requests with the same prefix
+  // (see PrefixCache). The forward then writes raw KV for every position
+  // (a cached block needs its raw window), and a quarter of the compressed
+  // blocks the budget holds may keep their raw KV pages too.
+  bool enable_prefix_caching = true;
 };
 
 class KvCacheManager {
@@ -40,6 +46,10 @@ class KvCacheManager {
   // pages hold whatever they held; a chunk starting at position 0 resets its
   // state pages (PagedSequenceCache::reset_states).
   bool allocate(BlockTable* table, int64_t new_len);
+  // Prefix caching (null when off).
+  PrefixCache* prefix_cache() { return prefix_.get(); }
+  // Raw KV is written for every position, not just each chunk's last window.
+  bool keeps_all_raw_kv() const { return prefix_ != nullptr; }
   // After a step confirms `length` processed positions: releases the ori
   // pages wholly behind the sliding window.
   void release_behind_window(BlockTable* table, int64_t length);
@@ -59,6 +69,8 @@ class KvCacheManager {
   int64_t token_capacity() const { return token_capacity_; }
   // What a request with `length` processed positions holds, per token.
   double bytes_per_token(int64_t length) const;
+  // Pages requests hold (the prefix cache's own are not counted: they are
+  // given up when needed).
   int64_t pages_in_use() const;
   int64_t bytes() const;  // of one copy
   std::string summary() const;
@@ -78,6 +90,7 @@ class KvCacheManager {
   KvCacheOptions options_;
   std::array<PagePool, kNumCacheFamilies> pools_;
   std::vector<std::unique_ptr<PageStore>> stores_;
+  std::unique_ptr<PrefixCache> prefix_;
   int64_t token_capacity_ = 0;
 };
 

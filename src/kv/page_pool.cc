@@ -7,7 +7,7 @@ namespace dsv4 {
 PagePool::PagePool(std::string name, int64_t page_floats, int64_t num_pages)
     : name_(std::move(name)),
       page_floats_(page_floats),
-      in_use_(num_pages, 0) {
+      holders_(num_pages, 0) {
   free_.reserve(num_pages);
   for (int64_t i = num_pages - 1; i >= 0; --i) free_.push_back(static_cast<int32_t>(i));
 }
@@ -16,14 +16,18 @@ int32_t PagePool::allocate() {
   if (free_.empty()) return -1;
   const int32_t id = free_.back();
   free_.pop_back();
-  in_use_[id] = 1;
+  holders_[id] = 1;
   return id;
+}
+
+void PagePool::retain(int32_t page) {
+  DSV4_CHECK_MSG(in_use(page), "sharing a page that is not in use");
+  ++holders_[page];
 }
 
 void PagePool::release(int32_t page) {
   DSV4_CHECK_MSG(in_use(page), "releasing a page that is not in use");
-  in_use_[page] = 0;
-  free_.push_back(page);
+  if (--holders_[page] == 0) free_.push_back(page);
 }
 
 }  // namespace dsv4

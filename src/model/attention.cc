@@ -177,7 +177,8 @@ void attention_forward(const AttentionWeights& w, const LayerContext& ctx, const
       }
     });
     // Only now the ring may take this chunk's keys: earlier queries read it.
-    for (int64_t p = std::max(ch.start_pos, ch.start_pos + ch.num_tokens - win); p < ch.start_pos + ch.num_tokens; ++p)
+    const int64_t from = ch.keep_all_window_rows ? ch.start_pos : std::max(ch.start_pos, ch.start_pos + ch.num_tokens - win);
+    for (int64_t p = from; p < ch.start_pos + ch.num_tokens; ++p)
       std::memcpy(cache->window_row(layer, p), key_at(p), sizeof(float) * hd);
   }
 

@@ -24,6 +24,9 @@ struct SeqChunk {
   // token, all of them to verify draft tokens, 0 for a prefill chunk that
   // samples nothing.
   int64_t logit_rows = 1;
+  // Raw KV rows of every position go to the cache (a prefix cache keeps
+  // them), not only the last window_size ones the next chunk reads.
+  bool keep_all_window_rows = false;
 };
 
 // Receives named intermediate tensors (layer_out.N, final_hidden) so a golden

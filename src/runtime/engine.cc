@@ -121,6 +121,7 @@ StepPlan Engine::plan_step(const SchedulerOutput& schedule) const {
   StepPlan plan;
   plan.argmax_only.assign(num_groups(), observer_ ? 0 : 1);
   plan.keep_hidden = speculative();
+  plan.keep_raw_kv = executor_->cache(0)->keeps_all_raw_kv();
   for (const ScheduledChunk& c : schedule.chunks) {
     const Request* r = c.request;
     PlannedChunk p;
@@ -199,6 +200,8 @@ std::vector<RequestOutput> Engine::step() {
     return outputs;
   }
   ++stats_.steps;
+  stats_.prefix_queried_tokens = scheduler_->prefix_queried_tokens();
+  stats_.prefix_hit_tokens = scheduler_->prefix_hit_tokens();
   for (const ScheduledChunk& c : schedule.chunks) {
     const Request* r = c.request;
     stats_.prompt_tokens += std::max<int64_t>(0, std::min<int64_t>(c.start + c.num_tokens, r->prompt.size()) - c.start);
@@ -245,6 +248,7 @@ void Engine::draft(const SchedulerOutput& schedule, const std::vector<int64_t>& 
                    const std::vector<uint8_t>& finished) {
   StepPlan plan;
   plan.draft = true;
+  plan.keep_raw_kv = executor_->cache(0)->keeps_all_raw_kv();
   const int k = scheduler_->options().num_speculative_tokens;
   for (size_t ci = 0; ci < schedule.chunks.size(); ++ci) {
     if (finished[ci]) continue;  // its pages are gone

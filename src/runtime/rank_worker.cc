@@ -49,6 +49,7 @@ StatusOr<GroupResult> RankWorker::forward(const StepPlan& plan) {
     row_begin[i] = batch.num_rows();
     batch.add(caches.back().get(), c.tokens.data(), static_cast<int64_t>(c.tokens.size()), c.prefill_len,
               c.logit_rows());
+    batch.chunks.back().keep_all_window_rows = plan.keep_raw_kv;
   }
   batch.local_logits = argmax_only(plan);
   ForwardOutput out;
@@ -82,6 +83,7 @@ StatusOr<GroupResult> RankWorker::draft(const StepPlan& plan) {
     hidden.insert(hidden.end(), hidden_.begin() + from * flat, hidden_.begin() + (from + n) * flat);
     caches.push_back(std::make_unique<PagedSequenceCache>(store_, &job->pages, job->start));
     batch.add(caches.back().get(), job->tokens.data(), n, job->prefill_len, job->drafts > 0 ? 1 : 0);
+    batch.chunks.back().keep_all_window_rows = plan.keep_raw_kv;
   }
   batch.local_logits = true;
   // Every rank takes the same number of MTP steps (the routed experts span

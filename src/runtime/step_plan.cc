@@ -67,6 +67,7 @@ std::vector<char> serialize(const StepPlan& plan) {
   w.put<uint8_t>(plan.stop);
   w.put<uint8_t>(plan.draft);
   w.put<uint8_t>(plan.keep_hidden);
+  w.put<uint8_t>(plan.keep_raw_kv);
   w.put_vector(plan.argmax_only);
   w.put<uint64_t>(plan.chunks.size());
   for (const PlannedChunk& c : plan.chunks) {
@@ -88,9 +89,11 @@ std::vector<char> serialize(const StepPlan& plan) {
 StatusOr<StepPlan> deserialize_plan(const std::vector<char>& bytes) {
   Reader r(bytes.data(), bytes.size());
   StepPlan plan;
-  uint8_t stop = 0, draft = 0, keep = 0;
+  uint8_t stop = 0, draft = 0, keep = 0, raw = 0;
   uint64_t n = 0;
-  bool ok = r.get(&stop) && r.get(&draft) && r.get(&keep) && r.get_vector(&plan.argmax_only) && r.get(&n);
+  bool ok = r.get(&stop) && r.get(&draft) && r.get(&keep) && r.get(&raw) && r.get_vector(&plan.argmax_only) &&
+            r.get(&n);
+  plan.keep_raw_kv = raw;
   plan.stop = stop;
   plan.draft = draft;
   plan.keep_hidden = keep;

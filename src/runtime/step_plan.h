@@ -45,6 +45,9 @@ struct StepPlan {
   // The ranks keep this forward's hidden streams for the draft plan that
   // follows it (speculative decoding).
   bool keep_hidden = false;
+  // Raw KV of every position goes to the pages (a prefix cache keeps
+  // blocks), not only each chunk's last window.
+  bool keep_raw_kv = false;
   bool stop = false;  // the engine is shutting down: ranks leave their loops
 };
 

@@ -36,11 +36,20 @@ struct Request {
   // Prompt tokens whose caches came from the prefix cache at the last
   // admission (the request's states start at that position).
   int64_t cached_tokens = 0;
+  // Its full blocks the prefix cache has seen (taken or recorded), and the
+  // chain key of the last of them.
+  int64_t blocks_seen = 0;
+  uint64_t last_block_key = 0;
 
   int64_t num_tokens() const { return static_cast<int64_t>(prompt.size() + output.size()); }
   int32_t token(int64_t i) const {
     const int64_t p = static_cast<int64_t>(prompt.size());
     return i < p ? prompt[i] : output[i - p];
+  }
+  std::vector<int32_t> tokens() const {
+    std::vector<int32_t> t = prompt;
+    t.insert(t.end(), output.begin(), output.end());
+    return t;
   }
 };
 

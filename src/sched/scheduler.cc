@@ -66,7 +66,13 @@ Status Scheduler::add(std::unique_ptr<Request> r) {
                             " to generate)");
   if (requests_.count(r->id)) return invalid_argument("request id " + std::to_string(r->id) + " is already in use");
   r->status = RequestStatus::kWaiting;
+  // The partition caching the longest prefix of it, else the least loaded.
   r->partition = least_loaded();
+  int64_t best = prefix_hit(r->partition, *r);
+  for (int p = 0; p < num_partitions(); ++p) {
+    const int64_t hit = prefix_hit(p, *r);
+    if (hit > best) best = hit, r->partition = p;
+  }
   parts_[r->partition].waiting.push_back(r.get());
   requests_[r->id] = std::move(r);
   return Status::Ok();
@@ -85,10 +91,46 @@ int64_t Scheduler::draft_rows(const Request& r, int64_t n) {
   return std::max<int64_t>(0, r.num_computed + n - r.num_tokens());
 }
 
+int64_t Scheduler::prefix_hit(int partition, const Request& r) {
+  PrefixCache* cache = parts_[partition].kv->prefix_cache();
+  if (!cache) return 0;
+  return static_cast<int64_t>(cache->match(r.tokens(), (r.num_tokens() - 1) / kBlockTokens).size()) * kBlockTokens;
+}
+
+void Scheduler::take_prefix(Request* r) {
+  PrefixCache* cache = parts_[r->partition].kv->prefix_cache();
+  if (!cache || r->num_computed > 0 || r->pages.covered > 0) return;
+  const std::vector<uint64_t> keys = cache->match(r->tokens(), (r->num_tokens() - 1) / kBlockTokens);
+  if (keys.empty()) return;
+  cache->attach(keys, &r->pages);
+  r->num_computed = r->cached_tokens = static_cast<int64_t>(keys.size()) * kBlockTokens;
+  r->blocks_seen = static_cast<int64_t>(keys.size());
+  r->last_block_key = keys.back();
+}
+
+void Scheduler::undo_prefix(Request* r) {
+  if (r->cached_tokens == 0) return;
+  parts_[r->partition].kv->free(&r->pages);
+  r->num_computed = r->cached_tokens = r->blocks_seen = 0;
+  r->last_block_key = 0;
+}
+
+void Scheduler::cache_blocks(Request* r) {
+  PrefixCache* cache = parts_[r->partition].kv->prefix_cache();
+  if (!cache) return;
+  std::vector<int32_t> ids(kBlockTokens);
+  for (int64_t k = r->blocks_seen; (k + 1) * kBlockTokens <= r->num_computed; ++k) {
+    for (int64_t i = 0; i < kBlockTokens; ++i) ids[i] = r->token(k * kBlockTokens + i);
+    r->last_block_key = cache->insert(r->last_block_key, k, ids.data(), r->pages);
+    r->blocks_seen = k + 1;
+  }
+}
+
 void Scheduler::preempt(Request* r) {
   Partition& part = parts_[r->partition];
   part.kv->free(&r->pages);
-  r->num_computed = 0;
+  r->num_computed = r->cached_tokens = r->blocks_seen = 0;
+  r->last_block_key = 0;
   r->draft.clear();
   r->paused = false;
   r->status = RequestStatus::kWaiting;
@@ -135,8 +177,16 @@ void Scheduler::schedule(int partition, SchedulerOutput* all) {
   while (out.preempted.empty() && !waiting.empty() && budget > 0 &&
          static_cast<int64_t>(running.size()) < options_.max_num_seqs) {
     Request* r = waiting.front();
+    take_prefix(r);
     const int64_t n = chunk_size(*r, budget);
-    if (!part.kv->allocate(&r->pages, r->num_computed + n)) break;
+    if (!part.kv->allocate(&r->pages, r->num_computed + n)) {
+      undo_prefix(r);
+      break;
+    }
+    if (part.kv->prefix_cache()) {
+      prefix_queried_ += static_cast<int64_t>(r->prompt.size());
+      prefix_hit_ += std::min<int64_t>(r->cached_tokens, r->prompt.size());
+    }
     waiting.pop_front();
     r->status = RequestStatus::kRunning;
     running.push_back(r);
@@ -153,6 +203,7 @@ void Scheduler::commit(const ScheduledChunk& c, int64_t rows, bool release_windo
   DSV4_CHECK(r->status == RequestStatus::kRunning && c.start == r->num_computed);
   DSV4_CHECK(rows >= c.num_tokens - c.draft_rows && rows <= c.num_tokens);
   r->num_computed += rows;
+  cache_blocks(r);  // before the window release: a block keeps its raw window
   if (release_window) release_behind_window(r);
 }
 

@@ -96,6 +96,9 @@ class Scheduler {
   int64_t num_running() const;  // over every partition
   int64_t num_waiting() const;
   const SchedulerOptions& options() const { return options_; }
+  // Prefix caching: tokens of admitted requests looked up, and found.
+  int64_t prefix_queried_tokens() const { return prefix_queried_; }
+  int64_t prefix_hit_tokens() const { return prefix_hit_; }
 
  private:
   struct Partition {
@@ -109,11 +112,21 @@ class Scheduler {
   static int64_t draft_rows(const Request& r, int64_t n);
   void schedule(int partition, SchedulerOutput* out);
   void preempt(Request* r);
+  // A request being admitted takes the pages of the cached blocks its tokens
+  // start with (leaving at least one token to compute); undo_prefix gives
+  // them back when it cannot be admitted after all.
+  void take_prefix(Request* r);
+  void undo_prefix(Request* r);
+  // Records the request's newly completed blocks in the prefix cache.
+  void cache_blocks(Request* r);
+  // Cached tokens `r` would find in a partition.
+  int64_t prefix_hit(int partition, const Request& r);
   int least_loaded() const;
 
   SchedulerOptions options_;
   std::vector<Partition> parts_;
   std::map<int64_t, std::unique_ptr<Request>> requests_;  // unfinished ones
+  int64_t prefix_queried_ = 0, prefix_hit_ = 0;
 };
 
 }  // namespace dsv4

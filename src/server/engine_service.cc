@@ -113,12 +113,16 @@ EngineSnapshot EngineService::snapshot() {
   s.running = engine_->scheduler().num_running();
   s.waiting = engine_->scheduler().num_waiting();
   s.stats = engine_->stats();
+  for (int g = 0; g < engine_->num_groups(); ++g)
+    if (engine_->cache(g).prefix_cache()) s.prefix_cache_blocks += engine_->cache(g).prefix_cache()->num_blocks();
   for (int f = 0; f < kNumCacheFamilies; ++f) {  // over every data-parallel group's cache
     int64_t pages = 0, free = 0;
     for (int g = 0; g < engine_->num_groups(); ++g) {
-      const PagePool& p = engine_->cache(g).pool(static_cast<CacheFamily>(f));
+      KvCacheManager& kv = engine_->cache(g);
+      const PagePool& p = kv.pool(static_cast<CacheFamily>(f));
       pages += p.num_pages();
-      free += p.free_pages();
+      // Pages only the prefix cache keeps are free for the asking.
+      free += p.free_pages() + (kv.prefix_cache() ? kv.prefix_cache()->pages_held_alone(static_cast<CacheFamily>(f)) : 0);
     }
     if (pages == 0) continue;
     s.cache_usage.emplace_back(family_name(static_cast<CacheFamily>(f)), 1.0 - static_cast<double>(free) / pages);

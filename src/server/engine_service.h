@@ -48,7 +48,8 @@ struct EngineServiceOptions {
 struct EngineSnapshot {
   int64_t running = 0, waiting = 0;
   EngineStats stats;
-  std::vector<std::pair<std::string, double>> cache_usage;  // family -> fraction of pages in use
+  std::vector<std::pair<std::string, double>> cache_usage;  // family -> fraction of pages requests hold
+  int64_t prefix_cache_blocks = 0;                            // over every data-parallel group
 };
 
 class EngineService {

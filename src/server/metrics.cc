@@ -73,7 +73,7 @@ std::string Metrics::render(const EngineSnapshot& e) const {
   out += "dsv4_num_requests_running " + std::to_string(e.running) + "\n";
   header("dsv4_num_requests_waiting", "gauge", "Requests waiting for admission.", &out);
   out += "dsv4_num_requests_waiting " + std::to_string(e.waiting) + "\n";
-  header("dsv4_kv_cache_usage", "gauge", "Fraction of each cache family's pages in use.", &out);
+  header("dsv4_kv_cache_usage", "gauge", "Fraction of each cache family's pages requests hold.", &out);
   for (const auto& [family, used] : e.cache_usage)
     out += "dsv4_kv_cache_usage{family=\"" + family + "\"} " + num(used) + "\n";
   header("dsv4_dp_group_requests_total", "counter", "Requests assigned to each data-parallel group.", &out);
@@ -94,6 +94,8 @@ std::string Metrics::render(const EngineSnapshot& e) const {
   out += "dsv4_prefix_cache_queries_total " + std::to_string(e.stats.prefix_queried_tokens) + "\n";
   header("dsv4_prefix_cache_hits_total", "counter", "Prompt tokens served from the prefix cache.", &out);
   out += "dsv4_prefix_cache_hits_total " + std::to_string(e.stats.prefix_hit_tokens) + "\n";
+  header("dsv4_prefix_cache_blocks", "gauge", "128-token blocks the prefix cache keeps.", &out);
+  out += "dsv4_prefix_cache_blocks " + std::to_string(e.prefix_cache_blocks) + "\n";
   return out;
 }
 
