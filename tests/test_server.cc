@@ -5,12 +5,16 @@
 #include <httplib.h>
 
 #include <atomic>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <thread>
 
+#include <filesystem>
+
+#include "model/synthetic.h"
 #include "server_process.h"
 #include "test_util.h"
 
@@ -178,6 +182,54 @@ TEST(Server, PrefixCachingAndSpeculationThroughTheApi) {
   EXPECT_NE(warm.log().find("384 prompt tokens cached"), std::string::npos) << warm.log();
   EXPECT_EQ(warm.stop(), 0);
   EXPECT_EQ(cold.stop(), 0);
+}
+
+// MTP speculation through the API on a model whose drafts are mostly kept
+// (several tokens a step): the same text and finish reason as without, also
+// when a stop string or max_tokens ends a request inside an accepted run.
+TEST(Server, SpeculationKeepsTextStopStringsAndLengths) {
+  const std::string dir = std::filesystem::temp_directory_path() / "dsv4_test_server_mtp_copy";
+  auto config = synthetic_config("default");
+  ASSERT_TRUE(config.ok());
+  SyntheticOptions o;
+  o.mtp_copies_last_block = true;
+  ASSERT_TRUE(write_synthetic_checkpoint(*config, o, dir).ok());
+  ServerProcess plain(with({"--model", dir}));
+  ServerProcess spec(with({"--model", dir, "--speculative-config", R"({"method":"mtp","num_speculative_tokens":3})"}));
+  ASSERT_GT(plain.port(), 0) << plain.log();
+  ASSERT_GT(spec.port(), 0) << spec.log();
+  httplib::Client p("127.0.0.1", plain.port()), s("127.0.0.1", spec.port());
+  auto complete = [](httplib::Client& cli, json body) {
+    body["temperature"] = 0;
+    body["ignore_eos"] = true;
+    auto r = cli.Post("/v1/completions", body.dump(), "application/json");
+    EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no answer");
+    return r ? json::parse(r->body)["choices"][0] : json();
+  };
+  int stopped = 0;
+  for (const char* prompt : {"The quick brown fox", "0123456789", "hello there, speculative world"}) {
+    const json full = complete(p, {{"prompt", prompt}, {"max_tokens", 40}});
+    EXPECT_EQ(complete(s, {{"prompt", prompt}, {"max_tokens", 40}}), full) << prompt;
+    EXPECT_EQ(complete(s, {{"prompt", prompt}, {"max_tokens", 7}}), complete(p, {{"prompt", prompt}, {"max_tokens", 7}}));
+    // A stop string from the middle of the text: two printable ASCII bytes.
+    const std::string text = full["text"];
+    size_t at = 10;
+    while (at + 1 < text.size() && !(std::isprint(static_cast<unsigned char>(text[at])) &&
+                                     std::isprint(static_cast<unsigned char>(text[at + 1])) &&
+                                     static_cast<unsigned char>(text[at]) < 128 && static_cast<unsigned char>(text[at + 1]) < 128))
+      ++at;
+    if (at + 1 >= text.size()) continue;
+    const json stop = {{"prompt", prompt}, {"max_tokens", 40}, {"stop", json::array({text.substr(at, 2)})}};
+    const json want = complete(p, stop);
+    EXPECT_EQ(complete(s, stop), want) << prompt;
+    stopped += want["finish_reason"] == "stop";
+  }
+  EXPECT_GT(stopped, 0);
+  auto m = s.Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_GT(metric(m->body, "dsv4_spec_decode_num_accepted_tokens_total").at(0), 0);
+  EXPECT_EQ(plain.stop(), 0);
+  EXPECT_EQ(spec.stop(), 0);
 }
 
 // Bodies that must each be refused with a 4xx.
