@@ -15,6 +15,12 @@ void header(const std::string& name, const std::string& type, const std::string&
   *out += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
 }
 
+// A metric with one unlabelled value.
+void scalar(const std::string& name, const std::string& type, const std::string& help, int64_t value, std::string* out) {
+  header(name, type, help, out);
+  *out += name + " " + std::to_string(value) + "\n";
+}
+
 }  // namespace
 
 void Histogram::observe(double v) {
@@ -63,16 +69,12 @@ std::string Metrics::render(const EngineSnapshot& e) const {
   header("dsv4_requests_total", "counter", "Finished HTTP generation requests by endpoint and outcome.", &out);
   for (const auto& [key, n] : requests_)
     out += "dsv4_requests_total{endpoint=\"" + key.first + "\",outcome=\"" + key.second + "\"} " + std::to_string(n) + "\n";
-  header("dsv4_prompt_tokens_total", "counter", "Prompt tokens of finished requests.", &out);
-  out += "dsv4_prompt_tokens_total " + std::to_string(prompt_tokens_) + "\n";
-  header("dsv4_generation_tokens_total", "counter", "Generated tokens of finished requests.", &out);
-  out += "dsv4_generation_tokens_total " + std::to_string(generated_tokens_) + "\n";
+  scalar("dsv4_prompt_tokens_total", "counter", "Prompt tokens of finished requests.", prompt_tokens_, &out);
+  scalar("dsv4_generation_tokens_total", "counter", "Generated tokens of finished requests.", generated_tokens_, &out);
   ttft_.render("dsv4_time_to_first_token_seconds", "Time from arrival to the first generated token.", &out);
   tpot_.render("dsv4_time_per_output_token_seconds", "Time between consecutive generated tokens.", &out);
-  header("dsv4_num_requests_running", "gauge", "Requests the scheduler is running.", &out);
-  out += "dsv4_num_requests_running " + std::to_string(e.running) + "\n";
-  header("dsv4_num_requests_waiting", "gauge", "Requests waiting for admission.", &out);
-  out += "dsv4_num_requests_waiting " + std::to_string(e.waiting) + "\n";
+  scalar("dsv4_num_requests_running", "gauge", "Requests the scheduler is running.", e.running, &out);
+  scalar("dsv4_num_requests_waiting", "gauge", "Requests waiting for admission.", e.waiting, &out);
   header("dsv4_kv_cache_usage", "gauge", "Fraction of each cache family's pages requests hold.", &out);
   for (const auto& [family, used] : e.cache_usage)
     out += "dsv4_kv_cache_usage{family=\"" + family + "\"} " + num(used) + "\n";
@@ -80,22 +82,14 @@ std::string Metrics::render(const EngineSnapshot& e) const {
   for (size_t g = 0; g < e.stats.requests_per_group.size(); ++g)
     out += "dsv4_dp_group_requests_total{group=\"" + std::to_string(g) + "\"} " +
            std::to_string(e.stats.requests_per_group[g]) + "\n";
-  header("dsv4_num_preemptions_total", "counter", "Requests preempted (recomputed later).", &out);
-  out += "dsv4_num_preemptions_total " + std::to_string(e.stats.preemptions) + "\n";
-  header("dsv4_engine_steps_total", "counter", "Engine steps run.", &out);
-  out += "dsv4_engine_steps_total " + std::to_string(e.stats.steps) + "\n";
-  header("dsv4_spec_decode_num_draft_tokens_total", "counter", "Draft tokens the MTP block proposed and the model verified.", &out);
-  out += "dsv4_spec_decode_num_draft_tokens_total " + std::to_string(e.stats.drafts_proposed) + "\n";
-  header("dsv4_spec_decode_num_accepted_tokens_total", "counter", "Draft tokens accepted.", &out);
-  out += "dsv4_spec_decode_num_accepted_tokens_total " + std::to_string(e.stats.drafts_accepted) + "\n";
-  header("dsv4_spec_decode_num_drafts_total", "counter", "Decode steps of a request that verified drafts.", &out);
-  out += "dsv4_spec_decode_num_drafts_total " + std::to_string(e.stats.verify_chunks) + "\n";
-  header("dsv4_prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.", &out);
-  out += "dsv4_prefix_cache_queries_total " + std::to_string(e.stats.prefix_queried_tokens) + "\n";
-  header("dsv4_prefix_cache_hits_total", "counter", "Prompt tokens served from the prefix cache.", &out);
-  out += "dsv4_prefix_cache_hits_total " + std::to_string(e.stats.prefix_hit_tokens) + "\n";
-  header("dsv4_prefix_cache_blocks", "gauge", "128-token blocks the prefix cache keeps.", &out);
-  out += "dsv4_prefix_cache_blocks " + std::to_string(e.prefix_cache_blocks) + "\n";
+  scalar("dsv4_num_preemptions_total", "counter", "Requests preempted (recomputed later).", e.stats.preemptions, &out);
+  scalar("dsv4_engine_steps_total", "counter", "Engine steps run.", e.stats.steps, &out);
+  scalar("dsv4_spec_decode_num_draft_tokens_total", "counter", "Draft tokens the MTP block proposed and the model verified.", e.stats.drafts_proposed, &out);
+  scalar("dsv4_spec_decode_num_accepted_tokens_total", "counter", "Draft tokens accepted.", e.stats.drafts_accepted, &out);
+  scalar("dsv4_spec_decode_num_drafts_total", "counter", "Decode steps of a request that verified drafts.", e.stats.verify_chunks, &out);
+  scalar("dsv4_prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.", e.stats.prefix_queried_tokens, &out);
+  scalar("dsv4_prefix_cache_hits_total", "counter", "Prompt tokens served from the prefix cache.", e.stats.prefix_hit_tokens, &out);
+  scalar("dsv4_prefix_cache_blocks", "gauge", "128-token blocks the prefix cache keeps.", e.prefix_cache_blocks, &out);
   return out;
 }
 
