@@ -73,6 +73,36 @@ TEST(MpiServe, RankZeroServesLikeOneRank) {
   EXPECT_EQ(server.wait_exit(30), 0) << server.log();
 }
 
+// Speculative decoding (draft plans cross the processes) and prefix
+// caching (per data-parallel group) over MPI answer like one rank.
+TEST(MpiServe, SpeculationAndPrefixCachingOverProcesses) {
+  const std::string spec = R"({"method":"mtp","num_speculative_tokens":2})";
+  auto ask = [](const ServerProcess& server, const std::string& prompt) {
+    httplib::Client cli(server.url());
+    cli.set_read_timeout(60);
+    json body = {{"prompt", prompt}, {"max_tokens", 10}, {"temperature", 0}, {"ignore_eos", true}};
+    auto r = cli.Post("/v1/completions", body.dump(), "application/json");
+    return r && r->status == 200 ? json::parse(r->body) : json();
+  };
+  const std::string prefix(300, 'a');
+  std::vector<json> expected;
+  {
+    ServerProcess one(with({"--speculative-config", spec}));
+    ASSERT_GT(one.port(), 0) << one.log();
+    for (const char* tail : {"xyz", "uvw"}) expected.push_back(ask(one, prefix + tail));
+  }
+  ServerProcess server(with({"--dist", "mpi", "--dp", "2", "--speculative-config", spec}), kMpi);
+  ASSERT_GT(server.port(), 0) << server.log();
+  const json first = ask(server, prefix + "xyz"), second = ask(server, prefix + "uvw");
+  EXPECT_EQ(first["choices"][0]["text"], expected[0]["choices"][0]["text"]);
+  EXPECT_EQ(second["choices"][0]["text"], expected[1]["choices"][0]["text"]);
+  EXPECT_EQ(second["usage"]["prompt_tokens_details"]["cached_tokens"], 256);
+  const pid_t rank0 = pid_of_rank(server, 0);
+  ASSERT_GT(rank0, 0) << server.log();
+  ASSERT_EQ(kill(rank0, SIGTERM), 0);
+  EXPECT_EQ(server.wait_exit(30), 0) << server.log();
+}
+
 TEST(MpiServe, AHungRankMakesTheServerUnhealthyAndTheJobFail) {
   ServerProcess server(with({"--dist", "mpi", "--dp", "2", "--dist-timeout-ms", "2000"}), kMpi);
   ASSERT_GT(server.port(), 0) << server.log();
