@@ -22,6 +22,7 @@ const char* kHelp =
     "       dsv4 bench --topology [--model DIR] [--tp N --dp N --ep N] [--prompt-len N]\n"
     "                  [--flashcomm1-sp-min-token-num N]\n"
     "       dsv4 bench --serving [--model DIR] [--ctx 4096] [--gen N] [--k 1,3,7] [--csv FILE]\n"
+    "       dsv4 bench --soak [--host H] [--port P] [--duration S] [--clients N] [--seed S]\n"
     "  (default)          prefill and decode throughput at each context length and batch size,\n"
     "                     measured incrementally (each row times only its own interval), KV bytes\n"
     "                     per token, and this machine's memory read bandwidth and the GEMM kernel's\n"
@@ -34,6 +35,11 @@ const char* kHelp =
     "                     same greedy tokens) and time to first token at --ctx cold and after a\n"
     "                     prefix-cache hit on all but the last 64 tokens (--gen default 64)\n"
     "  --k K1,K2,...      draft tokens per step for --serving (default 1,3,7)\n"
+    "  --soak             a mixed load against a running dsv4 serve (default 127.0.0.1:8000) for\n"
+    "                     --duration seconds (default 180) from --clients threads (default 16): short\n"
+    "                     and long prompts, streaming and not, chat, n=2, shared prefixes, abandoned\n"
+    "                     streams; reports errors, lost requests, latency percentiles and whether\n"
+    "                     page accounting returns to baseline; exit 0 only when all is clean\n"
     "  --model DIR        checkpoint (default: the embedded default model)\n"
     "  --prompt-len N     tokens each data-parallel group prefills in the measured step (default 1024)\n"
     "  --flashcomm1-sp-min-token-num N   FlashComm1 threshold for the 'on' rows (default: the prompt length)\n";
@@ -115,13 +121,28 @@ int bench_throughput(const std::string& dir, const std::string& name, const std:
 int bench_serving(const std::string& dir, const std::string& name, int64_t ctx, int64_t gen,
                   const std::vector<int64_t>& ks, const std::string& csv);  // bench_serving.cc
 
+int bench_soak(const std::string& host, int port, double duration_s, int clients, uint64_t seed);  // bench_soak.cc
+
 int cmd_bench(int argc, char** argv) {
-  std::set<std::string> valued = {"model", "prompt-len", "ctx", "batch", "gen", "csv", "k"};
+  std::set<std::string> valued = {"model", "prompt-len", "ctx", "batch", "gen", "csv", "k",
+                                  "host", "port", "duration", "clients", "seed"};
   for (const auto& k : parallel_option_names()) valued.insert(k);
-  Args args(argc, argv, 2, valued, {"help", "topology", "serving"});
+  Args args(argc, argv, 2, valued, {"help", "topology", "serving", "soak"});
   if (args.has("help")) {
     std::fputs(kHelp, stdout);
     return 0;
+  }
+  if (args.has("soak")) {
+    const long port = args.get_int("port", 8000), duration = args.get_int("duration", 180),
+               clients = args.get_int("clients", 16), seed = args.get_int("seed", 1);
+    if (args.ok() && (port < 1 || port > 65535 || duration < 1 || clients < 1 || clients > 1024))
+      args.set_error("--soak needs a port, --duration >= 1 and --clients from 1 to 1024");
+    if (!args.ok()) {
+      std::fprintf(stderr, "dsv4 bench: %s\n%s", args.error().c_str(), kHelp);
+      return 2;
+    }
+    return bench_soak(args.get("host", "127.0.0.1"), static_cast<int>(port), static_cast<double>(duration),
+                      static_cast<int>(clients), static_cast<uint64_t>(seed));
   }
   ParallelOptions p = parallel_options(args);
   const int64_t prompt_len = args.get_int("prompt-len", 1024);

@@ -232,6 +232,43 @@ TEST(Server, SpeculationKeepsTextStopStringsAndLengths) {
   EXPECT_EQ(spec.stop(), 0);
 }
 
+// The weights are read once at start-up: a checkpoint truncated, rewritten
+// or deleted under a running server changes no answer.
+TEST(Server, CheckpointChangingOrVanishingAfterStartChangesNothing) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("dsv4_test_vanishing_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  auto config = synthetic_config("default");
+  ASSERT_TRUE(config.ok());
+  ASSERT_TRUE(write_synthetic_checkpoint(*config, SyntheticOptions{}, dir.string()).ok());
+  ServerProcess server(with({"--model", dir.string()}));
+  ASSERT_GT(server.port(), 0) << server.log();
+  httplib::Client cli("127.0.0.1", server.port());
+  auto answer = [&] {
+    auto r = cli.Post("/v1/completions", R"({"prompt": "steady", "max_tokens": 8, "temperature": 0})", "application/json");
+    return r && r->status == 200 ? json::parse(r->body)["choices"][0]["text"].get<std::string>() : std::string("<failed>");
+  };
+  const std::string before = answer();
+  ASSERT_NE(before, "<failed>");
+  for (const auto& f : fs::directory_iterator(dir))
+    if (f.path().extension() == ".safetensors") fs::resize_file(f.path(), 100);  // truncated under the server
+  EXPECT_EQ(answer(), before);
+  for (const auto& f : fs::directory_iterator(dir)) {
+    if (f.path().extension() != ".safetensors") continue;
+    std::FILE* out = std::fopen(f.path().c_str(), "w");  // rewritten with other bytes
+    ASSERT_NE(out, nullptr);
+    std::fputs("garbage", out);
+    std::fclose(out);
+  }
+  EXPECT_EQ(answer(), before);
+  fs::remove_all(dir);
+  EXPECT_EQ(answer(), before);
+  auto health = cli.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  EXPECT_EQ(server.stop(), 0);
+}
+
 // Bodies that must each be refused with a 4xx.
 std::vector<std::pair<std::string, std::string>> hostile_bodies() {
   std::vector<std::pair<std::string, std::string>> out;  // (path, body)
