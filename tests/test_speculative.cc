@@ -246,7 +246,9 @@ TEST_P(SpeculativeSampling, OutputKeepsItsDistribution) {
   const Outcome plain = serve(**model, 0, jobs, false), spec = serve(**model, 3, jobs, false);
   // The copied drafter gets drafts kept and rejected; the embedded model's
   // random one almost never drafts a token the target would sample.
-  if (GetParam()) EXPECT_GT(spec.stats.drafts_accepted, 0);
+  if (GetParam()) {
+    EXPECT_GT(spec.stats.drafts_accepted, 0);
+  }
   EXPECT_GT(spec.stats.drafts_proposed, 0);
   EXPECT_LT(spec.stats.drafts_accepted, spec.stats.drafts_proposed);
   std::map<std::vector<int32_t>, std::pair<int, int>> counts;

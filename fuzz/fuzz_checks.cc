@@ -1,0 +1,106 @@
+// What each fuzz target checks, as plain functions: the libFuzzer targets
+// (fuzz_main.cc, one binary per check) and the regression test that
+// replays every corpus input in each build (tests/test_fuzz_corpus.cc) call
+// the same code. A check returns normally or aborts (a bug).
+#include "fuzz_checks.h"
+
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+#include "kv/page_layout.h"
+#include "model/cache_geometry.h"
+#include "model/config.h"
+#include "model/safetensors.h"
+#include "server/openai_request.h"
+#include "tokenizer/bpe_tokenizer.h"
+#include "tokenizer/byte_tokenizer.h"
+#include "tokenizer/chat_encoding.h"
+
+namespace dsv4::fuzz {
+
+// A safetensors file (header length, JSON header, data offsets)
+// from arbitrary bytes must parse or fail with a Status, never crash, and
+// every tensor it accepts must lie inside the buffer.
+void check_safetensors(const uint8_t* data, size_t size) {
+  auto file = SafetensorsFile::from_buffer("fuzz.safetensors", data, size);
+  if (!file.ok()) return;
+  for (const auto& [name, t] : (*file)->tensors()) {
+    if (t.data < data || t.data + t.nbytes > data + size) std::abort();  // a tensor outside the file
+    if (t.numel() < 0) std::abort();
+  }
+}
+
+// Config.json text must load into a ModelConfig or fail with a
+// Status naming the problem; an accepted config must describe a model the
+// cache geometry and page layout can be built for.
+void check_config(const uint8_t* data, size_t size) {
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  auto config = ModelConfig::from_json_text(text, "fuzz");
+  if (!config.ok()) return;
+  if (config->summary().empty()) std::abort();
+  (void)PageLayout::of(CacheGeometry::of(*config), 32);
+}
+
+// The DeepSeek tokenizer (its tokenizer.json from the npm peer)
+// encodes any byte string, and decoding the ids gives the bytes back
+// (byte-level BPE loses nothing).
+namespace {
+const BpeTokenizer& tokenizer() {
+  static std::unique_ptr<BpeTokenizer> t = [] {
+    auto loaded = BpeTokenizer::load(DSV4_TOKENIZER_DIR);
+    if (!loaded.ok()) std::abort();
+    return std::move(*loaded);
+  }();
+  return *t;
+}
+}  // namespace
+
+void check_tokenizer(const uint8_t* data, size_t size) {
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  const std::vector<int32_t> ids = tokenizer().encode(text);
+  for (int32_t id : ids)
+    if (id < 0 || id >= tokenizer().vocab_size()) std::abort();
+  if (tokenizer().decode(ids) != text) std::abort();
+}
+
+// Parsing a model's completion text (reasoning, content, DSML
+// tool calls) in each chat mode either succeeds or fails with a Status.
+void check_chat_parse(const uint8_t* data, size_t size) {
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  for (ChatMode mode : {ChatMode::kChat, ChatMode::kThinking}) {
+    auto parsed = parse_completion(text, mode);
+    (void)parsed;
+  }
+}
+
+// An HTTP request body for /v1/completions and
+// /v1/chat/completions either becomes a generation plan whose every prompt
+// fits the model, or a 4xx error naming the problem; never a crash.
+void check_request(const uint8_t* data, size_t size) {
+  static const ByteTokenizer tokenizer(512);
+  ServedModel model;
+  model.name = "dsv4-default";
+  model.tokenizer = &tokenizer;
+  model.max_model_len = 4096;
+  model.vocab_size = 512;
+  const std::string body(reinterpret_cast<const char*>(data), size);
+  ApiError error;
+  auto json = parse_body(body, &error);
+  if (!json) {
+    if (error.status < 400 || error.status >= 500) std::abort();
+    return;
+  }
+  for (bool chat : {false, true}) {
+    const PlanOrError p = chat ? plan_chat(*json, model) : plan_completion(*json, model);
+    if (!p.plan) {
+      if (p.error.status < 400 || p.error.status >= 500) std::abort();
+      continue;
+    }
+    for (const auto& prompt : p.plan->prompts)
+      for (int32_t id : prompt)
+        if (id < 0 || id >= model.vocab_size) std::abort();
+  }
+}
+
+}  // namespace dsv4::fuzz
