@@ -191,7 +191,7 @@ int cmd_bench(int argc, char** argv) {
     std::fprintf(stderr, "dsv4 bench: %s\n", ranks.status().message().c_str());
     return 2;
   }
-  const Topology& t = (*ranks)->topology();
+  const Topology t = (*ranks)->topology();  // a copy: the ranks are released below
   const int64_t total = (*one)->weights().resident_bytes(), experts = (*one)->weights().routed_expert_bytes();
   const int64_t replicated = total - experts;
   const double ideal = static_cast<double>(replicated) / t.tp + static_cast<double>(experts) / t.ep;

@@ -442,20 +442,30 @@ TEST(Server, ApiKeyAndOverload) {
 }
 
 TEST(Server, SigtermFinishesInFlightRequestsAndExits) {
-  ServerProcess server(kBase);
+  ServerProcess server(with({"--shutdown-grace-ms", "60000"}));  // room for slow (sanitized) builds
   ASSERT_GT(server.port(), 0) << server.log();
-  std::string body;
-  std::thread client([&] {
-    httplib::Client c("127.0.0.1", server.port());
-    c.set_read_timeout(60, 0);
-    auto r = c.Post("/v1/completions", R"({"prompt": "x", "max_tokens": 300, "ignore_eos": true, "stream": true})",
-                    "application/json");
-    if (r) body = r->body;
-  });
+  // Under load: streaming and plain requests in flight when SIGTERM comes.
+  constexpr int kClients = 6;
+  std::vector<std::string> bodies(kClients);
+  std::vector<int> status(kClients, 0);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kClients; ++i)
+    clients.emplace_back([&, i] {
+      httplib::Client c("127.0.0.1", server.port());
+      c.set_read_timeout(60, 0);
+      const json body = {{"prompt", "x" + std::to_string(i)}, {"max_tokens", 200 + 20 * i}, {"ignore_eos", true},
+                         {"stream", i % 2 == 0}};
+      auto r = c.Post("/v1/completions", body.dump(), "application/json");
+      if (r) bodies[i] = r->body, status[i] = r->status;
+    });
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   EXPECT_EQ(server.stop(), 0) << server.log();
-  client.join();
-  EXPECT_NE(body.find("data: [DONE]"), std::string::npos) << "the in-flight stream was cut off";
+  for (auto& c : clients) c.join();
+  for (int i = 0; i < kClients; ++i) {
+    EXPECT_EQ(status[i], 200) << "request " << i;
+    if (i % 2 == 0) EXPECT_NE(bodies[i].find("data: [DONE]"), std::string::npos) << "stream " << i << " was cut off";
+    else EXPECT_EQ(json::parse(bodies[i])["choices"][0]["finish_reason"], "length") << bodies[i];
+  }
   EXPECT_NE(server.log().find("received SIGTERM"), std::string::npos);
 }
 

@@ -10,7 +10,7 @@ void Communicator::reduce_scatter_sum(const float* send, int64_t chunk, float* r
   // better; this keeps the rank-order guarantee.)
   std::vector<float> all(send, send + chunk * size());
   all_reduce_sum(all.data(), static_cast<int64_t>(all.size()));
-  std::memcpy(recv, all.data() + chunk * rank(), sizeof(float) * chunk);
+  if (chunk) std::memcpy(recv, all.data() + chunk * rank(), sizeof(float) * chunk);
 }
 
 int64_t Communicator::reduce_scatter_sum_padded(const float* send, int64_t n, float* recv) {

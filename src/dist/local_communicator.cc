@@ -29,7 +29,7 @@ void LocalCommunicator::all_reduce_sum(float* data, int64_t n) {
     for (int64_t i = 0; i < n; ++i) sum[i] += x[i];
   }
   barrier();  // everyone has read every buffer
-  std::memcpy(data, sum.data(), sizeof(float) * n);
+  if (n) std::memcpy(data, sum.data(), sizeof(float) * n);
 }
 
 void LocalCommunicator::all_gather(const void* send, size_t bytes, void* recv) {
@@ -38,7 +38,7 @@ void LocalCommunicator::all_gather(const void* send, size_t bytes, void* recv) {
   w.slots_[rank_] = send;
   barrier();
   for (int r = 0; r < w.size(); ++r)
-    std::memcpy(static_cast<char*>(recv) + r * bytes, w.slots_[r], bytes);
+    if (bytes) std::memcpy(static_cast<char*>(recv) + r * bytes, w.slots_[r], bytes);
   barrier();
 }
 
@@ -56,7 +56,8 @@ void LocalCommunicator::all_to_all_v(const void* send, const std::vector<size_t>
     const auto& theirs = w.sizes_[r];
     const size_t offset = std::accumulate(theirs.begin(), theirs.begin() + rank_, size_t{0});
     DSV4_CHECK_MSG(theirs[rank_] == recv_bytes[r], "all_to_all_v: send and receive counts disagree");
-    std::memcpy(static_cast<char*>(recv) + at, static_cast<const char*>(w.slots_[r]) + offset, recv_bytes[r]);
+    if (recv_bytes[r])  // an empty block may come from a null buffer
+      std::memcpy(static_cast<char*>(recv) + at, static_cast<const char*>(w.slots_[r]) + offset, recv_bytes[r]);
     at += recv_bytes[r];
   }
   barrier();
@@ -72,7 +73,7 @@ void LocalCommunicator::broadcast(void* data, size_t bytes, int root) {
   if (rank_ == root) count_sent(bytes * (w.size() - 1));
   if (rank_ == root) w.slots_[root] = data;
   barrier();
-  if (rank_ != root) std::memcpy(data, w.slots_[root], bytes);
+  if (rank_ != root && bytes) std::memcpy(data, w.slots_[root], bytes);
   barrier();
 }
 

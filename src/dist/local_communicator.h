@@ -26,7 +26,6 @@ class LocalWorld {
   std::barrier<> sync_;
   std::mutex split_mu_;
   std::map<std::pair<int64_t, int>, std::shared_ptr<LocalWorld>> splits_;  // (generation, color) -> group
-  int64_t split_generation_ = 0;
 };
 
 class LocalCommunicator : public Communicator {

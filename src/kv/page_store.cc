@@ -1,5 +1,7 @@
 #include "kv/page_store.h"
 
+#include <new>
+
 #include "base/check.h"
 
 namespace dsv4 {
@@ -8,7 +10,11 @@ PageStore::PageStore(const PageLayout& layout, const std::array<int64_t, kNumCac
     : layout_(layout), num_pages_(num_pages) {
   for (int f = 0; f < kNumCacheFamilies; ++f) {
     const int64_t floats = layout_.families[f].page_floats * num_pages_[f];
-    if (floats > 0) storage_[f].reset(new float[static_cast<size_t>(floats)]);
+    if (floats <= 0) continue;
+    // nothrow + our own bad_alloc: the same under sanitizers, whose
+    // allocators end the process on a failed throwing new.
+    storage_[f].reset(new (std::nothrow) float[static_cast<size_t>(floats)]);
+    if (!storage_[f]) throw std::bad_alloc();
   }
 }
 

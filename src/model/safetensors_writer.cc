@@ -13,7 +13,7 @@ void SafetensorsWriter::add(const std::string& name, DType dtype, std::vector<in
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   DSV4_CHECK_MSG(static_cast<size_t>(n) * dtype_size(dtype) == bytes.size(), "tensor %s", name.c_str());
-  entries_.push_back({name, dtype, std::move(shape), std::move(bytes)});
+  entries_.push_back({name, dtype, std::move(shape), std::move(bytes), nullptr});
 }
 
 void SafetensorsWriter::add_produced(const std::string& name, DType dtype, std::vector<int64_t> shape,

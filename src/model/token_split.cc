@@ -4,24 +4,32 @@
 #include <vector>
 
 namespace dsv4 {
+namespace {
+
+// memcpy of n floats; an empty block may come with a null pointer.
+void copy_floats(float* dst, const float* src, int64_t n) {
+  if (n > 0) std::memcpy(dst, src, sizeof(float) * n);
+}
+
+}  // namespace
 
 void gather_rows(Collectives* group, const TokenSplit& s, const float* mine, int64_t width, float* all) {
   if (s.size == 1) {
-    std::memcpy(all, mine, sizeof(float) * s.rows * width);
+    copy_floats(all, mine, s.rows * width);
     return;
   }
   // Every block padded to the same size, then the padding dropped.
   const int64_t block = s.block * width;
   std::vector<float> sent(block, 0.0f), got(block * s.size);
-  std::memcpy(sent.data(), mine, sizeof(float) * s.count() * width);
+  copy_floats(sent.data(), mine, s.count() * width);
   group->all_gather(sent.data(), sizeof(float) * block, got.data());
   for (int r = 0; r < s.size; ++r)
-    std::memcpy(all + s.begin(r) * width, &got[r * block], sizeof(float) * s.count(r) * width);
+    copy_floats(all + s.begin(r) * width, got.data() + r * block, s.count(r) * width);
 }
 
 void gather_columns(Collectives* group, const TokenSplit& s, const float* cols, int64_t width, float* all) {
   if (s.size == 1) {
-    std::memcpy(all, cols, sizeof(float) * s.rows * width);
+    copy_floats(all, cols, s.rows * width);
     return;
   }
   std::vector<float> got(s.rows * width * s.size);
@@ -29,12 +37,12 @@ void gather_columns(Collectives* group, const TokenSplit& s, const float* cols, 
   const int64_t full = width * s.size;
   for (int r = 0; r < s.size; ++r)
     for (int64_t row = 0; row < s.rows; ++row)
-      std::memcpy(all + row * full + r * width, &got[(r * s.rows + row) * width], sizeof(float) * width);
+      copy_floats(all + row * full + r * width, got.data() + (r * s.rows + row) * width, width);
 }
 
 void columns_to_rows(Collectives* group, const TokenSplit& s, const float* cols, int64_t width, float* mine) {
   if (s.size == 1) {
-    std::memcpy(mine, cols, sizeof(float) * s.rows * width);
+    copy_floats(mine, cols, s.rows * width);
     return;
   }
   // Rank r's rows are contiguous in cols, so the send buffer is cols itself.
@@ -48,7 +56,7 @@ void columns_to_rows(Collectives* group, const TokenSplit& s, const float* cols,
   const int64_t n = s.count(), full = width * s.size;
   for (int r = 0; r < s.size; ++r)
     for (int64_t row = 0; row < n; ++row)
-      std::memcpy(mine + row * full + r * width, &got[(r * n + row) * width], sizeof(float) * width);
+      copy_floats(mine + row * full + r * width, got.data() + (r * n + row) * width, width);
 }
 
 void linear_columns(const Linear& w, Collectives* group, const float* x, int64_t rows, float* out) {
@@ -64,7 +72,7 @@ void linear_columns(const Linear& w, Collectives* group, const float* x, int64_t
 void reduce_scatter_rows(Collectives* group, const TokenSplit& s, const float* all, int64_t width, float* mine) {
   const int64_t n = s.count() * width;
   if (s.size == 1) {
-    std::memcpy(mine, all, sizeof(float) * n);
+    copy_floats(mine, all, n);
     return;
   }
   std::vector<size_t> send(s.size), recv(s.size, sizeof(float) * n);

@@ -15,6 +15,7 @@ class Writer {
   template <typename T>
   void put_vector(const std::vector<T>& v) {
     put<uint64_t>(v.size());
+    if (v.empty()) return;
     const char* p = reinterpret_cast<const char*>(v.data());
     out.insert(out.end(), p, p + sizeof(T) * v.size());
   }
@@ -36,7 +37,7 @@ class Reader {
     uint64_t n = 0;
     if (!get(&n) || n > static_cast<uint64_t>(end_ - p_) / sizeof(T)) return false;
     v->resize(n);
-    std::memcpy(v->data(), p_, sizeof(T) * n);
+    if (n) std::memcpy(v->data(), p_, sizeof(T) * n);
     p_ += sizeof(T) * n;
     return true;
   }

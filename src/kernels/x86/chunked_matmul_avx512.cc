@@ -12,7 +12,9 @@
 // in y), as the f32 panels.
 // GCC 12's intrinsic headers pass an "undefined" vector as the unused
 // merge source, which its own flow analysis then reports.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 
 #include <algorithm>
