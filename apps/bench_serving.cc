@@ -81,8 +81,11 @@ int bench_serving(const std::string& dir, const std::string& name, int64_t ctx, 
   const DeepseekV4& m = **model;
   const ModelConfig& c = m.config();
   if (ctx + gen + kMaxDraftTokens + 1 > c.max_position_embeddings || ctx < 2 * kBlockTokens) {
-    std::fprintf(stderr, "dsv4 bench: --ctx must be at least %lld and leave room for --gen in the model's %d positions\n",
-                 static_cast<long long>(2 * kBlockTokens), c.max_position_embeddings);
+    std::fprintf(stderr,
+                 "dsv4 bench: --ctx %lld does not fit: it must be from %lld to %lld (the model's %d positions less "
+                 "--gen and the draft rows)\n",
+                 static_cast<long long>(ctx), static_cast<long long>(2 * kBlockTokens),
+                 static_cast<long long>(c.max_position_embeddings - gen - kMaxDraftTokens - 1), c.max_position_embeddings);
     return 2;
   }
   std::printf("dsv4 bench --serving: %s (%s)\n", name.c_str(), c.summary().c_str());
