@@ -10,6 +10,7 @@
 #include <functional>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <thread>
 
 #include "args.h"
@@ -113,12 +114,16 @@ int serve_over_mpi(int argc, char** argv, const EngineOptions& eopt, const Paral
   auto world = MpiCommunicator::world(&argc, &argv);
   const int rank = world->rank();
   DistributedOptions d;
-  auto dir = ModelDir::open(s.dir);
-  if (!dir.ok()) {
-    std::fprintf(stderr, "dsv4 serve (rank %d): %s\n", rank, dir.status().message().c_str());
+  auto opened = ModelDir::open(s.dir);
+  if (!opened.ok()) {
+    std::fprintf(stderr, "dsv4 serve (rank %d): %s\n", rank, opened.status().message().c_str());
     world->abort(2);
   }
+  // Dropped once the weights are in memory: a rank the job kills later
+  // leaves no embedded model behind in /tmp.
+  std::optional<ModelDir> dir(std::move(*opened));
   d.model_dir = dir->path();
+  d.on_loaded = [&dir] { dir.reset(); };
   d.parallel = popt;
   d.step_timeout_ms = timeout_ms;
   auto config = ModelConfig::load(d.model_dir + "/config.json");
@@ -144,6 +149,7 @@ int serve_over_mpi(int argc, char** argv, const EngineOptions& eopt, const Paral
     std::fprintf(stderr, "dsv4 serve: %s\n", exec.status().message().c_str());
     world->abort(2);
   }
+  dir.reset();
   auto engine = Engine::create(std::move(*exec), eopt.scheduler);
   if (!engine.ok()) {
     std::fprintf(stderr, "dsv4 serve: %s\n", engine.status().message().c_str());

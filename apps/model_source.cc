@@ -2,8 +2,11 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 
 #include "model/synthetic.h"
@@ -33,9 +36,12 @@ std::string model_name(const std::string& dir) { return dir.empty() ? "embedded 
 StatusOr<ModelDir> ModelDir::open(const std::string& dir) {
   if (!dir.empty()) return ModelDir(dir, false);
   DSV4_ASSIGN_OR_RETURN(ModelConfig config, synthetic_config("default"));
-  const std::string tmp = (std::filesystem::temp_directory_path() /
-                           ("dsv4-embedded-default-" + std::to_string(getpid())))
-                              .string();
+  // A directory of our own (mkdtemp): another process, even one with our pid
+  // in another container sharing /tmp, never writes or removes it.
+  std::string tmp = (std::filesystem::temp_directory_path() / "dsv4-embedded-default-XXXXXX").string();
+  if (mkdtemp(tmp.data()) == nullptr)
+    return internal_error("cannot create a directory for the embedded default model under " +
+                            std::filesystem::temp_directory_path().string() + ": " + std::strerror(errno));
   Status st = write_synthetic_checkpoint(config, SyntheticOptions{}, tmp);
   if (!st.ok()) return Status(st.code(), "cannot write the embedded default model: " + st.message());
   return ModelDir(tmp, true);

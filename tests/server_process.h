@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <filesystem>
 #include <fstream>
 #include <regex>
 #include <sstream>
@@ -15,14 +14,14 @@
 #include <thread>
 #include <vector>
 
+#include "temp_dir.h"
+
 namespace dsv4::testing {
 
 class ServerProcess {
  public:
   explicit ServerProcess(std::vector<std::string> args, std::vector<std::string> launcher = {}) {
-    log_ = (std::filesystem::temp_directory_path() / ("dsv4_serve_" + std::to_string(getpid()) + "_" +
-                                                      std::to_string(counter()++) + ".log"))
-               .string();
+    log_ = dir_.file("serve.log");
     pid_ = fork();
     if (pid_ == 0) {
       FILE* f = std::freopen(log_.c_str(), "w", stderr);
@@ -99,10 +98,7 @@ class ServerProcess {
   }
 
  private:
-  static int& counter() {
-    static int c = 0;
-    return c;
-  }
+  TempDir dir_{"dsv4_serve"};  // holds the log; a fresh one per server, so no stale log is ever read
   pid_t pid_ = -1;
   int port_ = 0;
   int exit_code_ = -1;

@@ -13,6 +13,7 @@
 #include "model/deepseek_v4.h"
 #include "model/safetensors_writer.h"
 #include "model/synthetic.h"
+#include "temp_dir.h"
 #include "test_util.h"
 
 namespace dsv4 {
@@ -38,8 +39,7 @@ RunResult run(const std::string& args) {
 class BrokenCheckpoint : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = (fs::temp_directory_path() / ("dsv4_broken_" + std::to_string(::getpid()))).string();
-    fs::remove_all(dir_);
+    dir_ = tmp_.file("model");
     auto cfg = synthetic_config("default", R"({"num_hidden_layers": 2, "compress_ratios": [0, 4, 0]})");
     ASSERT_TRUE(cfg.ok()) << cfg.status().message();
     SyntheticOptions opt;
@@ -47,7 +47,6 @@ class BrokenCheckpoint : public ::testing::Test {
     ASSERT_TRUE(write_synthetic_checkpoint(*cfg, opt, dir_).ok());
     golden_ = dir_ + "/none.safetensors";
   }
-  void TearDown() override { fs::remove_all(dir_); }
 
   // Rewrites model.safetensors through `edit`, which may drop or change tensors.
   template <class Edit>
@@ -55,6 +54,7 @@ class BrokenCheckpoint : public ::testing::Test {
     testing::rewrite_safetensors(dir_ + "/model.safetensors", edit);
   }
 
+  testing::TempDir tmp_{"dsv4_broken"};
   std::string dir_, golden_;
 };
 
@@ -122,7 +122,8 @@ TEST_F(BrokenCheckpoint, IntactCheckpointLoadsButMissingGoldenIsAnError) {
 }
 
 TEST(Mkmodel, Fp8CheckpointRoundTripsThroughTheLoader) {
-  const std::string dir = (fs::temp_directory_path() / ("dsv4_fp8_" + std::to_string(::getpid()))).string();
+  const testing::TempDir tmp("dsv4_fp8");
+  const std::string dir = tmp.file("model");
   RunResult r = run("mkmodel --out " + dir + " --weights fp8 --seed 5 --shards 3");
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_TRUE(fs::exists(dir + "/model.safetensors.index.json"));

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <regex>
 
+#include "temp_dir.h"
 #include "test_util.h"
 
 namespace dsv4 {
@@ -32,11 +33,11 @@ TEST(RunCommand, EmbeddedModelGeneratesForSeveralPrompts) {
 }
 
 TEST(RunCommand, GoldenCheckpointAndPromptFile) {
-  const std::string file = (std::filesystem::temp_directory_path() / "dsv4_run_prompts.txt").string();
+  const testing::TempDir tmp;
+  const std::string file = tmp.file("prompts.txt");
   std::ofstream(file) << "first prompt\n\nsecond prompt\nthird\n";
   const auto r = run_dsv4("run --model " + testing::golden_dir() + "/small-real --prompt-file " + file +
                           " --max-tokens 4 --temperature 0 --ignore-eos --kv-cache-memory 512M --max-num-seqs 8");
-  std::filesystem::remove(file);
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("[2] "), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("3 requests: "), std::string::npos) << r.output;

@@ -7,6 +7,7 @@
 
 #include "model/safetensors.h"
 #include "model/safetensors_writer.h"
+#include "temp_dir.h"
 
 namespace dsv4 {
 namespace {
@@ -22,7 +23,8 @@ std::vector<uint8_t> file_bytes(const std::string& header, size_t data_bytes) {
 Status parse(const std::vector<uint8_t>& b) { return SafetensorsFile::from_buffer("test.safetensors", b.data(), b.size()).status(); }
 
 TEST(Safetensors, WriterOutputReadsBack) {
-  const std::string path = (std::filesystem::temp_directory_path() / "dsv4_rt.safetensors").string();
+  const testing::TempDir tmp;
+  const std::string path = tmp.file("rt.safetensors");
   SafetensorsWriter w;
   w.add_f32("a.weight", {2, 3}, {1, 2, 3, 4, 5, 6});
   w.add("b.ids", DType::kI64, {1}, std::vector<uint8_t>(8, 0));
@@ -37,7 +39,6 @@ TEST(Safetensors, WriterOutputReadsBack) {
   std::memcpy(v, t->data, 24);
   EXPECT_EQ(v[5], 6.0f);
   EXPECT_NE((*f)->find("b.ids"), nullptr);
-  std::filesystem::remove(path);
 }
 
 TEST(Safetensors, AcceptsAWellFormedHeader) {

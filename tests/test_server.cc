@@ -16,6 +16,7 @@
 
 #include "model/synthetic.h"
 #include "server_process.h"
+#include "temp_dir.h"
 #include "test_util.h"
 
 namespace dsv4 {
@@ -188,7 +189,8 @@ TEST(Server, PrefixCachingAndSpeculationThroughTheApi) {
 // (several tokens a step): the same text and finish reason as without, also
 // when a stop string or max_tokens ends a request inside an accepted run.
 TEST(Server, SpeculationKeepsTextStopStringsAndLengths) {
-  const std::string dir = std::filesystem::temp_directory_path() / "dsv4_test_server_mtp_copy";
+  const testing::TempDir tmp("dsv4_test_server_mtp_copy");
+  const std::string& dir = tmp.path();
   auto config = synthetic_config("default");
   ASSERT_TRUE(config.ok());
   SyntheticOptions o;
@@ -236,8 +238,8 @@ TEST(Server, SpeculationKeepsTextStopStringsAndLengths) {
 // or deleted under a running server changes no answer.
 TEST(Server, CheckpointChangingOrVanishingAfterStartChangesNothing) {
   namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / ("dsv4_test_vanishing_" + std::to_string(getpid()));
-  fs::remove_all(dir);
+  const testing::TempDir tmp("dsv4_test_vanishing");
+  const fs::path dir = tmp.path();
   auto config = synthetic_config("default");
   ASSERT_TRUE(config.ok());
   ASSERT_TRUE(write_synthetic_checkpoint(*config, SyntheticOptions{}, dir.string()).ok());

@@ -17,6 +17,7 @@
 #include "model/synthetic.h"
 #include "runtime/engine.h"
 #include "runtime/local_executor.h"
+#include "temp_dir.h"
 #include "test_util.h"
 
 namespace dsv4 {
@@ -139,8 +140,8 @@ TEST(Speculative, GoldenGreedyIsUnchangedAndTheFirstDraftIsTheMtpArgmax) {
 // --mtp-copies-last-block): drafts mostly right, so accepted runs of
 // several tokens happen.
 std::string synthetic_dir(bool copied_mtp) {
-  const std::string d =
-      std::filesystem::temp_directory_path() / (copied_mtp ? "dsv4_test_mtp_copy" : "dsv4_test_embedded_default");
+  static testing::TempDir copied("dsv4_test_mtp_copy"), plain("dsv4_test_embedded_default");
+  const std::string d = copied_mtp ? copied.path() : plain.path();
   auto config = synthetic_config("default");
   EXPECT_TRUE(config.ok());
   SyntheticOptions o;

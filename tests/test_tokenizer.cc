@@ -8,9 +8,10 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "temp_dir.h"
+#include "test_util.h"
 #include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/byte_tokenizer.h"
-#include "test_util.h"
 
 namespace dsv4 {
 namespace {
@@ -30,12 +31,12 @@ const BpeTokenizer& deepseek() {
 }
 
 TEST(Tokenizer, MatchesTheJavaScriptTokenizerOnAVariedCorpus) {
-  const std::string out = (std::filesystem::temp_directory_path() / ("dsv4_corpus_" + std::to_string(getpid()) + ".json")).string();
+  const testing::TempDir tmp;
+  const std::string out = tmp.file("corpus.json");
   const std::string cmd = std::string(DSV4_NODE) + " " + DSV4_JS_DIR + "/tokenize_corpus.js " + out + " > /dev/null";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   std::ifstream in(out);
   const nlohmann::json corpus = nlohmann::json::parse(in);
-  std::filesystem::remove(out);
   ASSERT_GE(corpus.size(), 2000u);
   const BpeTokenizer& tok = deepseek();
   int mismatches = 0;

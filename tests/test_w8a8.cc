@@ -15,6 +15,7 @@
 #include "kernels/isa.h"
 #include "kernels/kernels.h"
 #include "model/safetensors.h"
+#include "temp_dir.h"
 #include "test_util.h"
 
 namespace dsv4 {
@@ -103,10 +104,8 @@ TEST(W8a8Kernels, EveryIsaEqualsTheIntegerSum) {
 class ConvertW8a8 : public ::testing::Test {
  protected:
   void SetUp() override {
-    out_ = (fs::temp_directory_path() / ("dsv4_w8a8_" + std::to_string(::getpid()))).string();
-    fs::remove_all(out_);
+    out_ = tmp_.file("w8a8");
   }
-  void TearDown() override { fs::remove_all(out_); }
   std::string convert() {
     auto r = testing::run_dsv4("convert --to w8a8 --model " + testing::golden_dir() + "/small-fp8 --out " + out_);
     EXPECT_EQ(r.code, 0) << r.output;
@@ -116,6 +115,7 @@ class ConvertW8a8 : public ::testing::Test {
     return testing::run_dsv4("verify --model " + out_ + " --golden " + testing::golden_dir() +
                              "/small-fp8/golden.safetensors --chunk 7");
   }
+  testing::TempDir tmp_{"dsv4_w8a8"};
   std::string out_;
 };
 

@@ -169,6 +169,7 @@ Status DistributedExecutor::heartbeat() {
 
 Status follow_steps(Communicator* world, const DistributedOptions& o) {
   DSV4_ASSIGN_OR_RETURN(RankSetup setup, RankSetup::create(*world, o));
+  if (o.on_loaded) o.on_loaded();
   log_info("rank " + std::to_string(world->rank()) + " of " + std::to_string(world->size()) + " ready (" +
            setup.topology.describe() + "), pid " + std::to_string(getpid()));
   for (;;) {

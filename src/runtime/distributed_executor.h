@@ -7,6 +7,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -25,6 +26,9 @@ struct DistributedOptions {
   KvCacheOptions cache;  // rank 0's budget is every rank's (one copy of its group's pages each)
   // A step taking longer than this means a rank is gone: healthy() turns false.
   int step_timeout_ms = 60000;
+  // Called by follow_steps once this rank's weights are in memory and
+  // model_dir is read no more (a temporary checkpoint can go then).
+  std::function<void()> on_loaded;
 };
 
 // What every rank sets up, collectively (load failures anywhere fail all).
