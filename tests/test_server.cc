@@ -186,8 +186,9 @@ TEST(Server, PrefixCachingAndSpeculationThroughTheApi) {
 }
 
 // MTP speculation through the API on a model whose drafts are mostly kept
-// (several tokens a step): the same text and finish reason as without, also
-// when a stop string or max_tokens ends a request inside an accepted run.
+// (several tokens a step): the same text, finish reason and completion
+// token count as without, also when a stop string or max_tokens ends a
+// request inside an accepted run (the tokens after it are not counted).
 TEST(Server, SpeculationKeepsTextStopStringsAndLengths) {
   const testing::TempDir tmp("dsv4_test_server_mtp_copy");
   const std::string& dir = tmp.path();
@@ -206,25 +207,28 @@ TEST(Server, SpeculationKeepsTextStopStringsAndLengths) {
     body["ignore_eos"] = true;
     auto r = cli.Post("/v1/completions", body.dump(), "application/json");
     EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no answer");
-    return r ? json::parse(r->body)["choices"][0] : json();
+    if (!r) return json();
+    const json answer = json::parse(r->body);
+    json choice = answer["choices"][0];
+    choice["completion_tokens"] = answer["usage"]["completion_tokens"];
+    return choice;
   };
   int stopped = 0;
   for (const char* prompt : {"The quick brown fox", "0123456789", "hello there, speculative world"}) {
     const json full = complete(p, {{"prompt", prompt}, {"max_tokens", 40}});
     EXPECT_EQ(complete(s, {{"prompt", prompt}, {"max_tokens", 40}}), full) << prompt;
     EXPECT_EQ(complete(s, {{"prompt", prompt}, {"max_tokens", 7}}), complete(p, {{"prompt", prompt}, {"max_tokens", 7}}));
-    // A stop string from the middle of the text: two printable ASCII bytes.
+    // Stop strings from all over the text (two printable ASCII bytes), so
+    // some end inside an accepted run and some at its last token.
     const std::string text = full["text"];
-    size_t at = 10;
-    while (at + 1 < text.size() && !(std::isprint(static_cast<unsigned char>(text[at])) &&
-                                     std::isprint(static_cast<unsigned char>(text[at + 1])) &&
-                                     static_cast<unsigned char>(text[at]) < 128 && static_cast<unsigned char>(text[at + 1]) < 128))
-      ++at;
-    if (at + 1 >= text.size()) continue;
-    const json stop = {{"prompt", prompt}, {"max_tokens", 40}, {"stop", json::array({text.substr(at, 2)})}};
-    const json want = complete(p, stop);
-    EXPECT_EQ(complete(s, stop), want) << prompt;
-    stopped += want["finish_reason"] == "stop";
+    auto ascii = [](char ch) { return std::isprint(static_cast<unsigned char>(ch)) && static_cast<unsigned char>(ch) < 128; };
+    for (size_t at = 2; at + 1 < text.size(); at += 3) {
+      if (!ascii(text[at]) || !ascii(text[at + 1])) continue;
+      const json stop = {{"prompt", prompt}, {"max_tokens", 40}, {"stop", json::array({text.substr(at, 2)})}};
+      const json want = complete(p, stop);
+      EXPECT_EQ(complete(s, stop), want) << prompt << " stop " << text.substr(at, 2);
+      stopped += want["finish_reason"] == "stop";
+    }
   }
   EXPECT_GT(stopped, 0);
   auto m = s.Get("/metrics");

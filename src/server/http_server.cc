@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -233,6 +234,7 @@ void HttpServer::generate(const httplib::Request& req, httplib::Response& res, b
   auto apply = [this, choices, plan, arrival](const ChoiceEvent& ev, TextDelta* delta) {
     Choice& c = (*choices)[ev.choice];
     if (c.finished) return false;
+    *delta = TextDelta{};
     const RequestOutput& o = ev.output;
     if (!o.new_tokens.empty()) {
       const auto now = Clock::now();
@@ -249,10 +251,18 @@ void HttpServer::generate(const httplib::Request& req, httplib::Response& res, b
       c.drafts_proposed = o.drafts_proposed;
       c.drafts_accepted = o.drafts_accepted;
     }
-    c.tokens.insert(c.tokens.end(), o.new_tokens.begin(), o.new_tokens.end());
-    c.logprobs.insert(c.logprobs.end(), o.new_logprobs.begin(), o.new_logprobs.end());
+    // Token by token: when a stop string ends inside a step's tokens (a
+    // speculative step brings several), the ones after it are not output.
+    size_t kept = 0;
+    while (kept < o.new_tokens.size() && !c.text->stopped()) {
+      const TextDelta d = c.text->add({o.new_tokens[kept++]});
+      delta->reasoning += d.reasoning;
+      delta->content += d.content;
+    }
+    c.tokens.insert(c.tokens.end(), o.new_tokens.begin(), o.new_tokens.begin() + kept);
+    c.logprobs.insert(c.logprobs.end(), o.new_logprobs.begin(),
+                      o.new_logprobs.begin() + std::min(kept, o.new_logprobs.size()));
     c.completion_tokens = static_cast<int64_t>(c.tokens.size());
-    *delta = c.text->add(o.new_tokens);
     bool done = o.finished;
     if (!done && c.text->stopped()) {  // a stop string: end it here
       service_->finish(c.engine_id, FinishReason::kStop);
