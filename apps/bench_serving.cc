@@ -71,14 +71,8 @@ double first_token(Engine& engine, const std::vector<int32_t>& prompt, int64_t* 
 
 }  // namespace
 
-int bench_serving(const std::string& dir, const std::string& name, int64_t ctx, int64_t gen, const std::vector<int64_t>& ks,
+int bench_serving(const DeepseekV4& m, const std::string& name, int64_t ctx, int64_t gen, const std::vector<int64_t>& ks,
                   const std::string& csv) {
-  auto model = DeepseekV4::load(dir);
-  if (!model.ok()) {
-    std::fprintf(stderr, "dsv4 bench: %s\n", model.status().message().c_str());
-    return 2;
-  }
-  const DeepseekV4& m = **model;
   const ModelConfig& c = m.config();
   if (ctx + gen + kMaxDraftTokens + 1 > c.max_position_embeddings || ctx < 2 * kBlockTokens) {
     std::fprintf(stderr,

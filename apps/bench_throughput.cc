@@ -106,14 +106,8 @@ struct Row {
 
 }  // namespace
 
-int bench_throughput(const std::string& dir, const std::string& name, const std::vector<int64_t>& contexts,
+int bench_throughput(const DeepseekV4& m, const std::string& name, const std::vector<int64_t>& contexts,
                      const std::vector<int64_t>& batches, int64_t gen, const std::string& csv) {
-  auto model = DeepseekV4::load(dir);
-  if (!model.ok()) {
-    std::fprintf(stderr, "dsv4 bench: %s\n", model.status().message().c_str());
-    return 2;
-  }
-  const DeepseekV4& m = **model;
   const ModelConfig& c = m.config();
   for (int64_t L : contexts)
     if (L < 1 || L + gen + 1 > c.max_position_embeddings) {

@@ -116,10 +116,10 @@ std::vector<int64_t> int_list(const std::string& s) {
 
 }  // namespace
 
-int bench_throughput(const std::string& dir, const std::string& name, const std::vector<int64_t>& contexts,
+int bench_throughput(const DeepseekV4& model, const std::string& name, const std::vector<int64_t>& contexts,
                      const std::vector<int64_t>& batches, int64_t gen, const std::string& csv);  // bench_throughput.cc
 
-int bench_serving(const std::string& dir, const std::string& name, int64_t ctx, int64_t gen,
+int bench_serving(const DeepseekV4& model, const std::string& name, int64_t ctx, int64_t gen,
                   const std::vector<int64_t>& ks, const std::string& csv);  // bench_serving.cc
 
 int bench_soak(const std::string& host, int port, double duration_s, int clients, uint64_t seed);  // bench_soak.cc
@@ -164,24 +164,26 @@ int cmd_bench(int argc, char** argv) {
     std::fprintf(stderr, "dsv4 bench: %s\n", dir.status().message().c_str());
     return 2;
   }
+  std::vector<int64_t> ks;
   if (args.has("serving")) {
-    const std::vector<int64_t> ks = int_list(args.get("k", "1,3,7"));
+    ks = int_list(args.get("k", "1,3,7"));
     if (ks.empty() || *std::max_element(ks.begin(), ks.end()) > kMaxDraftTokens) {
       std::fprintf(stderr, "dsv4 bench: --k needs draft counts from 1 to %d, such as 1,3,7\n", kMaxDraftTokens);
       return 2;
     }
-    return bench_serving(dir->path(), model_name(args.get("model")), args.get_int("ctx", 4096), args.get_int("gen", 64),
-                         ks, args.get("csv"));
   }
-  if (!args.has("topology"))
-    return bench_throughput(dir->path(), model_name(args.get("model")), contexts, batches, gen, args.get("csv"));
-
-  // Weights: every rank's against the ideal share.
   auto one = DeepseekV4::load(dir->path());
   if (!one.ok()) {
     std::fprintf(stderr, "dsv4 bench: %s\n", one.status().message().c_str());
     return 2;
   }
+  if (args.has("serving"))
+    return bench_serving(**one, model_name(args.get("model")), args.get_int("ctx", 4096), args.get_int("gen", 64), ks,
+                         args.get("csv"));
+  if (!args.has("topology"))
+    return bench_throughput(**one, model_name(args.get("model")), contexts, batches, gen, args.get("csv"));
+
+  // Weights: every rank's against the ideal share.
   KvCacheOptions cache;
   cache.memory_bytes = int64_t{64} << 20;
   cache.max_num_seqs = 4;

@@ -5,6 +5,7 @@
 #include <regex>
 #include <string>
 
+#include "temp_dir.h"
 #include "test_util.h"
 
 namespace dsv4 {
@@ -15,7 +16,8 @@ using testing::run_dsv4;
 // dsv4 bench (throughput): incremental rows, the machine's limits and the
 // roofline ratio, and the same rows as CSV.
 TEST(BenchCli, ThroughputRowsMachineLimitsAndCsv) {
-  const std::string csv = ::testing::TempDir() + "/dsv4_bench.csv";
+  const testing::TempDir tmp;
+  const std::string csv = tmp.file("bench.csv");
   const auto r = run_dsv4("bench --ctx 64,192 --batch 1,3 --gen 4 --csv " + csv);
   ASSERT_EQ(r.code, 0) << r.output;
   std::smatch m;
@@ -47,6 +49,43 @@ TEST(BenchCli, ThroughputRowsMachineLimitsAndCsv) {
   const auto bad = run_dsv4("bench --ctx 64,x");
   EXPECT_EQ(bad.code, 2);
   EXPECT_NE(bad.output.find("--ctx needs positive lengths"), std::string::npos) << bad.output;
+}
+
+// dsv4 bench --serving on a model whose MTP block drafts well: every K row
+// decodes the same tokens as K = 0 and some drafts are accepted; a prefix
+// hit reuses the prompt's full blocks; the same rows as CSV.
+TEST(BenchCli, ServingRowsSpeculationAndPrefixHits) {
+  const testing::TempDir tmp;
+  const std::string model = tmp.file("model"), csv = tmp.file("serving.csv");
+  const auto made = run_dsv4("mkmodel --out " + model + " --mtp-copies-last-block");
+  ASSERT_EQ(made.code, 0) << made.output;
+  const auto r = run_dsv4("bench --serving --model " + model + " --ctx 512 --gen 16 --k 1,3 --csv " + csv);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(\n  0   -\s+1\.00\s+[0-9.]+\s+1\.00x\s+-\n)"))) << r.output;
+  for (const char* k : {"1", "3"}) {
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(r.output, m,
+                                  std::regex(std::string(R"(\n  )") + k +
+                                             R"(\s+(\d+)/(\d+)\s+([0-9.]+)\s+[0-9.]+\s+[0-9.]+x\s+yes\n)")))
+        << r.output;
+    EXPECT_GT(std::stoi(m[1]), 0) << "K=" << k;
+    EXPECT_LE(std::stoi(m[1]), std::stoi(m[2]));
+    EXPECT_GT(std::stod(m[3]), 1.0);
+  }
+  // 512 tokens: the first 3 blocks of 128 come from the cache (a hit leaves
+  // the last token to compute).
+  EXPECT_TRUE(std::regex_search(
+      r.output, std::regex(R"(time to first token at 512 tokens: cold [0-9.]+ s \(0 cached\), prefix hit [0-9.]+ s \(384 cached\))")))
+      << r.output;
+  std::ifstream in(csv);
+  std::string line;
+  std::vector<std::string> rows;
+  while (std::getline(in, line))
+    if (line[0] != '#') rows.push_back(line.substr(0, line.find(',', line.find(',') + 1)));
+  EXPECT_EQ(rows, (std::vector<std::string>{"speculative,0", "speculative,1", "speculative,3", "ttft,512"}));
+  const auto bad = run_dsv4("bench --serving --model " + model + " --k 8");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.output.find("--k needs draft counts from 1 to 7"), std::string::npos) << bad.output;
 }
 
 }  // namespace
