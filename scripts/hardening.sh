@@ -38,10 +38,14 @@ if [[ $what == all || $what == fuzz ]]; then
     echo "hardening: fuzz_$name for ${FUZZ_SECONDS}s"
     work=build-hardening/fuzz/corpus-$name
     mkdir -p "$work"
+    log=build-hardening/fuzz/fuzz_$name.log
     build-hardening/fuzz/fuzz_$name -max_total_time="$FUZZ_SECONDS" -print_final_stats=1 -max_len=65536 \
-      -artifact_prefix="build-hardening/fuzz/crash-$name-" "$work" "fuzz/corpus/$name" 2>&1 | \
-      grep -E "^(#[0-9]+ *DONE|stat::number_of_executed_units|==[0-9]+==|SUMMARY|.*ERROR)" || true
+      -artifact_prefix="build-hardening/fuzz/crash-$name-" "$work" "fuzz/corpus/$name" >"$log" 2>&1 || true
+    grep -E "^(#[0-9]+ *DONE|stat::number_of_executed_units|==[0-9]+==|SUMMARY|.*ERROR)" "$log" || true
     if ls build-hardening/fuzz/crash-$name-* >/dev/null 2>&1; then
+      # The report's stack and the input (as Base64) are in the CI log, so a
+      # crash found on a machine we cannot reach can still be reproduced.
+      tail -n 60 "$log"
       echo "hardening: fuzz_$name found a crash: $(ls build-hardening/fuzz/crash-$name-*)"
       exit 1
     fi

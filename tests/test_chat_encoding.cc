@@ -126,5 +126,28 @@ TEST(ChatEncoding, NonStringArgumentsAndPythonJson) {
   EXPECT_NE(bad.status().message().find("unknown role 'wizard'"), std::string::npos);
 }
 
+// Fields of the wrong JSON type: flags take Python's truth value as the
+// reference encoder's `if message.get(...)` does, and tools that are not a
+// list of objects are an error naming the message (never an exception).
+TEST(ChatEncoding, FieldsOfTheWrongTypeAreTruthyOrErrors) {
+  const auto render = [](const char* text) { return encode_chat(ordered_json::parse(text), ChatOptions{}); };
+  auto flagged = render(R"([{"role": "user", "content": "x"}, {"role": "assistant", "content": "a", "wo_eos": 1}])");
+  auto cleared = render(R"([{"role": "user", "content": "x"}, {"role": "assistant", "content": "a", "wo_eos": ""}])");
+  auto plain = render(R"([{"role": "user", "content": "x"}, {"role": "assistant", "content": "a"}])");
+  ASSERT_TRUE(flagged.ok() && cleared.ok() && plain.ok());
+  EXPECT_EQ(*cleared, *plain);
+  EXPECT_EQ(*flagged + "<｜end▁of▁sentence｜>", *plain);
+  auto parts = render(R"([{"role": "user", "content": [{"type": 7}, {"type": "text", "text": "t"}]}])");
+  ASSERT_TRUE(parts.ok());
+  EXPECT_NE(parts->find("[Unsupported part]\n\nt"), std::string::npos) << *parts;
+  for (const char* tools : {R"("get_weather")", R"({"a": 1})", R"([5])"}) {
+    auto bad = render((std::string(R"([{"role": "system", "content": "s", "tools": )") + tools +
+                       R"(}, {"role": "user", "content": "x"}])").c_str());
+    ASSERT_FALSE(bad.ok()) << tools;
+    EXPECT_NE(bad.status().message().find("messages[0].tools must be an array of tool objects"), std::string::npos)
+        << bad.status().message();
+  }
+}
+
 }  // namespace
 }  // namespace dsv4

@@ -193,6 +193,7 @@ TEST(Config, BadConfigsNameTheProblem) {
       {R"("head_dim": 128)", R"("head_dim": "x")", "'head_dim' must be an integer"},
       {R"("o_groups": 2)", R"("o_groups": 3)", "divisible by o_groups"},
       {R"("index_head_dim": 128)", R"("index_head_dim": 96)", "power of two"},
+      {R"("hc_mult": 2,)", R"("hc_mult": 2, "rope_scaling": {"type": 5},)", "wrong JSON type"},
   };
   for (const auto& c : cases) {
     std::string text = good;

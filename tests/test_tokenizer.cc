@@ -70,6 +70,8 @@ TEST(Tokenizer, BrokenTokenizerFilesNameTheProblem) {
            {"{", "not valid JSON"},
            {R"({"model": {"type": "Unigram"}})", "model type must be BPE"},
            {R"({"model": {"type": "BPE", "vocab": {}, "merges": []}})", "byte-level symbol"},
+           {R"({"model": {"type": 5}})", "wrong JSON type"},
+           {R"({"model": {"type": "BPE", "vocab": {}, "merges": []}, "normalizer": {"type": []}})", "wrong JSON type"},
        }) {
     auto t = BpeTokenizer::from_json_text(json, "", "tok.json");
     ASSERT_FALSE(t.ok());

@@ -30,7 +30,7 @@ Status read(const json& j, const char* key, T* out, bool required, const std::st
 
 }  // namespace
 
-StatusOr<ModelConfig> ModelConfig::from_json_text(const std::string& text, const std::string& src) {
+StatusOr<ModelConfig> ModelConfig::from_json_text(const std::string& text, const std::string& src) try {
   json j;
   try {
     j = json::parse(text);
@@ -126,6 +126,10 @@ StatusOr<ModelConfig> ModelConfig::from_json_text(const std::string& text, const
   if (c.max_position_embeddings <= 0) return fail("max_position_embeddings must be positive");
   if (c.original_seq_len < 0 || c.rope_factor <= 0) return fail("rope_scaling factor and original_max_position_embeddings must be positive");
   return c;
+} catch (const json::exception& e) {
+  // A field of the wrong JSON type that no check above names (e.g. a numeric
+  // rope_scaling.type): a broken config, not a crash.
+  return invalid_argument(src + ": a field has the wrong JSON type: " + e.what());
 }
 
 StatusOr<ModelConfig> ModelConfig::load(const std::string& path) {

@@ -218,7 +218,7 @@ PlanOrError plan_chat(const ordered_json& b, const ServedModel& m) {
     const auto& tools = b["tools"];
     if (!tools.is_array()) return fail("tools must be an array", "tools");
     for (const auto& t : tools)
-      if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") || !t["function"].is_object() ||
+      if (!t.is_object() || !t.contains("type") || t["type"] != "function" || !t.contains("function") || !t["function"].is_object() ||
           !t["function"].contains("name") || !t["function"]["name"].is_string())
         return fail("each tool must be {\"type\": \"function\", \"function\": {\"name\": ...}}", "tools");
     std::string choice = "auto";

@@ -77,7 +77,7 @@ StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::load(const std::string& di
 
 StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::from_json_text(const std::string& tokenizer_json,
                                                                      const std::string& config_json,
-                                                                     const std::string& source) {
+                                                                     const std::string& source) try {
   json t;
   try {
     t = json::parse(tokenizer_json);
@@ -208,6 +208,10 @@ StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::from_json_text(const std::
     }
   }
   return tok;
+} catch (const json::exception& e) {
+  // A field of the wrong type (a number where a string belongs, ...) that no
+  // check above names: still a broken file, not a crash.
+  return invalid_argument(source + ": a field has the wrong JSON type: " + e.what());
 }
 
 int32_t BpeTokenizer::token_id(const std::string& token) const {

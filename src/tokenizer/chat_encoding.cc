@@ -54,6 +54,23 @@ std::string str(const ordered_json& m, const char* key) {
   return python_json_dumps(*it);
 }
 
+// A string field, or `fallback` when it is missing or not a string.
+std::string string_or(const ordered_json& m, const char* key, const std::string& fallback) {
+  auto it = m.find(key);
+  return it != m.end() && it->is_string() ? it->get<std::string>() : fallback;
+}
+
+// Python's truth value of a field (the reference encoder tests flags with
+// `if message.get(key)`): missing, null, false, 0 and empty are false.
+bool truthy(const ordered_json& m, const char* key) {
+  auto it = m.find(key);
+  if (it == m.end() || it->is_null()) return false;
+  if (it->is_boolean()) return it->get<bool>();
+  if (it->is_number()) return it->get<double>() != 0.0;
+  if (it->is_string()) return !it->get_ref<const std::string&>().empty();
+  return !it->empty();  // arrays and objects (json's empty() is false for every string)
+}
+
 bool has_nonempty(const ordered_json& m, const char* key) {
   auto it = m.find(key);
   return it != m.end() && !it->is_null() && !it->empty();
@@ -78,8 +95,9 @@ std::string content_text(const ordered_json& content) {
   for (const ordered_json& part : content) {
     if (!first) out += "\n\n";
     first = false;
-    if (part.is_object() && part.value("type", "") == "text") out += str(part, "text");
-    else out += "[Unsupported " + (part.is_object() ? part.value("type", std::string("part")) : std::string("part")) + "]";
+    const std::string type = string_or(part, "type", "part");
+    if (type == "text") out += str(part, "text");
+    else out += "[Unsupported " + type + "]";
   }
   return out;
 }
@@ -125,7 +143,7 @@ struct Block {
 struct Msg {
   ordered_json raw;  // the message (role, content, ...)
   std::vector<Block> blocks;
-  std::string role() const { return raw.value("role", ""); }
+  std::string role() const { return string_or(raw, "role", ""); }
   bool has_task() const { return raw.contains("task") && !raw["task"].is_null(); }
 };
 
@@ -165,6 +183,11 @@ StatusOr<std::string> encode_chat(const ordered_json& messages, const ChatOption
     const ordered_json& m = messages[i];
     if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
       return invalid_argument("messages[" + std::to_string(i) + "] must be an object with a string 'role'");
+    if (has_nonempty(m, "tools")) {
+      const ordered_json& tools = m["tools"];
+      if (!tools.is_array() || !std::all_of(tools.begin(), tools.end(), [](const auto& t) { return t.is_object(); }))
+        return invalid_argument("messages[" + std::to_string(i) + "].tools must be an array of tool objects");
+    }
     const std::string role = m["role"].get<std::string>();
     if (role == "tool") {
       Block b{true, content_text(m.value("content", ordered_json())), str(m, "tool_call_id")};
@@ -280,7 +303,7 @@ StatusOr<std::string> encode_chat(const ordered_json& messages, const ChatOption
       out += str(m.raw, "content");
       if (m.raw.contains("tool_calls") && m.raw["tool_calls"].is_array() && !m.raw["tool_calls"].empty())
         out += tool_calls_part(m.raw["tool_calls"]);
-      if (!m.raw.value("wo_eos", false)) out += kEos;
+      if (!truthy(m.raw, "wo_eos")) out += kEos;
     }
     // The turn change after this message.
     const bool next_answers = i + 1 >= static_cast<int>(msgs.size()) || msgs[i + 1].role() == "assistant" ||
