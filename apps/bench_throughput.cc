@@ -14,7 +14,9 @@
 #include "base/thread_pool.h"
 #include "kernels/isa.h"
 #include "kernels/kernels.h"
+#include "kv/kv_cache_manager.h"
 #include "model/deepseek_v4.h"
+#include "model/released_configs.h"
 #include "ops/linear.h"
 
 namespace dsv4::app {
@@ -103,6 +105,29 @@ struct Row {
   double seconds = 0;
   double tok_s() const { return tokens / seconds; }
 };
+
+// KV bytes per token of one request in the paged cache (rows as FP8/FP4
+// codes, its window ring and compressor states included) at 4K, 64K and 1M
+// context, for this model and, from the same layout, the released ones.
+void print_kv_bytes_per_token(const ModelConfig& model) {
+  std::printf("KV bytes per token (paged cache, block 32):\n  %-20s %10s %10s %10s\n", "model", "4K", "64K", "1M");
+  auto row = [](const std::string& name, const ModelConfig& c) {
+    auto layout = PageLayout::of(CacheGeometry::of(c), 32);
+    if (!layout.ok()) {
+      std::printf("  %-20s %s\n", name.c_str(), layout.status().message().c_str());
+      return;
+    }
+    std::printf("  %-20s", name.c_str());
+    for (int64_t len : {int64_t{4096}, int64_t{65536}, int64_t{1} << 20})
+      std::printf(" %10.0f", kv_bytes_per_token(*layout, len));
+    std::printf("\n");
+  };
+  row("this model", model);
+  for (const char* name : {"flash", "pro"}) {
+    auto c = released_config(name);
+    if (c.ok()) row(std::string("DeepSeek-V4-") + (name[0] == 'f' ? "Flash" : "Pro"), *c);
+  }
+}
 
 }  // namespace
 
@@ -233,6 +258,7 @@ int bench_throughput(const DeepseekV4& m, const std::string& name, const std::ve
   }
   std::printf("KV cache: %.0f bytes per token at %lld context\n",
               seqs[0].bytes() / static_cast<double>(std::max<int64_t>(1, at)), static_cast<long long>(at));
+  print_kv_bytes_per_token(c);
   if (!csv.empty()) {
     std::ofstream f(csv);
     f << "phase,batch,ctx_from,ctx_to,tokens,seconds,tok_s,mem_gbps,gemm_gflops,vs_limit\n";

@@ -13,7 +13,7 @@
 
 namespace dsv4::app {
 
-int self_check(int chunk);  // cmd_verify_self.cc
+int self_check(const std::string& dir, int chunk);  // cmd_verify_self.cc
 // cmd_verify_mpi.cc: the same over MPI processes
 int verify_over_mpi(int argc, char** argv, const std::string& dir, const std::string& golden, int chunk,
                     const ParallelVerifyOptions& parallel);
@@ -34,8 +34,10 @@ const char* kHelp =
     "                 sequence-parallel prefill in steps of at least N tokens (default 1000)\n"
     "  --dist mpi     one rank per MPI process instead of threads\n"
     "                 (mpirun -np TPxDP dsv4 verify --dist mpi ...); rank 0 reports\n"
-    "Without --model: self-check of the embedded default model (whole-prompt\n"
-    "prefill against chunked and token-by-token prefill).\n"
+    "  --self-check   no golden: whole-prompt prefill of two packed prompts against\n"
+    "                 chunked (1, 7, 64 or --chunk) and token-by-token prefill, then greedy\n"
+    "                 decoding; the model's own results must agree bit for bit\n"
+    "Without --model: that self-check on the embedded default model.\n"
     "Exit code 0: every bound holds; 1: a bound is broken; 2: bad input.\n";
 
 
@@ -58,7 +60,7 @@ bool case_says_quantized(const std::string& golden, bool fallback) {
 int cmd_verify(int argc, char** argv) {
   Args args(argc, argv, 2,
             {"model", "golden", "chunk", "dump", "ep", "tp", "dp", "dist", "flashcomm1-sp-min-token-num"},
-            {"help", "enable-flashcomm1"});
+            {"help", "enable-flashcomm1", "self-check"});
   long chunk = args.get_int("chunk", 0);
   ParallelVerifyOptions par;
   par.topology.tp = static_cast<int>(args.get_int("tp", 1));
@@ -78,7 +80,7 @@ int cmd_verify(int argc, char** argv) {
                  kHelp);
     return 2;
   }
-  if (!args.has("model")) return self_check(static_cast<int>(chunk));
+  if (!args.has("model") || args.has("self-check")) return self_check(args.get("model"), static_cast<int>(chunk));
   const std::string dist = args.get("dist", "local");
   if (dist != "local" && dist != "mpi") {
     std::fprintf(stderr, "dsv4 verify: --dist must be local or mpi, got '%s'\n", dist.c_str());

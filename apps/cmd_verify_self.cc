@@ -1,7 +1,7 @@
-// dsv4 verify with no model: the embedded default model checked against
-// itself. Whole-prompt prefill is the reference; chunked and token-by-token
-// prefill of packed prompts of different lengths must reproduce its logits
-// and greedy continuation.
+// dsv4 verify --self-check (and dsv4 verify with no model, on the embedded
+// default model): a model checked against itself. Whole-prompt prefill is
+// the reference; chunked and token-by-token prefill of packed prompts of
+// different lengths must reproduce its logits and greedy continuation.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -60,20 +60,30 @@ StatusOr<Run> run(const DeepseekV4& model, const std::vector<std::vector<int32_t
 
 }  // namespace
 
-int self_check(int chunk_option) {
-  auto model = load_model("", /*progress_bar=*/false);
+int self_check(const std::string& dir, int chunk_option) {
+  auto model = load_model(dir, /*progress_bar=*/false);
   if (!model.ok()) {
     std::fprintf(stderr, "dsv4 verify: %s\n", model.status().message().c_str());
     return 2;
   }
   const ModelConfig* config = &(*model)->config();
-  std::printf("dsv4 verify: embedded default model (%s)\n", (*model)->config().summary().c_str());
+  std::printf("dsv4 verify: %s (%s)\n", model_name(dir).c_str(), (*model)->config().summary().c_str());
   // Two prompts of different lengths, long enough to cross the window and
-  // several compression boundaries and to make the indexer choose.
-  std::vector<std::vector<int32_t>> prompts(2);
-  for (int i = 0; i < 83; ++i) prompts[0].push_back((i * 37 + 11) % config->vocab_size);
-  for (int i = 0; i < 50; ++i) prompts[1].push_back((i * 101 + 5) % config->vocab_size);
+  // two windows of the largest compress ratio (83 and 50 tokens at least).
   const int steps = 12;
+  int max_ratio = 0;
+  for (int r : config->compress_ratios) max_ratio = std::max(max_ratio, r);
+  const int64_t longest = config->max_position_embeddings - steps - 1;
+  const int64_t len0 = std::min<int64_t>(longest, std::max<int64_t>(83, config->window_size + 2 * max_ratio + 27));
+  const int64_t len1 = std::min<int64_t>(longest, std::max<int64_t>(50, len0 * 3 / 5));
+  if (len1 < 1) {
+    std::fprintf(stderr, "dsv4 verify: the model's %d positions leave no room for a self-check\n",
+                 config->max_position_embeddings);
+    return 2;
+  }
+  std::vector<std::vector<int32_t>> prompts(2);
+  for (int64_t i = 0; i < len0; ++i) prompts[0].push_back(static_cast<int32_t>((i * 37 + 11) % config->vocab_size));
+  for (int64_t i = 0; i < len1; ++i) prompts[1].push_back(static_cast<int32_t>((i * 101 + 5) % config->vocab_size));
   auto ref = run(**model, prompts, 0, steps);
   if (!ref.ok()) {
     std::fprintf(stderr, "dsv4 verify: %s\n", ref.status().message().c_str());

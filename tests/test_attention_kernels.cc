@@ -1,55 +1,157 @@
-// Sink attention over a group of heads: the AVX-512 body equals the generic
-// one (each head through sink_attention) bit for bit, masked slots included.
+// The attention and indexer kernels over coded cache rows: the AVX-512
+// bodies equal the generic ones bit for bit (masked slots included), and
+// both compute sink attention on the values the rows stand for.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
 
+#include "kernels/cache_rows.h"
 #include "kernels/isa.h"
 #include "kernels/kernels.h"
 
 namespace dsv4 {
 namespace {
 
-TEST(SinkAttentionHeads, EveryIsaEqualsTheGenericBitForBit) {
-  if (!kernels::isa_supported(kernels::Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 on this CPU";
-  std::mt19937 rng(11);
+struct CodedRows {
+  kernels::KvRowFormat format;
+  std::vector<uint8_t> bytes;
+  std::vector<float> values;  // what each row stands for
+  std::vector<const uint8_t*> slots;
+};
+
+// `slots` KV rows of random values, every 7th slot (from the 4th) masked.
+CodedRows random_kv_rows(const kernels::KvRowFormat& f, int64_t slots, std::mt19937* rng) {
   std::normal_distribution<float> d(0.0f, 1.0f);
-  struct Shape {
-    int64_t heads, slots, dim;
-  };
-  for (const Shape& s : {Shape{1, 1, 16}, Shape{5, 13, 48}, Shape{16, 37, 512}, Shape{4, 200, 272}, Shape{16, 8, 64}}) {
-    std::vector<float> q(s.heads * s.dim), sinks(s.heads), rows(s.slots * s.dim);
+  CodedRows c{f, std::vector<uint8_t>(slots * f.bytes()), std::vector<float>(slots * f.dim()), {}};
+  std::vector<float> x(f.dim());
+  for (int64_t j = 0; j < slots; ++j) {
+    for (auto& v : x) v = d(*rng) * 3.0f;
+    kernels::store_kv_row_generic(x.data(), f, &c.bytes[j * f.bytes()]);
+    kernels::load_kv_row(&c.bytes[j * f.bytes()], f, &c.values[j * f.dim()]);
+    c.slots.push_back(j % 7 == 3 ? nullptr : &c.bytes[j * f.bytes()]);
+  }
+  return c;
+}
+
+struct Shape {
+  int64_t heads, slots, nope, rope;
+};
+const Shape kShapes[] = {{1, 1, 0, 16}, {5, 13, 64, 16}, {16, 37, 448, 64}, {4, 200, 192, 80}, {16, 8, 64, 0},
+                         {3, 9, 128, 2}};
+
+TEST(SinkAttentionHeads, GenericComputesSinkAttentionOnTheRowsValues) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  for (const Shape& s : kShapes) {
+    const CodedRows rows = random_kv_rows({s.nope, s.rope}, s.slots, &rng);
+    const int64_t dim = rows.format.dim();
+    std::vector<float> q(s.heads * dim), sinks(s.heads);
     for (auto& v : q) v = d(rng);
     for (auto& v : sinks) v = d(rng);
-    for (auto& v : rows) v = d(rng);
-    std::vector<const float*> keys(s.slots);
-    for (int64_t j = 0; j < s.slots; ++j) keys[j] = (j % 7 == 3) ? nullptr : &rows[j * s.dim];  // some masked
-    std::vector<float> want(s.heads * s.dim), got(s.heads * s.dim, -1.0f);
-    std::vector<float> scratch(s.heads * (s.slots + s.dim) + 16 * s.dim);
-    kernels::sink_attention_heads_generic(q.data(), s.heads, keys.data(), s.slots, s.dim, sinks.data(), 0.125f,
-                                          scratch.data(), want.data());
-    kernels::sink_attention_heads_avx512(q.data(), s.heads, keys.data(), s.slots, s.dim, sinks.data(), 0.125f,
-                                         scratch.data(), got.data());
-    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), sizeof(float) * want.size()))
-        << "heads " << s.heads << " slots " << s.slots << " dim " << s.dim;
+    std::vector<float> got(s.heads * dim), scratch(kernels::sink_attention_scratch(s.heads, s.slots, dim));
+    const float scale = 0.125f;
+    kernels::sink_attention_heads_generic(q.data(), s.heads, rows.slots.data(), s.slots, rows.format, sinks.data(),
+                                          scale, scratch.data(), got.data());
+    for (int64_t h = 0; h < s.heads; ++h) {
+      // In double, in any order: softmax over the unmasked slots and the sink.
+      std::vector<double> logit(s.slots);
+      double mx = sinks[h];
+      for (int64_t j = 0; j < s.slots; ++j) {
+        if (!rows.slots[j]) continue;
+        double dot = 0;
+        for (int64_t k = 0; k < dim; ++k) dot += double(q[h * dim + k]) * rows.values[j * dim + k];
+        logit[j] = dot * scale;
+        mx = std::max(mx, logit[j]);
+      }
+      double denom = std::exp(sinks[h] - mx);
+      for (int64_t j = 0; j < s.slots; ++j)
+        if (rows.slots[j]) denom += std::exp(logit[j] - mx);
+      for (int64_t k = 0; k < dim; ++k) {
+        double want = 0;
+        for (int64_t j = 0; j < s.slots; ++j)
+          if (rows.slots[j]) want += std::exp(logit[j] - mx) / denom * rows.values[j * dim + k];
+        EXPECT_NEAR(got[h * dim + k], want, 1e-4 * (1 + std::fabs(want))) << "head " << h << " dim " << k;
+      }
+    }
   }
 }
 
-}  // namespace
-}  // namespace dsv4
-
-namespace dsv4 {
-namespace {
-
-// The AVX-512 FP8 round trip equals the generic one on every kind of value:
-// normals, e4m3 subnormals, exact ties, zeros of both signs, saturation.
-TEST(Fp8RoundTrip, Avx512EqualsTheGenericBitForBit) {
+TEST(SinkAttentionHeads, Avx512EqualsTheGenericBitForBit) {
   if (!kernels::isa_supported(kernels::Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 on this CPU";
-  std::mt19937 rng(17);
-  std::vector<float> x(128 * 64);
-  for (size_t i = 0; i < x.size(); ++i) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  for (const Shape& s : kShapes) {
+    const CodedRows rows = random_kv_rows({s.nope, s.rope}, s.slots, &rng);
+    const int64_t dim = rows.format.dim();
+    if (dim % kernels::kPanel) continue;
+    std::vector<float> q(s.heads * dim), sinks(s.heads);
+    for (auto& v : q) v = d(rng);
+    for (auto& v : sinks) v = d(rng);
+    std::vector<float> want(s.heads * dim), got(s.heads * dim, -1.0f);
+    std::vector<float> scratch(kernels::sink_attention_scratch(s.heads, s.slots, dim));
+    kernels::sink_attention_heads_generic(q.data(), s.heads, rows.slots.data(), s.slots, rows.format, sinks.data(),
+                                          0.125f, scratch.data(), want.data());
+    kernels::sink_attention_heads_avx512(q.data(), s.heads, rows.slots.data(), s.slots, rows.format, sinks.data(),
+                                         0.125f, scratch.data(), got.data());
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), sizeof(float) * want.size()))
+        << "heads " << s.heads << " slots " << s.slots << " dim " << dim;
+  }
+}
+
+TEST(Kernels, SinkOnlyEntersTheDenominator) {
+  const kernels::KvRowFormat f{0, 2};  // RoPE dims only: the floats as they are
+  std::vector<float> q = {1, 0}, k0 = {1, 0}, k1 = {0, 1};
+  std::vector<uint8_t> rows(2 * f.bytes());
+  kernels::store_kv_row(k0.data(), f, rows.data());
+  kernels::store_kv_row(k1.data(), f, rows.data() + f.bytes());
+  const uint8_t* keys[2] = {rows.data(), rows.data() + f.bytes()};
+  const float sink = 0.5f;
+  std::vector<float> scratch(kernels::sink_attention_scratch(1, 2, 2)), out(2);
+  kernels::sink_attention_heads(q.data(), 1, keys, 2, f, &sink, 1.0f, scratch.data(), out.data());
+  const double e0 = std::exp(1.0), e1 = 1.0, es = std::exp(0.5);
+  EXPECT_NEAR(out[0], e0 / (e0 + e1 + es), 1e-6);
+  EXPECT_NEAR(out[1], e1 / (e0 + e1 + es), 1e-6);
+}
+
+TEST(HeadDots, AreDotsWithTheKeysValuesAndAvx512EqualsTheGeneric) {
+  std::mt19937 rng(29);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  const bool avx512 = kernels::isa_supported(kernels::Isa::kAvx512);
+  for (int64_t heads : {1, 5, 16, 20, 32, 64})
+    for (int64_t keys_n : {1, 9, 40}) {
+      const int64_t dim = 128, row = kernels::index_row_bytes(dim);
+      std::vector<float> q(heads * dim), x(dim), values(keys_n * dim);
+      std::vector<uint8_t> rows(keys_n * row);
+      for (auto& v : q) v = d(rng);
+      std::vector<const uint8_t*> keys(keys_n);
+      for (int64_t j = 0; j < keys_n; ++j) {
+        for (auto& v : x) v = d(rng);
+        kernels::store_index_row(x.data(), dim, &rows[j * row]);
+        kernels::load_index_row(&rows[j * row], dim, &values[j * dim]);
+        keys[j] = &rows[j * row];
+      }
+      std::vector<float> want(keys_n * heads), got(keys_n * heads, -1.0f);
+      std::vector<float> scratch(kernels::head_dots_scratch(heads, dim));
+      kernels::head_dots_generic(q.data(), heads, keys.data(), keys_n, dim, scratch.data(), want.data());
+      for (int64_t j = 0; j < keys_n; ++j)
+        for (int64_t h = 0; h < heads; ++h)
+          ASSERT_EQ(want[j * heads + h], kernels::dot(&q[h * dim], &values[j * dim], dim));
+      if (!avx512) continue;
+      kernels::head_dots_avx512(q.data(), heads, keys.data(), keys_n, dim, scratch.data(), got.data());
+      EXPECT_EQ(0, std::memcmp(got.data(), want.data(), sizeof(float) * want.size()))
+          << "heads " << heads << " keys " << keys_n;
+    }
+}
+
+// Values of every kind the rounding meets: normals, e4m3 subnormals, exact
+// ties, zeros of both signs, saturation, and blocks of tiny values.
+std::vector<float> hard_values(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<float> x(n);
+  for (int64_t i = 0; i < n; ++i) {
     const int kind = static_cast<int>(i % 6);
     const float r = std::ldexp(static_cast<float>(rng() % 4096) / 4096.0f, static_cast<int>(rng() % 40) - 30);
     if (kind == 0) x[i] = r;
@@ -59,20 +161,70 @@ TEST(Fp8RoundTrip, Avx512EqualsTheGenericBitForBit) {
     else if (kind == 4) x[i] = (static_cast<float>(rng() % 16) + 8.5f) * std::ldexp(1.0f, static_cast<int>(rng() % 8));
     else x[i] = std::ldexp(static_cast<float>(rng() % 1000) - 500.0f, static_cast<int>(rng() % 20) - 10);
   }
-  // A block of only tiny values (the 1e-4 amax floor) and one of zeros.
-  for (int i = 0; i < 128; ++i) x[128 + i] = 1e-7f * static_cast<float>(i % 5), x[256 + i] = 0.0f;
-  std::vector<float> want = x, got = x;
-  const kernels::Isa before = kernels::active_isa();
-  kernels::set_isa(kernels::Isa::kGeneric);
-  kernels::fp8_quant_dequant(want.data(), static_cast<int64_t>(want.size()), 128, true);
-  kernels::set_isa(kernels::Isa::kAvx512);
-  kernels::fp8_quant_dequant(got.data(), static_cast<int64_t>(got.size()), 128, true);
-  kernels::set_isa(before);
-  for (size_t i = 0; i < x.size(); ++i) {
+  for (int64_t i = 0; i < 128 && 384 <= n; ++i) x[128 + i] = 1e-7f * static_cast<float>(i % 5), x[256 + i] = 0.0f;
+  return x;
+}
+
+void expect_same_bits(const std::vector<float>& want, const std::vector<float>& got, const char* what) {
+  ASSERT_EQ(want.size(), got.size());
+  for (size_t i = 0; i < want.size(); ++i) {
     uint32_t a, b;
     std::memcpy(&a, &want[i], 4);
     std::memcpy(&b, &got[i], 4);
-    ASSERT_EQ(a, b) << "element " << i << " x " << x[i] << " generic " << want[i] << " avx512 " << got[i];
+    ASSERT_EQ(a, b) << what << ": element " << i << " want " << want[i] << " got " << got[i];
+  }
+}
+
+TEST(Fp8RoundTrip, Avx512EqualsTheGenericBitForBit) {
+  if (!kernels::isa_supported(kernels::Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 on this CPU";
+  const std::vector<float> x = hard_values(128 * 64, 17);
+  std::vector<float> want = x, got = x;
+  const kernels::Isa before = kernels::active_isa();
+  kernels::set_isa(kernels::Isa::kGeneric);
+  kernels::fp8_quant_dequant(want.data(), static_cast<int64_t>(want.size()), 128);
+  kernels::set_isa(kernels::Isa::kAvx512);
+  kernels::fp8_quant_dequant(got.data(), static_cast<int64_t>(got.size()), 128);
+  kernels::set_isa(before);
+  expect_same_bits(want, got, "fp8 round trip");
+}
+
+// A stored KV row stands for exactly what the reference's act_quant leaves
+// in its cache (FP8 dims rounded per 64, RoPE dims unchanged), every ISA
+// writes the same bytes, and the Flash row is 712 bytes (2048 as floats).
+TEST(CacheRows, KvRowsHoldTheReferencesRoundedValues) {
+  EXPECT_EQ((kernels::KvRowFormat{448, 64}.bytes()), 712);
+  EXPECT_EQ(kernels::index_row_bytes(128), 68);
+  const bool avx512 = kernels::isa_supported(kernels::Isa::kAvx512);
+  for (const kernels::KvRowFormat f : {kernels::KvRowFormat{448, 64}, kernels::KvRowFormat{64, 16},
+                                       kernels::KvRowFormat{0, 8}, kernels::KvRowFormat{512, 0}}) {
+    const int64_t rows = 40;
+    const std::vector<float> x = hard_values(rows * f.dim(), 31);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* xr = &x[r * f.dim()];
+      std::vector<uint8_t> generic(f.bytes()), fast(f.bytes());
+      kernels::store_kv_row_generic(xr, f, generic.data());
+      std::vector<float> want(xr, xr + f.dim()), got(f.dim());
+      kernels::fp8_quant_dequant(want.data(), f.nope, kernels::kKvScaleBlock);
+      kernels::load_kv_row(generic.data(), f, got.data());
+      expect_same_bits(want, got, "kv row");
+      if (!avx512) continue;
+      kernels::store_kv_row_avx512(xr, f, fast.data());
+      ASSERT_EQ(generic, fast) << "row " << r << " of format " << f.nope << "+" << f.rope;
+    }
+  }
+}
+
+TEST(CacheRows, IndexRowsHoldTheReferencesFp4RoundedValues) {
+  for (int64_t dim : {32, 64, 128}) {
+    const std::vector<float> x = hard_values(50 * dim, 37);
+    for (int64_t r = 0; r < 50; ++r) {
+      std::vector<float> want(&x[r * dim], &x[(r + 1) * dim]), got(dim);
+      std::vector<uint8_t> row(kernels::index_row_bytes(dim));
+      kernels::store_index_row(want.data(), dim, row.data());
+      kernels::fp4_quant_dequant(want.data(), dim, kernels::kIndexScaleBlock);
+      kernels::load_index_row(row.data(), dim, got.data());
+      expect_same_bits(want, got, "index row");
+    }
   }
 }
 
@@ -88,32 +240,6 @@ TEST(Hadamard, Avx512EqualsTheGenericBitForBit) {
     kernels::hadamard_avx512(got.data(), n, scratch.data());
     EXPECT_EQ(0, std::memcmp(got.data(), want.data(), sizeof(float) * n)) << "n " << n;
   }
-}
-
-}  // namespace
-}  // namespace dsv4
-
-namespace dsv4 {
-namespace {
-
-TEST(HeadDots, Avx512EqualsTheGenericBitForBit) {
-  if (!kernels::isa_supported(kernels::Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 on this CPU";
-  std::mt19937 rng(29);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  for (int64_t heads : {1, 5, 16, 20, 32})
-    for (int64_t keys_n : {1, 9, 40}) {
-      const int64_t dim = 128;
-      std::vector<float> q(heads * dim), rows(keys_n * dim), scratch(16 * dim);
-      for (auto& v : q) v = d(rng);
-      for (auto& v : rows) v = d(rng);
-      std::vector<const float*> keys(keys_n);
-      for (int64_t j = 0; j < keys_n; ++j) keys[j] = &rows[j * dim];
-      std::vector<float> want(keys_n * heads), got(keys_n * heads, -1.0f);
-      kernels::head_dots_generic(q.data(), heads, keys.data(), keys_n, dim, want.data());
-      kernels::head_dots_avx512(q.data(), heads, keys.data(), keys_n, dim, scratch.data(), got.data());
-      EXPECT_EQ(0, std::memcmp(got.data(), want.data(), sizeof(float) * want.size()))
-          << "heads " << heads << " keys " << keys_n;
-    }
 }
 
 }  // namespace

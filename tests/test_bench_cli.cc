@@ -39,6 +39,14 @@ TEST(BenchCli, ThroughputRowsMachineLimitsAndCsv) {
       << r.output;
   EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(decode at context 192: [0-9.]+x the tokens/s at context 64)")))
       << r.output;
+  // KV bytes per token for this model and the released ones, shrinking per
+  // token as the context grows (the window ring and states are per request).
+  for (const char* model : {"this model", "DeepSeek-V4-Flash", "DeepSeek-V4-Pro"}) {
+    ASSERT_TRUE(std::regex_search(r.output, m, std::regex(std::string(model) + R"(\s+([0-9]+)\s+([0-9]+)\s+([0-9]+)\n)")))
+        << model << "\n" << r.output;
+    EXPECT_GT(std::stod(m[1]), std::stod(m[2])) << model;
+    EXPECT_GT(std::stod(m[2]), std::stod(m[3])) << model;
+  }
   std::ifstream in(csv);
   std::string header, line;
   std::getline(in, header);

@@ -19,8 +19,35 @@ namespace {
 using testing::greedy;
 using testing::golden_model;
 
-// The formula of docs/kv-cache.md, from the config alone.
-double bytes_per_token_formula(const ModelConfig& c, int64_t L, int64_t block) {
+int64_t align8(int64_t bytes) { return (bytes + 7) / 8 * 8; }
+
+// The formula of docs/kv-cache.md, from the config alone: rows as FP8/FP4
+// codes, states as float32 rings with `slack` draft slots.
+double bytes_per_token_formula(const ModelConfig& c, int64_t L, int64_t block, int64_t slack) {
+  const int64_t hd = c.head_dim, rd = c.rope_head_dim, ihd = c.index_head_dim, w = c.window_size;
+  // FP8 codes, a scale per 64 of them, padded to 4 bytes, then the RoPE dims.
+  const int64_t kv_row = (((hd - rd) + (hd - rd) / 64 + 3) / 4 * 4) + 4 * rd;
+  const int64_t idx_row = ihd / 2 + ihd / 32;
+  const int64_t layers = c.n_layers + c.n_mtp_layers;
+  const int64_t ori_pages = (L - 1) / block - std::max<int64_t>(0, L - w + 1) / block + 1;
+  const int64_t cmp_pages = (L + 127) / 128;
+  double bytes = static_cast<double>(ori_pages) * layers * align8(block * kv_row);
+  for (int l = 0; l < layers; ++l) {
+    const int r = c.compress_ratios[l];
+    if (r == 4) {
+      bytes += cmp_pages * static_cast<double>(align8(32 * kv_row) + align8(32 * idx_row));  // cmp_c4 + idx rows
+      bytes += 4.0 * 2 * (8 + slack) * 2 * (hd + ihd);  // csa_state + csa_inner_state: [kv, score] rings
+    } else if (r > 0) {
+      bytes += cmp_pages * static_cast<double>(align8(128 / r * kv_row));  // cmp_c128 rows
+      bytes += 4.0 * 2 * (r + slack) * hd;                                 // hca_state
+    }
+  }
+  return bytes / L;
+}
+
+// Before cache rows were stored as codes: float32 rows, and compressor tails
+// of 4 positions per 128-token block.
+double float32_bytes_per_token(const ModelConfig& c, int64_t L, int64_t block) {
   const int64_t hd = c.head_dim, ihd = c.index_head_dim, w = c.window_size;
   const int64_t layers = c.n_layers + c.n_mtp_layers;
   const int64_t ori_pages = (L - 1) / block - std::max<int64_t>(0, L - w + 1) / block + 1;
@@ -28,15 +55,8 @@ double bytes_per_token_formula(const ModelConfig& c, int64_t L, int64_t block) {
   double floats = static_cast<double>(ori_pages) * block * hd * layers;
   for (int l = 0; l < layers; ++l) {
     const int r = c.compress_ratios[l];
-    // Compressor states: rings of the window(s) plus 8 slots for draft rows.
-    if (r == 4) {
-      floats += cmp_pages * 32.0 * (hd + ihd);                // cmp_c4 + idx rows
-      floats += cmp_pages * 2.0 * 4 * (hd + ihd);             // their blocks' compressor tails
-      floats += 2.0 * (16 * 2 * hd) + 2.0 * (16 * 2 * ihd);  // csa_state + csa_inner_state
-    } else if (r > 0) {
-      floats += cmp_pages * (128.0 / r) * hd;  // cmp_c128 rows
-      floats += 2.0 * (r + 8) * hd;             // hca_state
-    }
+    if (r == 4) floats += cmp_pages * (32.0 + 8) * (hd + ihd) + 2.0 * (16 * 2 * hd) + 2.0 * (16 * 2 * ihd);
+    else if (r > 0) floats += cmp_pages * (128.0 / r) * hd + 2.0 * (r + 8) * hd;
   }
   return 4.0 * floats / L;
 }
@@ -44,20 +64,46 @@ double bytes_per_token_formula(const ModelConfig& c, int64_t L, int64_t block) {
 TEST(KvCache, BytesPerTokenAt4kMatchesTheFormula) {
   for (const char* name : {"tiny-a", "small-real"}) {
     const ModelConfig& c = golden_model(name).config();
-    for (int64_t block : {16, 32}) {
-      KvCacheOptions o;
-      o.block_size = block;
-      o.max_num_seqs = 2;
-      o.memory_bytes = int64_t{64} << 20;
-      auto kv = KvCacheManager::create(CacheGeometry::of(c), o);
-      ASSERT_TRUE(kv.ok()) << kv.status().message();
-      EXPECT_DOUBLE_EQ((*kv)->bytes_per_token(4096), bytes_per_token_formula(c, 4096, block)) << name;
-      EXPECT_NE((*kv)->summary().find(std::to_string(static_cast<int64_t>((*kv)->bytes_per_token(4096))) +
-                                      " bytes/token at 4K"),
-                std::string::npos)
-          << (*kv)->summary();
-    }
+    for (int64_t block : {16, 32})
+      for (int slack : {0, 3}) {
+        KvCacheOptions o;
+        o.block_size = block;
+        o.max_num_seqs = 2;
+        o.memory_bytes = int64_t{64} << 20;
+        auto kv = KvCacheManager::create(CacheGeometry::of(c, slack), o);
+        ASSERT_TRUE(kv.ok()) << kv.status().message();
+        EXPECT_DOUBLE_EQ((*kv)->bytes_per_token(4096), bytes_per_token_formula(c, 4096, block, slack)) << name;
+        EXPECT_NE((*kv)->summary().find(std::to_string(static_cast<int64_t>((*kv)->bytes_per_token(4096))) +
+                                        " bytes/token at 4K"),
+                  std::string::npos)
+            << (*kv)->summary();
+      }
   }
+}
+
+// Rows stored as the codes the reference rounds them to take at most 0.36x
+// the float32 cache at 4K context (issue 15's target), and the compressed
+// history a GiB holds grows accordingly.
+TEST(KvCache, CodedRowsTakeAThirdOfTheFloat32Cache) {
+  const ModelConfig& c = golden_model("small-real").config();
+  KvCacheOptions o;
+  o.max_num_seqs = 2;
+  o.memory_bytes = int64_t{64} << 20;
+  auto kv = KvCacheManager::create(CacheGeometry::of(c), o);
+  ASSERT_TRUE(kv.ok()) << kv.status().message();
+  const double now = (*kv)->bytes_per_token(4096), before = float32_bytes_per_token(c, 4096, 32);
+  EXPECT_LE(now / before, 0.36) << now << " vs " << before << " bytes/token";
+  // Per token of history (compressed rows only): (712 + 68) / 4 bytes per
+  // ratio-4 layer and 712 / 128 per ratio-128 layer, against float32 rows
+  // and their compressor tails.
+  auto layout = PageLayout::of(CacheGeometry::of(c), 32);
+  ASSERT_TRUE(layout.ok());
+  const double history = static_cast<double>(layout->family(CacheFamily::kCmpC4).page_bytes +
+                                             layout->family(CacheFamily::kIdx).page_bytes +
+                                             layout->family(CacheFamily::kCmpC128).page_bytes) / kBlockTokens;
+  EXPECT_NEAR(history, 2 * (712.0 + 68.0) / 4 + 2 * 712.0 / 128, 1.0);
+  const double history_before = 2 * (512 * 4 * (32.0 + 8) + 128 * 4 * (32.0 + 8)) / 128 + 2 * 512 * 4.0 / 128;
+  EXPECT_GE(history_before / history, 3.0);
 }
 
 TEST(KvCache, EverySeriesHasItsFamilyAndRatiosMustDivideThePage) {
@@ -67,7 +113,7 @@ TEST(KvCache, EverySeriesHasItsFamilyAndRatiosMustDivideThePage) {
   EXPECT_EQ(layout->family(CacheFamily::kCmpC4).rows_per_page[2], 32);
   EXPECT_EQ(layout->family(CacheFamily::kCmpC128).rows_per_page[3], 8);
   EXPECT_EQ(layout->family(CacheFamily::kCmpC128).layer_offset[2], -1);
-  EXPECT_EQ(layout->family(CacheFamily::kOri).page_floats, 32 * c.head_dim * 5);
+  EXPECT_EQ(layout->family(CacheFamily::kOri).page_bytes, align8(32 * CacheGeometry::of(c).kv_row.bytes()) * 5);
   CacheGeometry g = CacheGeometry::of(c);
   g.layers[3].ratio = 48;
   auto bad = PageLayout::of(g, 32);
@@ -103,7 +149,7 @@ PageDigest digest(KvCacheManager& kv, const BlockTable& t) {
     for (int32_t id : t.pages[f]) {
       if (id < 0) continue;
       const char* p = reinterpret_cast<const char*>(kv.store().page(static_cast<CacheFamily>(f), id));
-      d[{f, id}] = std::string(p, p + 4 * pool.page_floats());
+      d[{f, id}] = std::string(p, p + pool.page_bytes());
     }
   }
   return d;

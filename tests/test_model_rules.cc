@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/cache_rows.h"
 #include "model/cache_geometry.h"
 #include "model/compressor.h"
 #include "model/config.h"
@@ -86,21 +87,36 @@ TEST(TopK, TiesFollowTorchOrder) {
   EXPECT_EQ(out[2] == 6, true);
 }
 
+// Index key rows (FP4 codes) of dim 32 holding `first` in dim 0, 0 elsewhere.
+std::vector<uint8_t> index_rows(const std::vector<float>& first, std::vector<const uint8_t*>* rows) {
+  const int64_t bytes = kernels::index_row_bytes(32);
+  std::vector<uint8_t> out(first.size() * bytes);
+  for (size_t j = 0; j < first.size(); ++j) {
+    std::vector<float> x(32, 0.0f);
+    x[0] = first[j];
+    kernels::store_index_row(x.data(), 32, &out[j * bytes]);
+  }
+  for (size_t j = 0; j < first.size(); ++j) rows->push_back(&out[j * bytes]);
+  return out;
+}
+
 TEST(Indexer, QueriesSeeOnlyFinishedRows) {
-  IndexerShape s{1, 4, 100, 4};
+  IndexerShape s{1, 32, 100, 4};
   const int64_t n = 12;
-  std::vector<float> q(n * 4, 1.0f), w(n, 1.0f), keys(3 * 4, 1.0f);
-  std::vector<const float*> rows = {&keys[0], &keys[4], &keys[8]};
+  std::vector<float> q(n * 32, 1.0f), w(n, 1.0f);
+  std::vector<const uint8_t*> rows;
+  const std::vector<uint8_t> keys = index_rows({1.0f, 1.0f, 1.0f}, &rows);
   std::vector<std::vector<int32_t>> picked;
   indexer_select(s, q.data(), w.data(), rows.data(), 0, n, 0, nullptr, &picked);
   for (int64_t t = 0; t < n; ++t) EXPECT_EQ(static_cast<int64_t>(picked[t].size()), (t + 1) / 4) << t;
 }
 
 TEST(Indexer, TopkKeepsTheBestRows) {
-  IndexerShape s{1, 2, 2, 4};
-  std::vector<float> q = {1.0f, 0.0f}, w = {1.0f};
-  std::vector<float> keys = {0.1f, 0, 0.9f, 0, -1.0f, 0, 0.5f, 0};  // scores .1 .9 0 .5
-  std::vector<const float*> rows = {&keys[0], &keys[2], &keys[4], &keys[6]};
+  IndexerShape s{1, 32, 2, 4};
+  std::vector<float> q(32, 0.0f), w = {1.0f};
+  q[0] = 1.0f;
+  std::vector<const uint8_t*> rows;
+  const std::vector<uint8_t> keys = index_rows({0.1f, 0.9f, -1.0f, 0.5f}, &rows);  // scores .125 1 0 .5 in FP4
   std::vector<std::vector<int32_t>> picked;
   indexer_select(s, q.data(), w.data(), rows.data(), 15, 1, 0, nullptr, &picked);
   ASSERT_EQ(picked[0].size(), 2u);
@@ -121,20 +137,29 @@ CompressorWeights make_compressor(int ratio, int d) {
 }
 
 // A compressor state and the rows it has written.
+// A compressor state and the rows (KV rows as the cache stores them) it has
+// written.
 struct CompressorRun {
-  explicit CompressorRun(const CompressorWeights& w)
-      : w(w), floats(CacheGeometry::compressor_state_floats(w.ratio, w.head_dim)), kv(floats), score(floats) {
-    reset_compressor_state({kv.data(), score.data()}, floats);
+  CompressorRun(const CompressorWeights& w, int rope_dim)
+      : w(w),
+        format{w.head_dim - rope_dim, rope_dim},
+        floats(CacheGeometry().compressor_state_floats(w.ratio, w.head_dim)),
+        kv(floats),
+        score(floats) {
+    reset_compressor_state(state(), floats);
   }
-  void feed(const Rope& rope, int rd, const float* x_kv, const float* x_score, int64_t start, int64_t n) {
-    compress_tokens(w, rope, rd, 1e-6f, false, x_kv, x_score, start, n, {kv.data(), score.data()}, [&](int64_t j) {
-      if (static_cast<int64_t>(rows.size()) < (j + 1) * w.head_dim) rows.resize((j + 1) * w.head_dim);
-      return rows.data() + j * w.head_dim;
+  CompressorStateView state() { return {kv.data(), score.data(), CacheGeometry().compressor_slots(w.ratio)}; }
+  void feed(const Rope& rope, const float* x_kv, const float* x_score, int64_t start, int64_t n) {
+    compress_tokens(w, rope, static_cast<int>(format.rope), 1e-6f, x_kv, x_score, start, n, state(), 0, [&](int64_t j) {
+      if (static_cast<int64_t>(rows.size()) < (j + 1) * format.bytes()) rows.resize((j + 1) * format.bytes());
+      return rows.data() + j * format.bytes();
     });
   }
   const CompressorWeights& w;
+  kernels::KvRowFormat format;
   int64_t floats;
-  std::vector<float> kv, score, rows;
+  std::vector<float> kv, score;
+  std::vector<uint8_t> rows;
 };
 
 TEST(Compressor, RowsDoNotDependOnChunking) {
@@ -148,11 +173,11 @@ TEST(Compressor, RowsDoNotDependOnChunking) {
       score[i] = std::cos(0.07f * i);
     }
     Rope rope(RopeOptions{rd, 10000.0f, 0, 1.0f, 32.0f, 1.0f});
-    CompressorRun whole(w), pieces(w);
-    whole.feed(rope, rd, kv.data(), score.data(), 0, n);
+    CompressorRun whole(w, rd), pieces(w, rd);
+    whole.feed(rope, kv.data(), score.data(), 0, n);
     for (int s = 0; s < n; s += 7)
-      pieces.feed(rope, rd, kv.data() + s * width, score.data() + s * width, s, std::min(7, n - s));
-    ASSERT_EQ(whole.rows.size(), static_cast<size_t>(n / ratio * d));
+      pieces.feed(rope, kv.data() + s * width, score.data() + s * width, s, std::min(7, n - s));
+    ASSERT_EQ(whole.rows.size(), static_cast<size_t>(n / ratio * whole.format.bytes()));
     EXPECT_EQ(whole.rows, pieces.rows) << "ratio " << ratio;
   }
 }
@@ -167,10 +192,11 @@ TEST(Compressor, FirstOverlappingWindowIgnoresItsMissingPredecessor) {
   for (int t = 0; t < 4; ++t)
     for (int k = 0; k < 2 * d; ++k) kv[t * 2 * d + k] = k < d ? 100.0f : t + 1.0f;
   Rope rope(RopeOptions{rd, 10000.0f, 0, 1.0f, 32.0f, 1.0f});
-  CompressorRun run(w);
-  run.feed(rope, rd, kv.data(), score.data(), 0, 4);
-  const std::vector<float>& rows = run.rows;
-  ASSERT_EQ(rows.size(), static_cast<size_t>(d));
+  CompressorRun run(w, rd);
+  run.feed(rope, kv.data(), score.data(), 0, 4);
+  ASSERT_EQ(run.rows.size(), static_cast<size_t>(run.format.bytes()));
+  std::vector<float> rows(d);
+  kernels::load_kv_row(run.rows.data(), run.format, rows.data());
   // Equal scores: mean of 1..4 = 2.5 in every dim, then RMS-normalized to 1
   // (the first half's 100s are not used), RoPE at position 0 is identity.
   for (int k = 0; k < d; ++k) EXPECT_NEAR(rows[k], 1.0f, 1e-5f) << k;
@@ -186,14 +212,35 @@ TEST(Config, BadConfigsNameTheProblem) {
   struct Case {
     std::string from, to, expect;
   };
+  // One case per rule the forward needs (config.cc says which step of the
+  // reference each serves).
   std::vector<Case> cases = {
       {R"("hidden_size": 128,)", "", "missing required field 'hidden_size'"},
-      {R"("compress_ratios": [0, 4, 0])", R"("compress_ratios": [0, 4])", "compress_ratios has 2 entries"},
-      {R"("num_experts_per_tok": 2)", R"("num_experts_per_tok": 9)", "num_experts_per_tok"},
       {R"("head_dim": 128)", R"("head_dim": "x")", "'head_dim' must be an integer"},
-      {R"("o_groups": 2)", R"("o_groups": 3)", "divisible by o_groups"},
-      {R"("index_head_dim": 128)", R"("index_head_dim": 96)", "power of two"},
       {R"("hc_mult": 2,)", R"("hc_mult": 2, "rope_scaling": {"type": 5},)", "wrong JSON type"},
+      {R"("hidden_size": 128)", R"("hidden_size": 0)", "must be positive"},
+      {R"("num_nextn_predict_layers": 1)", R"("num_nextn_predict_layers": 1, "num_hash_layers": -1)", "must not be negative"},
+      {R"("compress_ratios": [0, 4, 0])", R"("compress_ratios": [0, 4])", "compress_ratios has 2 entries"},
+      {R"("compress_ratios": [0, 4, 0])", R"("compress_ratios": [0, -4, 0])", "compress_ratios entries"},
+      {R"("qk_rope_head_dim": 64)", R"("qk_rope_head_dim": 0)", "qk_rope_head_dim must be even, positive"},
+      {R"("qk_rope_head_dim": 64)", R"("qk_rope_head_dim": 63)", "qk_rope_head_dim must be even, positive"},
+      {R"("qk_rope_head_dim": 64)", R"("qk_rope_head_dim": 192)", "at most head_dim"},
+      {R"("qk_rope_head_dim": 64)", R"("qk_rope_head_dim": 32)", "multiple of 64"},
+      {R"("o_groups": 2)", R"("o_groups": 3)", "divisible by o_groups"},
+      {R"("q_lora_rank": 32)", R"("q_lora_rank": 0)", "q_lora_rank and o_lora_rank"},
+      {R"("sliding_window": 8)", R"("sliding_window": 0)", "sliding_window"},
+      {R"("num_experts_per_tok": 2)", R"("num_experts_per_tok": 9)", "num_experts_per_tok"},
+      {R"("num_experts_per_tok": 2)", R"("num_experts_per_tok": 2, "n_shared_experts": 2)", "n_shared_experts"},
+      {R"("hc_mult": 2)", R"("hc_mult": 0)", "hc_mult must be positive"},
+      {R"("hc_mult": 2)", R"("hc_mult": 2, "hc_sinkhorn_iters": -1)", "hc_sinkhorn_iters not negative"},
+      {R"("index_head_dim": 128)", R"("index_head_dim": 96)", "power of two"},
+      {R"("index_head_dim": 128)", R"("index_head_dim": 16)", "multiple of 32"},
+      {R"("index_head_dim": 128)", R"("index_head_dim": 32)", "at least qk_rope_head_dim"},
+      {R"("index_n_heads": 2)", R"("index_n_heads": 0)", "index_n_heads must be positive"},
+      {R"("index_topk": 4)", R"("index_topk": -1)", "index_topk not negative"},
+      {R"("max_position_embeddings": 256)", R"("max_position_embeddings": 0)", "max_position_embeddings"},
+      {R"("hc_mult": 2,)", R"("hc_mult": 2, "rope_scaling": {"type": "yarn", "factor": 0, "original_max_position_embeddings": 64},)",
+       "rope_scaling factor"},
   };
   for (const auto& c : cases) {
     std::string text = good;
@@ -203,6 +250,29 @@ TEST(Config, BadConfigsNameTheProblem) {
     EXPECT_NE(r.status().message().find(c.expect), std::string::npos) << r.status().message();
   }
   EXPECT_FALSE(ModelConfig::from_json_text("{nope", "c").ok());
+
+  // What the reference runs loads too: an indexer head of only RoPE dims, a
+  // longer ratio list (the extra entries unused), ratio 1, hash routing
+  // reaching the MTP block, one Sinkhorn normalization, no indexer top-k, a
+  // KV head of only RoPE dims.
+  const std::vector<Case> accepted = {
+      {R"("index_head_dim": 128)", R"("index_head_dim": 64)", ""},
+      {R"("compress_ratios": [0, 4, 0])", R"("compress_ratios": [0, 4, 0, 128])", ""},
+      {R"("compress_ratios": [0, 4, 0])", R"("compress_ratios": [0, 1, 0])", ""},
+      {R"("num_nextn_predict_layers": 1)", R"("num_nextn_predict_layers": 1, "num_hash_layers": 3)", ""},
+      {R"("hc_mult": 2)", R"("hc_mult": 2, "hc_sinkhorn_iters": 0)", ""},
+      {R"("index_topk": 4)", R"("index_topk": 0)", ""},
+      {R"("head_dim": 128, "qk_rope_head_dim": 64)", R"("head_dim": 64, "qk_rope_head_dim": 64)", ""},
+  };
+  for (const auto& c : accepted) {
+    std::string text = good;
+    text.replace(text.find(c.from), c.from.size(), c.to);
+    auto r = ModelConfig::from_json_text(text, "cfg.json");
+    EXPECT_TRUE(r.ok()) << c.to << ": " << r.status().message();
+    if (r.ok()) {
+      EXPECT_EQ(r->compress_ratios.size(), 3u);
+    }
+  }
 }
 
 }  // namespace

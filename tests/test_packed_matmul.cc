@@ -113,7 +113,7 @@ TEST(PackedMatmul, QuantizedPanelsEqualTheDequantizedOracle) {
       // Inputs rounded through e4m3 (as FP8/FP4 linears round them), as BF16
       // pairs: the dot-product path adds exactly as the oracle does.
       std::vector<float> rounded = x;
-      for (int64_t i = 0; i < s.m; ++i) kernels::fp8_quant_dequant(rounded.data() + i * s.k, s.k, 128, true);
+      for (int64_t i = 0; i < s.m; ++i) kernels::fp8_quant_dequant(rounded.data() + i * s.k, s.k, 128);
       std::vector<uint32_t> pairs(s.m * s.k / 2);
       kernels::pack_bf16_pairs(rounded.data(), s.m, s.k, pairs.data());
       kernels::matmul_nt(rounded.data(), s.m, s.k, w.data(), 0, s.n, want.data(), s.n);

@@ -131,7 +131,7 @@ std::vector<std::string> page_bytes(Engine* e, const Request& r) {
       for (int32_t id : r.pages.pages[f]) {
         if (id < 0) continue;
         const char* p = reinterpret_cast<const char*>(kv.store(copy).page(static_cast<CacheFamily>(f), id));
-        out.emplace_back(p, p + 4 * kv.pool(static_cast<CacheFamily>(f)).page_floats());
+        out.emplace_back(p, p + kv.pool(static_cast<CacheFamily>(f)).page_bytes());
       }
   return out;
 }

@@ -1,5 +1,7 @@
 #include "base/dtype.h"
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 
@@ -45,16 +47,10 @@ bool dtype_from_name(const std::string& name, DType* out) {
   return false;
 }
 
-float bf16_to_f32(uint16_t v) {
-  uint32_t bits = static_cast<uint32_t>(v) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
+float bf16_to_f32(uint16_t v) { return std::bit_cast<float>(static_cast<uint32_t>(v) << 16); }
 
 uint16_t f32_to_bf16(float v) {
-  uint32_t bits;
-  std::memcpy(&bits, &v, 4);
+  const uint32_t bits = std::bit_cast<uint32_t>(v);
   if (std::isnan(v)) return 0x7FC0;
   uint32_t rounding = 0x7FFF + ((bits >> 16) & 1);
   return static_cast<uint16_t>((bits + rounding) >> 16);
@@ -80,7 +76,8 @@ float e4m3_to_f32(uint8_t v) {
 
 float e8m0_to_f32(uint8_t v) {
   if (v == 0xFF) return NAN;
-  return std::ldexp(1.0f, static_cast<int>(v) - 127);
+  // 2^(v-127): the biased exponent itself (2^-127 is a float subnormal).
+  return v ? std::bit_cast<float>(static_cast<uint32_t>(v) << 23) : std::bit_cast<float>(uint32_t{0x00400000});
 }
 
 float e2m1_to_f32(uint8_t nibble) {
@@ -91,36 +88,27 @@ float e2m1_to_f32(uint8_t nibble) {
 
 float round_to_minifloat(float x, int mantissa_bits, int min_exponent) {
   if (x == 0.0f || !std::isfinite(x)) return x;
-  int exp;
-  std::frexp(x, &exp);  // |x| in [2^(exp-1), 2^exp)
-  int e = exp - 1;
-  if (e < min_exponent) e = min_exponent;
-  float quantum = std::ldexp(1.0f, e - mantissa_bits);
+  // The exponent e of |x| in [2^e, 2^(e+1)) from its bits (a float
+  // subnormal is far below any format's smallest normal).
+  const int biased = static_cast<int>(std::bit_cast<uint32_t>(x) >> 23 & 0xFF);
+  const int e = std::max(biased - 127, min_exponent);
+  const float quantum = std::bit_cast<float>(static_cast<uint32_t>(e - mantissa_bits + 127) << 23);
   return std::nearbyint(x / quantum) * quantum;  // default rounding mode: ties to even
 }
 
 uint8_t f32_to_e4m3(float v) {
   if (std::isnan(v)) return 0x7F;
-  float r = round_to_e4m3(std::fmax(-kE4M3Max, std::fmin(kE4M3Max, v)));
-  uint8_t sign = std::signbit(r) ? 0x80 : 0;
-  float a = std::fabs(r);
-  if (a == 0.0f) return sign;
-  int exp;
-  std::frexp(a, &exp);
-  int e = exp - 1;
-  if (e < -6) return sign | static_cast<uint8_t>(std::lround(a * 512.0f));  // subnormal: m * 2^-9
-  int mant = static_cast<int>(std::lround(std::ldexp(a, -e) * 8.0f)) - 8;
-  return sign | static_cast<uint8_t>(((e + 7) << 3) | mant);
+  const float r = round_to_e4m3(std::fmax(-kE4M3Max, std::fmin(kE4M3Max, v)));
+  // |r| * 2^-120 has the code's exponent and mantissa bits at bit 20 (e4m3's
+  // bias is 7, float's 127; e4m3 subnormals land on float subnormals).
+  return static_cast<uint8_t>((std::bit_cast<uint32_t>(std::fabs(r) * 0x1p-120f) >> 20) | (std::signbit(r) ? 0x80 : 0));
 }
 
 uint8_t f32_to_e2m1(float v) {
-  float r = round_to_e2m1(std::fmax(-kE2M1Max, std::fmin(kE2M1Max, v)));
-  uint8_t sign = std::signbit(r) ? 8 : 0;
-  float a = std::fabs(r);
-  for (uint8_t code = 0; code < 8; ++code) {
-    if (e2m1_to_f32(code) == a) return sign | code;
-  }
-  return sign;  // unreachable: the rounded value is on the grid
+  const float r = round_to_e2m1(std::fmax(-kE2M1Max, std::fmin(kE2M1Max, v)));
+  const float a = std::fabs(r);  // on the grid 0, 0.5, 1, 1.5 | 2, 3, 4, 6
+  const int code = a < 2.0f ? static_cast<int>(a * 2.0f) : 4 + (a >= 3.0f) + (a >= 4.0f) + (a >= 6.0f);
+  return static_cast<uint8_t>((std::signbit(r) ? 8 : 0) | code);
 }
 
 float pow2_ceil(float x) {

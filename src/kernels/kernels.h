@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "kernels/cache_rows.h"
+
 namespace dsv4::kernels {
 
 // Float arithmetic follows the reference's PyTorch CPU kernels operation by
@@ -164,17 +166,19 @@ void matmul_packed_avx512(const float* x, int64_t m, int64_t k, const float* pac
 // out = x / sqrt(mean(x^2) + eps) * weight (weight may be null: no scale).
 void rms_norm(const float* x, const float* weight, int64_t n, float eps, float* out);
 
-// In place quantize-dequantize of blocks of `block` values: each block gets a
+// In place quantize-dequantize of blocks of `block` values, as the
+// reference's act_quant / fp4_act_quant round trips: each block gets a
 // power-of-two scale (2^ceil(log2(amax / max))), values are divided by it,
 // clamped to +-max (448 for FP8 e4m3, 6 for FP4 e2m1), rounded to the format
-// when `round` (ties to even), and scaled back. Without `round` this is the
-// reference's pure-PyTorch in-place QAT step, which only clamps.
-void fp8_quant_dequant(float* x, int64_t n, int64_t block, bool round);
-void fp4_quant_dequant(float* x, int64_t n, int64_t block, bool round);
-// The FP8 block scale for a block's amax (floored at 1e-4, as the reference).
+// (ties to even) and scaled back.
+void fp8_quant_dequant(float* x, int64_t n, int64_t block);
+void fp4_quant_dequant(float* x, int64_t n, int64_t block);
+// The block scales for a block's amax (floored at 1e-4 for FP8 and
+// 6 * 2^-126 for FP4, as the reference).
 float fp8_block_scale(float amax);
-// fp8_quant_dequant(round = true) on AVX-512 (block a multiple of 16): the
-// same values bit for bit.
+float fp4_block_scale(float amax);
+// fp8_quant_dequant on AVX-512 (block a multiple of 16): the same values bit
+// for bit.
 void fp8_round_trip_avx512(float* x, int64_t n, int64_t block);
 
 // In place normalized Walsh-Hadamard transform (n a power of two), scaled by
@@ -187,36 +191,39 @@ void hadamard_avx512(float* x, int64_t n, float* scratch);  // n a multiple of 1
 // inverse rotates by the negative angle.
 void rope(float* x, const float* cos, const float* sin, int64_t pairs, bool inverse);
 
-// One query head against gathered key slots: softmax(q.k * scale) with an
-// extra sink logit in the denominator only; out = sum_j p_j * key_j.
-// keys[j] points at a row of `dim` floats (values are the keys), or is null
-// for a masked slot (weight 0, still part of the softmax sum's layout).
-void sink_attention(const float* q, const float* const* keys, int64_t num_slots, int64_t dim, float sink,
-                    float scale, float* scores_scratch, float* out);
-// dots[j * heads + h] = q[h] . keys[j] (each added left to right) for query
-// heads q [heads, dim] and keys [num_keys] (none null). scratch: 16 * dim
-// floats. The AVX-512 body puts 16 heads in the lanes: same bits.
-void head_dots(const float* q, int64_t heads, const float* const* keys, int64_t num_keys, int64_t dim, float* scratch,
-               float* dots);
-void head_dots_generic(const float* q, int64_t heads, const float* const* keys, int64_t num_keys, int64_t dim,
-                       float* dots);
-void head_dots_avx512(const float* q, int64_t heads, const float* const* keys, int64_t num_keys, int64_t dim,
-                      float* scratch, float* dots);
-// The softmax step of sink_attention: scores (logits, -inf for masked
-// slots) become exp(score - max); returns the denominator with the sink.
-float sink_softmax(const float* const* keys, int64_t num_slots, float sink, float* scores);
-// sink_attention for `heads` query heads (q [heads, dim], out [heads, dim],
+// Sink attention of `heads` query heads (q [heads, dim], out [heads, dim],
 // sinks [heads]) sharing the same key slots, as in DeepSeek-V4's one-KV-head
-// attention. scratch: heads * (num_slots + dim) floats. The AVX-512 body
-// (dim a multiple of 16, at most 16 heads) puts heads in vector lanes for
-// the scores and dimensions in lanes for the weighted sum, so every sum
-// still runs left to right: bit-identical to the generic one.
-void sink_attention_heads(const float* q, int64_t heads, const float* const* keys, int64_t num_slots, int64_t dim,
-                          const float* sinks, float scale, float* scratch, float* out);
-void sink_attention_heads_generic(const float* q, int64_t heads, const float* const* keys, int64_t num_slots,
-                                  int64_t dim, const float* sinks, float scale, float* scratch, float* out);
-void sink_attention_heads_avx512(const float* q, int64_t heads, const float* const* keys, int64_t num_slots,
-                                 int64_t dim, const float* sinks, float scale, float* scratch, float* out);
+// attention: softmax(q.k * scale) with one more logit per head, its sink, in
+// the denominator only; out = sum_j p_j * key_j. keys[j] is a KV row in
+// format f (the codes the cache stores, see cache_rows.h), or null for a
+// masked slot (weight 0, still part of the softmax sum's layout). The rows
+// are decoded as they are read, a few slots at a time; every sum runs in the
+// reference's order. scratch: sink_attention_scratch floats.
+inline constexpr int64_t kKeyTile = 8;  // key rows the AVX-512 bodies decode at a time
+int64_t sink_attention_scratch(int64_t heads, int64_t num_slots, int64_t dim);
+void sink_attention_heads(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_slots,
+                          const KvRowFormat& f, const float* sinks, float scale, float* scratch, float* out);
+// The generic body (the oracle) and the AVX-512 one (dim a multiple of 16,
+// at most 16 heads: heads in vector lanes for the scores, dimensions in
+// lanes for the weighted sum), bit-identical.
+void sink_attention_heads_generic(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_slots,
+                                  const KvRowFormat& f, const float* sinks, float scale, float* scratch, float* out);
+void sink_attention_heads_avx512(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_slots,
+                                 const KvRowFormat& f, const float* sinks, float scale, float* scratch, float* out);
+// The softmax step: scores (logits, -inf for masked slots) become
+// exp(score - max); returns the denominator with the sink.
+float sink_softmax(const uint8_t* const* keys, int64_t num_slots, float sink, float* scores);
 
+// dots[j * heads + h] = q[h] . key_j (each added left to right) for query
+// heads q [heads, dim] and index key rows keys [num_keys] (FP4 codes, see
+// cache_rows.h; none null). scratch: head_dots_scratch floats. The AVX-512
+// body (dim a multiple of 16) puts 16 heads in the lanes: same bits.
+int64_t head_dots_scratch(int64_t heads, int64_t dim);
+void head_dots(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_keys, int64_t dim,
+               float* scratch, float* dots);
+void head_dots_generic(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_keys, int64_t dim,
+                       float* scratch, float* dots);
+void head_dots_avx512(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_keys, int64_t dim,
+                      float* scratch, float* dots);
 
 }  // namespace dsv4::kernels

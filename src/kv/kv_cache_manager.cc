@@ -8,7 +8,6 @@
 
 #include "base/check.h"
 #include "base/logging.h"
-#include "model/compressor.h"
 
 namespace dsv4 {
 namespace {
@@ -48,31 +47,31 @@ std::string gib(int64_t bytes) {
 
 namespace {
 
-// The budget-independent part of the cache, in floats: state pages and the
+// The budget-independent part of the cache, in bytes: state pages and the
 // window rings for max_num_seqs requests (a ring holds the window plus a
-// chunk's last window positions), and the floats of one page of each
+// chunk's last window positions), and the bytes of one page of each
 // compressed family together.
 struct FixedCost {
   int64_t ring_pages = 0;
-  int64_t fixed_floats = 0;
+  int64_t fixed_bytes = 0;
   int64_t per_compressed_page = 0;
   int64_t cached_ori_per_compressed_page_x4 = 0;  // ori pages per 4 compressed pages (prefix caching)
 };
 
 FixedCost fixed_cost(const PageLayout& layout, const KvCacheOptions& o) {
-  auto pf = [&](CacheFamily f) { return layout.family(f).page_floats; };
+  auto pf = [&](CacheFamily f) { return layout.family(f).page_bytes; };
   FixedCost c;
   // Per request: the window before a step's chunk and the chunk's last
   // window positions, plus the positions speculative rows may reach.
   c.ring_pages = o.max_num_seqs * (2 * (ceil_div(layout.geometry.window, o.block_size) + 1) +
-                                   ceil_div(2 * kMaxDraftTokens + 1, o.block_size));
+                                   ceil_div(2 * layout.geometry.draft_slack + 1, o.block_size));
   if (o.enable_prefix_caching) {
     // Every position of a step's chunks gets raw KV, and a quarter of the
     // compressed blocks may keep theirs.
     c.ring_pages += ceil_div(o.max_num_batched_tokens, o.block_size) + o.max_num_seqs;
     c.cached_ori_per_compressed_page_x4 = kBlockTokens / o.block_size;
   }
-  c.fixed_floats =
+  c.fixed_bytes =
       o.max_num_seqs * (pf(CacheFamily::kCsaState) + pf(CacheFamily::kCsaInnerState) + pf(CacheFamily::kHcaState)) +
       c.ring_pages * pf(CacheFamily::kOri);
   c.per_compressed_page = pf(CacheFamily::kCmpC4) + pf(CacheFamily::kCmpC128) + pf(CacheFamily::kIdx) +
@@ -93,7 +92,7 @@ StatusOr<int64_t> KvCacheManager::budget_for(const CacheGeometry& geometry, cons
                                              int64_t compressed_pages) {
   DSV4_ASSIGN_OR_RETURN(PageLayout layout, PageLayout::of(geometry, o.block_size));
   const FixedCost c = fixed_cost(layout, o);
-  return 4 * (c.fixed_floats + compressed_pages * c.per_compressed_page);
+  return c.fixed_bytes + compressed_pages * c.per_compressed_page;
 }
 
 StatusOr<std::unique_ptr<KvCacheManager>> KvCacheManager::create(const CacheGeometry& geometry,
@@ -104,16 +103,16 @@ StatusOr<std::unique_ptr<KvCacheManager>> KvCacheManager::create(const CacheGeom
     return invalid_argument("prefix caching needs a block size dividing " + std::to_string(kBlockTokens) + ", got " +
                             std::to_string(o.block_size));
   DSV4_ASSIGN_OR_RETURN(int64_t budget, budget_of(o));
-  auto pf = [&](CacheFamily f) { return layout.family(f).page_floats; };
+  auto pf = [&](CacheFamily f) { return layout.family(f).page_bytes; };
   const FixedCost cost = fixed_cost(layout, o);
-  const int64_t min_bytes = 4 * (cost.fixed_floats + o.max_num_seqs * cost.per_compressed_page);
+  const int64_t min_bytes = cost.fixed_bytes + o.max_num_seqs * cost.per_compressed_page;
   if (budget < min_bytes)
     return invalid_argument("KV cache budget of " + gib(budget) + " is too small: " + std::to_string(o.max_num_seqs) +
                             " requests need at least " + gib(min_bytes));
 
   for (;;) {
     const int64_t compressed_pages =
-        cost.per_compressed_page ? (budget / 4 - cost.fixed_floats) / cost.per_compressed_page : 0;
+        cost.per_compressed_page ? (budget - cost.fixed_bytes) / cost.per_compressed_page : 0;
     std::unique_ptr<KvCacheManager> kv(new KvCacheManager(layout, o));
     std::array<int64_t, kNumCacheFamilies> counts{};
     for (CacheFamily f : kAllFamilies) {
@@ -143,17 +142,19 @@ StatusOr<std::unique_ptr<KvCacheManager>> KvCacheManager::create(const CacheGeom
 }
 
 int64_t KvCacheManager::pages_needed(CacheFamily f, int64_t len) const {
-  if (layout_.family(f).page_floats == 0 || len <= 0) return 0;
+  if (layout_.family(f).page_bytes == 0 || len <= 0) return 0;
   if (f == CacheFamily::kOri) return ceil_div(len, layout_.block_size);
   if (is_compressed(f)) return ceil_div(len, kCompressedPageTokens);
   return 1;
 }
 
 bool KvCacheManager::allocate(BlockTable* table, int64_t new_len) {
-  if (new_len <= table->covered) return true;
   // The forward writes raw KV only for the last window positions of a
   // chunk (every position when a prefix cache keeps blocks), so the ring
-  // needs pages from there on.
+  // needs pages from there on. A table a prefix hit filled covers its
+  // blocks but has no state pages yet, and its first chunk (recomputing the
+  // positions before the hit) may end before the blocks do: then only the
+  // states get their pages.
   const int64_t ring_from =
       (keeps_all_raw_kv() ? table->covered : std::max(table->covered, new_len - layout_.geometry.window)) /
       layout_.block_size;
@@ -179,7 +180,7 @@ bool KvCacheManager::allocate(BlockTable* table, int64_t new_len) {
       DSV4_CHECK(f == CacheFamily::kOri && p < ring_from ? ids.back() == -1 : ids.back() >= 0);
     }
   }
-  table->covered = new_len;
+  table->covered = std::max(table->covered, new_len);
   return true;
 }
 
@@ -201,16 +202,21 @@ void KvCacheManager::free(BlockTable* table) {
   table->covered = 0;
 }
 
-double KvCacheManager::bytes_per_token(int64_t length) const {
+double KvCacheManager::bytes_per_token(int64_t length) const { return kv_bytes_per_token(layout_, length); }
+
+double kv_bytes_per_token(const PageLayout& layout, int64_t length) {
   if (length <= 0) return 0.0;
-  const int64_t bs = layout_.block_size, w = layout_.geometry.window;
-  int64_t floats = 0;
+  const int64_t bs = layout.block_size, w = layout.geometry.window;
+  int64_t bytes = 0;
   for (CacheFamily f : kAllFamilies) {
-    int64_t pages = pages_needed(f, length);
-    if (f == CacheFamily::kOri && pages > 0) pages = (length - 1) / bs - std::max<int64_t>(0, length - w + 1) / bs + 1;
-    floats += pages * layout_.family(f).page_floats;
+    const int64_t page = layout.family(f).page_bytes;
+    if (page == 0) continue;
+    int64_t pages = 1;  // a state page
+    if (f == CacheFamily::kOri) pages = (length - 1) / bs - std::max<int64_t>(0, length - w + 1) / bs + 1;
+    else if (is_compressed(f)) pages = ceil_div(length, kCompressedPageTokens);
+    bytes += pages * page;
   }
-  return 4.0 * floats / length;
+  return static_cast<double>(bytes) / length;
 }
 
 int64_t KvCacheManager::pages_in_use() const {
@@ -221,7 +227,7 @@ int64_t KvCacheManager::pages_in_use() const {
 
 int64_t KvCacheManager::bytes() const {
   int64_t n = 0;
-  for (const PagePool& p : pools_) n += 4 * p.num_pages() * p.page_floats();
+  for (const PagePool& p : pools_) n += p.num_pages() * p.page_bytes();
   return n;
 }
 
@@ -230,6 +236,7 @@ std::string KvCacheManager::summary() const {
   s << "KV cache " << gib(bytes()) << ": ";
   if (token_capacity_ < 0) s << "no compressed layers, window rings only";
   else s << token_capacity_ << " tokens of history";
+  if (token_capacity_ >= 0) s << " (" << static_cast<int64_t>(token_capacity_ / (bytes() / 1073741824.0)) << " per GiB)";
   s << ", " << options_.max_num_seqs << " requests, " << static_cast<int64_t>(bytes_per_token(4096))
     << " bytes/token at 4K context, prefix caching " << (prefix_ ? "on" : "off") << "; pages";
   for (CacheFamily f : kAllFamilies) {
@@ -247,19 +254,18 @@ PagedSequenceCache::PagedSequenceCache(PageStore* store, const BlockTable* table
 void PagedSequenceCache::reset_states() {
   for (CacheFamily f : {CacheFamily::kCsaState, CacheFamily::kCsaInnerState, CacheFamily::kHcaState}) {
     const FamilyLayout& fam = layout_.family(f);
-    if (fam.page_floats == 0 || table_->of(f).empty()) continue;
-    float* page = store_->page(f, table_->of(f)[0]);
+    if (fam.page_bytes == 0 || table_->of(f).empty()) continue;
     for (size_t l = 0; l < fam.layer_offset.size(); ++l) {
       if (fam.layer_offset[l] < 0) continue;
-      const int64_t floats = f == CacheFamily::kCsaInnerState ? layout_.geometry.layers[l].index_state_floats
-                                                              : layout_.geometry.layers[l].state_floats;
-      float* base = page + fam.layer_offset[l];
-      reset_compressor_state({base, base + floats}, floats);
+      const int layer = static_cast<int>(l);
+      const CompressorStateView st = f == CacheFamily::kCsaInnerState ? index_compressor_state(layer) : compressor_state(layer);
+      reset_compressor_state(st, f == CacheFamily::kCsaInnerState ? layout_.geometry.layers[l].index_state_floats
+                                                                 : layout_.geometry.layers[l].state_floats);
     }
   }
 }
 
-float* PagedSequenceCache::row(CacheFamily f, int layer, int64_t page_index, int64_t row_in_page, int64_t width) {
+uint8_t* PagedSequenceCache::row(CacheFamily f, int layer, int64_t page_index, int64_t row_in_page, int64_t width) {
   const auto& ids = table_->of(f);
   DSV4_CHECK_MSG(page_index < static_cast<int64_t>(ids.size()) && ids[page_index] >= 0,
                  "the forward touched a position this request holds no page for");
@@ -268,59 +274,34 @@ float* PagedSequenceCache::row(CacheFamily f, int layer, int64_t page_index, int
   return store_->page(f, ids[page_index]) + offset + row_in_page * width;
 }
 
-float* PagedSequenceCache::window_row(int layer, int64_t pos) {
+uint8_t* PagedSequenceCache::window_row(int layer, int64_t pos) {
   const int64_t bs = layout_.block_size;
-  return row(CacheFamily::kOri, layer, pos / bs, pos % bs, layout_.geometry.head_dim);
+  return row(CacheFamily::kOri, layer, pos / bs, pos % bs, layout_.geometry.kv_row.bytes());
 }
 
-float* PagedSequenceCache::compressed_row(int layer, int64_t r) {
+uint8_t* PagedSequenceCache::compressed_row(int layer, int64_t r) {
   const CacheFamily f = layout_.compressed_family(layer);
   const int64_t per_page = layout_.family(f).rows_per_page[layer];
-  return row(f, layer, r / per_page, r % per_page, layout_.geometry.head_dim);
+  return row(f, layer, r / per_page, r % per_page, layout_.geometry.kv_row.bytes());
 }
 
-float* PagedSequenceCache::index_row(int layer, int64_t r) {
+uint8_t* PagedSequenceCache::index_row(int layer, int64_t r) {
   const int64_t per_page = layout_.family(CacheFamily::kIdx).rows_per_page[layer];
-  return row(CacheFamily::kIdx, layer, r / per_page, r % per_page, layout_.geometry.index_head_dim);
+  return row(CacheFamily::kIdx, layer, r / per_page, r % per_page, layout_.geometry.index_row_bytes);
 }
 
-CompressorStateView PagedSequenceCache::state(CacheFamily f, int layer, int64_t floats) {
-  float* base = row(f, layer, 0, 0, 0);
-  return {base, base + floats};
+CompressorStateView PagedSequenceCache::state(CacheFamily f, int layer, int64_t floats, int ratio) {
+  float* base = reinterpret_cast<float*>(row(f, layer, 0, 0, 0));
+  return {base, base + floats, layout_.geometry.compressor_slots(ratio)};
 }
 
 CompressorStateView PagedSequenceCache::compressor_state(int layer) {
   const LayerCacheShape& s = layout_.geometry.layers[layer];
-  return state(s.ratio == 4 ? CacheFamily::kCsaState : CacheFamily::kHcaState, layer, s.state_floats);
-}
-
-float* PagedSequenceCache::compressor_tail(int layer, int64_t block, bool index) {
-  const CacheFamily f = index ? CacheFamily::kIdx : CacheFamily::kCmpC4;
-  const LayerCacheShape& s = layout_.geometry.layers[layer];
-  if (s.ratio != 4) return nullptr;
-  const int64_t width = index ? layout_.geometry.index_head_dim : layout_.geometry.head_dim;
-  const int64_t rows = layout_.family(f).rows_per_page[layer];
-  return row(f, layer, block, rows, width);  // just past the block's rows
-}
-
-void PagedSequenceCache::restore_states(int64_t boundary) {
-  reset_states();
-  if (boundary == 0) return;
-  DSV4_CHECK(boundary % kBlockTokens == 0);
-  const int64_t block = boundary / kBlockTokens - 1;
-  for (size_t l = 0; l < layout_.geometry.layers.size(); ++l) {
-    const LayerCacheShape& s = layout_.geometry.layers[l];
-    if (s.ratio != 4) continue;  // the other windows end at the block end
-    const int layer = static_cast<int>(l);
-    restore_compressor_tail(s.ratio, layout_.geometry.head_dim, compressor_state(layer), boundary,
-                            compressor_tail(layer, block, false));
-    restore_compressor_tail(4, layout_.geometry.index_head_dim, index_compressor_state(layer), boundary,
-                            compressor_tail(layer, block, true));
-  }
+  return state(s.ratio == 4 ? CacheFamily::kCsaState : CacheFamily::kHcaState, layer, s.state_floats, s.ratio);
 }
 
 CompressorStateView PagedSequenceCache::index_compressor_state(int layer) {
-  return state(CacheFamily::kCsaInnerState, layer, layout_.geometry.layers[layer].index_state_floats);
+  return state(CacheFamily::kCsaInnerState, layer, layout_.geometry.layers[layer].index_state_floats, 4);
 }
 
 }  // namespace dsv4

@@ -24,6 +24,9 @@ struct KvCacheOptions {
   double memory_fraction = 0.25;
   int64_t max_num_seqs = 64;          // sizes the state pages and the window rings
   int64_t max_num_batched_tokens = 2048;  // ring pages a step's chunks may need
+  // Draft tokens a speculative step verifies (0: no speculation): the
+  // compressor rings' slack (CacheGeometry::draft_slack).
+  int max_draft_tokens = 0;
   // Keep computed 128-token blocks for later requests with the same prefix
   // (see PrefixCache). The forward then writes raw KV for every position
   // (a cached block needs its raw window), and a quarter of the compressed
@@ -42,9 +45,10 @@ class KvCacheManager {
                                                           int copies = 1);
 
   // Gives `table` pages for positions [table->covered, new_len) in every
-  // family: all of them or, when some family runs out, none (false). The
-  // pages hold whatever they held; a chunk starting at position 0 resets its
-  // state pages (PagedSequenceCache::reset_states).
+  // family, and its state pages if it has none: all of them or, when some
+  // family runs out, none (false). The pages hold whatever they held; a
+  // request's first chunk resets its state pages
+  // (PagedSequenceCache::reset_states).
   bool allocate(BlockTable* table, int64_t new_len);
   // Prefix caching (null when off).
   PrefixCache* prefix_cache() { return prefix_.get(); }
@@ -94,6 +98,10 @@ class KvCacheManager {
   int64_t token_capacity_ = 0;
 };
 
+// What a request with `length` processed positions holds in `layout`'s
+// pages, per token (its window ring, compressed pages and state pages).
+double kv_bytes_per_token(const PageLayout& layout, int64_t length);
+
 // A request's caches as the forward sees them: its block table over one
 // rank's page store.
 class PagedSequenceCache : public SequenceCache {
@@ -102,20 +110,15 @@ class PagedSequenceCache : public SequenceCache {
   // Empty compressor windows in the state pages (a sequence starting at 0).
   void reset_states();
 
-  float* window_row(int layer, int64_t pos) override;
-  float* compressed_row(int layer, int64_t row) override;
-  float* index_row(int layer, int64_t row) override;
+  uint8_t* window_row(int layer, int64_t pos) override;
+  uint8_t* compressed_row(int layer, int64_t row) override;
+  uint8_t* index_row(int layer, int64_t row) override;
   CompressorStateView compressor_state(int layer) override;
   CompressorStateView index_compressor_state(int layer) override;
-  float* compressor_tail(int layer, int64_t block, bool index) override;
-  // States as they were after position boundary - 1 (a multiple of
-  // kBlockTokens) of the sequence whose blocks this table shares: reset,
-  // then the overlapping compressors' tails of the block ending there.
-  void restore_states(int64_t boundary);
 
  private:
-  float* row(CacheFamily f, int layer, int64_t page_index, int64_t row_in_page, int64_t width);
-  CompressorStateView state(CacheFamily f, int layer, int64_t floats);
+  uint8_t* row(CacheFamily f, int layer, int64_t page_index, int64_t row_in_page, int64_t width);
+  CompressorStateView state(CacheFamily f, int layer, int64_t floats, int ratio);
 
   PageStore* store_;
   const PageLayout& layout_;

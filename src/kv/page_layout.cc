@@ -25,15 +25,16 @@ StatusOr<PageLayout> PageLayout::of(const CacheGeometry& g, int64_t block_size) 
     f.layer_offset.assign(layers, -1);
     f.rows_per_page.assign(layers, 0);
   }
-  auto add = [&](CacheFamily fam, int l, int64_t floats, int64_t rows) {
+  auto add = [&](CacheFamily fam, int l, int64_t bytes, int64_t rows) {
     FamilyLayout& f = p.families[static_cast<int>(fam)];
-    f.layer_offset[l] = f.page_floats;
+    f.layer_offset[l] = f.page_bytes;
     f.rows_per_page[l] = rows;
-    f.page_floats += floats;
+    f.page_bytes += (bytes + kAreaAlign - 1) / kAreaAlign * kAreaAlign;
   };
+  const int64_t kv_row = g.kv_row.bytes();
   for (int l = 0; l < layers; ++l) {
     const LayerCacheShape& s = g.layers[l];
-    add(CacheFamily::kOri, l, block_size * g.head_dim, block_size);
+    add(CacheFamily::kOri, l, block_size * kv_row, block_size);
     if (!s.ratio) continue;
     if (kCompressedPageTokens % s.ratio != 0)
       return invalid_argument("compress ratio " + std::to_string(s.ratio) + " of cache layer " + std::to_string(l) +
@@ -41,14 +42,13 @@ StatusOr<PageLayout> PageLayout::of(const CacheGeometry& g, int64_t block_size) 
                               "-token compressed page");
     const int64_t rows = kCompressedPageTokens / s.ratio;
     if (s.ratio == 4) {
-      // Each block's compressor tails follow its rows (see LayerCacheShape).
-      add(CacheFamily::kCmpC4, l, rows * g.head_dim + s.tail_floats, rows);
-      add(CacheFamily::kIdx, l, rows * g.index_head_dim + s.index_tail_floats, rows);
-      add(CacheFamily::kCsaState, l, 2 * s.state_floats, 0);
-      add(CacheFamily::kCsaInnerState, l, 2 * s.index_state_floats, 0);
+      add(CacheFamily::kCmpC4, l, rows * kv_row, rows);
+      add(CacheFamily::kIdx, l, rows * g.index_row_bytes, rows);
+      add(CacheFamily::kCsaState, l, 2 * 4 * s.state_floats, 0);
+      add(CacheFamily::kCsaInnerState, l, 2 * 4 * s.index_state_floats, 0);
     } else {
-      add(CacheFamily::kCmpC128, l, rows * g.head_dim, rows);
-      add(CacheFamily::kHcaState, l, 2 * s.state_floats, 0);
+      add(CacheFamily::kCmpC128, l, rows * kv_row, rows);
+      add(CacheFamily::kHcaState, l, 2 * 4 * s.state_floats, 0);
     }
   }
   return p;

@@ -2,6 +2,9 @@
 // families. A page of a family holds that family's rows for every layer of
 // the family, so one page id serves all of them (as vLLM's block ids do):
 //
+// Rows are stored as the reference rounds them (FP8 KV rows, FP4 index keys,
+// see kernels/cache_rows.h); compressor states are float32 rings.
+//
 //   ori              raw window KV, block_size tokens per page (a ring)
 //   cmp_c4           ratio-4 compressed rows, a page per 128 source tokens
 //   cmp_c128         rows of the other compressed layers (ratio 128 in V4),
@@ -29,9 +32,15 @@ const char* family_name(CacheFamily f);
 // Source tokens one compressed page covers.
 inline constexpr int64_t kCompressedPageTokens = kBlockTokens;
 
+// A family's storage starts at a multiple of kPageAlign bytes; pages and
+// the layers' areas in them at multiples of kAreaAlign (state areas hold
+// floats).
+inline constexpr int64_t kPageAlign = 64;
+inline constexpr int64_t kAreaAlign = 8;
+
 struct FamilyLayout {
-  int64_t page_floats = 0;              // 0: the model has no layer in this family
-  std::vector<int64_t> layer_offset;    // per cache layer, -1 when not in the family
+  int64_t page_bytes = 0;               // 0: the model has no layer in this family
+  std::vector<int64_t> layer_offset;    // per cache layer, in bytes; -1 when not in the family
   std::vector<int64_t> rows_per_page;   // compressed families: 128 / ratio
 };
 

@@ -4,9 +4,9 @@
 
 namespace dsv4 {
 
-PagePool::PagePool(std::string name, int64_t page_floats, int64_t num_pages)
+PagePool::PagePool(std::string name, int64_t page_bytes, int64_t num_pages)
     : name_(std::move(name)),
-      page_floats_(page_floats),
+      page_bytes_(page_bytes),
       holders_(num_pages, 0) {
   free_.reserve(num_pages);
   for (int64_t i = num_pages - 1; i >= 0; --i) free_.push_back(static_cast<int32_t>(i));

@@ -14,7 +14,7 @@ namespace dsv4 {
 class PagePool {
  public:
   PagePool() = default;
-  PagePool(std::string name, int64_t page_floats, int64_t num_pages);
+  PagePool(std::string name, int64_t page_bytes, int64_t num_pages);
 
   int32_t allocate();            // one holder; -1 when none is free
   void retain(int32_t page);     // one holder more
@@ -23,13 +23,13 @@ class PagePool {
   int32_t holders(int32_t id) const { return holders_[id]; }
 
   const std::string& name() const { return name_; }
-  int64_t page_floats() const { return page_floats_; }
+  int64_t page_bytes() const { return page_bytes_; }
   int64_t num_pages() const { return static_cast<int64_t>(holders_.size()); }
   int64_t free_pages() const { return static_cast<int64_t>(free_.size()); }
 
  private:
   std::string name_;
-  int64_t page_floats_ = 0;
+  int64_t page_bytes_ = 0;
   std::vector<int32_t> free_;  // a stack: the most recently freed page is reused first
   std::vector<int32_t> holders_;
 };

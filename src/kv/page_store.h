@@ -18,7 +18,7 @@ class PageStore {
   // had (the cache manager retries smaller).
   PageStore(const PageLayout& layout, const std::array<int64_t, kNumCacheFamilies>& num_pages);
 
-  float* page(CacheFamily f, int32_t id);
+  uint8_t* page(CacheFamily f, int32_t id);
   const PageLayout& layout() const { return layout_; }
   int64_t bytes() const;
 
@@ -26,7 +26,10 @@ class PageStore {
   PageLayout layout_;
   std::array<int64_t, kNumCacheFamilies> num_pages_;
   // Uninitialized: a page is written before it is read.
-  std::array<std::unique_ptr<float[]>, kNumCacheFamilies> storage_;
+  struct Free {
+    void operator()(uint8_t* p) const;
+  };
+  std::array<std::unique_ptr<uint8_t[], Free>, kNumCacheFamilies> storage_;
 };
 
 }  // namespace dsv4

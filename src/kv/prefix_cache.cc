@@ -14,6 +14,14 @@ std::pair<int64_t, int64_t> ori_pages(int64_t begin, int64_t end_pos, int64_t bl
   return {begin / block_size, (end_pos + block_size - 1) / block_size};
 }
 
+// The positions before a hit at `end` whose raw KV a resuming request reads:
+// the window of the first position it recomputes (see
+// CacheGeometry::prefix_replay_tokens) and those positions themselves.
+std::pair<int64_t, int64_t> resume_pages(const PageLayout& layout, int64_t end) {
+  const CacheGeometry& g = layout.geometry;
+  return ori_pages(std::max<int64_t>(0, end - g.prefix_replay_tokens() - g.window), end, layout.block_size);
+}
+
 }  // namespace
 
 uint64_t PrefixCache::chain_key(uint64_t parent, const int32_t* tokens) {
@@ -32,6 +40,7 @@ uint64_t PrefixCache::chain_key(uint64_t parent, const int32_t* tokens) {
 
 std::vector<uint64_t> PrefixCache::match(const std::vector<int32_t>& tokens, int64_t max_blocks) {
   std::vector<uint64_t> keys;
+  std::vector<const Block*> chain;
   size_t resumable = 0;
   uint64_t parent = 0;
   const int64_t n = std::min<int64_t>(max_blocks, static_cast<int64_t>(tokens.size()) / kBlockTokens);
@@ -42,7 +51,8 @@ std::vector<uint64_t> PrefixCache::match(const std::vector<int32_t>& tokens, int
     if (it == blocks_.end() || it->second.parent != parent || !std::equal(ids, ids + kBlockTokens, it->second.tokens.begin()))
       break;
     keys.push_back(key);
-    if (it->second.resumable) resumable = keys.size();
+    chain.push_back(&it->second);
+    if (resumable_after(chain)) resumable = keys.size();
     parent = key;
   }
   keys.resize(resumable);
@@ -54,7 +64,7 @@ std::vector<uint64_t> PrefixCache::match(const std::vector<int32_t>& tokens, int
 void PrefixCache::attach(const std::vector<uint64_t>& keys, BlockTable* table) {
   DSV4_CHECK(table->covered == 0);
   const int64_t bs = layout_->block_size, end = static_cast<int64_t>(keys.size()) * kBlockTokens;
-  const auto [first_kept, pages_end] = ori_pages(std::max<int64_t>(0, end - layout_->geometry.window), end, bs);
+  const auto [first_kept, pages_end] = resume_pages(*layout_, end);
   auto& ori = table->of(CacheFamily::kOri);
   ori.assign(pages_end, -1);
   for (size_t k = 0; k < keys.size(); ++k) {
@@ -90,7 +100,7 @@ uint64_t PrefixCache::insert(uint64_t parent, int64_t index, const int32_t* toke
   b.last_use = ++clock_;
   for (CacheFamily f : kCompressedFamilies) {
     const auto& ids = table.of(f);
-    if (layout_->family(f).page_floats == 0 || index >= static_cast<int64_t>(ids.size()) || ids[index] < 0) continue;
+    if (layout_->family(f).page_bytes == 0 || index >= static_cast<int64_t>(ids.size()) || ids[index] < 0) continue;
     pool(f).retain(ids[index]);
     b.pages[static_cast<int>(f)].push_back(ids[index]);
   }
@@ -101,13 +111,20 @@ uint64_t PrefixCache::insert(uint64_t parent, int64_t index, const int32_t* toke
     if (id >= 0) pool(CacheFamily::kOri).retain(id);
     b.pages[static_cast<int>(CacheFamily::kOri)].push_back(id);
   }
-  // Resumable when the table holds the raw window before the block's end.
-  const auto [first, last] = ori_pages(std::max<int64_t>(0, end - layout_->geometry.window), end, bs);
-  b.resumable = true;
-  for (int64_t p = first; p < last; ++p) b.resumable &= p < static_cast<int64_t>(ori.size()) && ori[p] >= 0;
   if (parent) ++blocks_.at(parent).children;
   blocks_.emplace(key, std::move(b));
   return key;
+}
+
+bool PrefixCache::resumable_after(const std::vector<const Block*>& chain) const {
+  const int64_t bs = layout_->block_size, end = static_cast<int64_t>(chain.size()) * kBlockTokens;
+  const auto [first, last] = resume_pages(*layout_, end);
+  for (int64_t p = first; p < last; ++p) {
+    const auto& own = chain[p * bs / kBlockTokens]->pages[static_cast<int>(CacheFamily::kOri)];
+    const int64_t i = p - p * bs / kBlockTokens * kBlockTokens / bs;
+    if (i >= static_cast<int64_t>(own.size()) || own[i] < 0) return false;
+  }
+  return true;
 }
 
 bool PrefixCache::shared(const Block& b) const {

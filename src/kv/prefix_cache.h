@@ -1,11 +1,12 @@
 // Prefix caching: full kBlockTokens-token blocks of token ids that requests
 // have computed, keyed by a hash chain over the ids (each block's key
 // covers every token before it), holding the pages with their caches: the
-// compressed rows, indexer keys and compressor tails of the block (one page
-// of each compressed family) and its raw-KV pages. A request whose tokens
-// start with cached blocks takes those pages (shared, never written again:
-// a request only writes positions it computes) and starts computing at the
-// end of the last one; its compressor states start from that block's tails.
+// compressed rows and indexer keys of the block (one page of each
+// compressed family) and its raw-KV pages. A request whose tokens start
+// with cached blocks takes those pages (shared, never written again: a
+// request writes no row a shared page holds) and computes from the end of
+// the last one, recomputing the few positions before it its compressor
+// states need (CacheGeometry::prefix_replay_tokens).
 //
 // The cache is one more holder of the pages it keeps. Under page pressure it
 // gives up the least recently used blocks nobody else holds, leaves first
@@ -33,13 +34,13 @@ class PrefixCache {
   static uint64_t chain_key(uint64_t parent, const int32_t* tokens);
 
   // The keys of the longest run of cached blocks `tokens` starts with (at
-  // most max_blocks) whose last block a request can resume after (its raw
-  // window is kept).
+  // most max_blocks) whose last block a request can resume after (the raw
+  // KV its recomputed positions read is kept).
   std::vector<uint64_t> match(const std::vector<int32_t>& tokens, int64_t max_blocks);
 
   // Gives an empty table the pages of these blocks (one holder more each):
-  // every block's compressed pages and the raw-KV pages of the window before
-  // the end; the table then covers the blocks' tokens.
+  // every block's compressed pages and the raw-KV pages a resuming request
+  // reads; the table then covers the blocks' tokens.
   void attach(const std::vector<uint64_t>& keys, BlockTable* table);
 
   // Records block `index` of a request (following `parent`, its pages in
@@ -64,8 +65,9 @@ class PrefixCache {
     std::array<std::vector<int32_t>, kNumCacheFamilies> pages;  // this block's page ids per family
     int64_t children = 0;
     uint64_t last_use = 0;
-    bool resumable = false;  // the raw window before its end is kept
   };
+  // Whether a request can resume after the last of these chained blocks.
+  bool resumable_after(const std::vector<const Block*>& chain) const;
   bool shared(const Block& b) const;
   void drop(uint64_t key);
   PagePool& pool(CacheFamily f) { return (*pools_)[static_cast<int>(f)]; }

@@ -53,12 +53,11 @@ void run_compressor(const CompressorWeights& w, const LayerContext& ctx, const f
       const int layer = ctx.cache_layer;
       const CompressorStateView st =
           index_keys ? cache->index_compressor_state(layer) : cache->compressor_state(layer);
-      compress_tokens(w, ctx.rope, c.rope_head_dim, c.norm_eps, ctx.qat_round, kv.data() + ch.row_begin * width,
-                      score.data() + ch.row_begin * width, ch.start_pos, ch.num_tokens, st,
+      compress_tokens(w, ctx.rope, c.rope_head_dim, c.norm_eps, kv.data() + ch.row_begin * width,
+                      score.data() + ch.row_begin * width, ch.start_pos, ch.num_tokens, st, ch.cached_until,
                       [&](int64_t row) {
                         return index_keys ? cache->index_row(layer, row) : cache->compressed_row(layer, row);
-                      },
-                      [&](int64_t block) { return cache->compressor_tail(layer, block, index_keys); });
+                      });
     }
   });
 }
@@ -71,7 +70,7 @@ void run_compressor(const CompressorWeights& w, const LayerContext& ctx, const f
 template <typename KeyAt, typename RowAt>
 void attention_slots(const ModelConfig& c, const AttentionWeights& w, int64_t t, int64_t prefill_len,
                      const std::vector<int32_t>* picked, KeyAt key_at, RowAt compressed_row,
-                     std::vector<const float*>* slots) {
+                     std::vector<const uint8_t*>* slots) {
   const int64_t win = c.window_size;
   const bool prefill = t < prefill_len;
   slots->clear();
@@ -110,12 +109,16 @@ void attention_forward(const AttentionWeights& w, const LayerContext& ctx, const
   });
   rope_tail(rope, q.data(), rows * heads, hd, rd, [&](int64_t v) { return pos[v / heads]; }, false);
 
-  // The single KV head: norm, RoPE, and FP8 rounding of the non-RoPE dims.
+  // The single KV head: norm, RoPE, and the non-RoPE dims through FP8 as the
+  // cache stores them (the reference's QAT rounding).
+  const kernels::KvRowFormat kv_format{hd - rd, rd};
+  const int64_t kv_bytes = kv_format.bytes();
   Buffer kv(rows * hd);
+  std::vector<uint8_t> kv_rows(rows * kv_bytes);
   linear_columns(w.wkv, ctx.tp, x, rows, kv.data());
   for (int64_t r = 0; r < rows; ++r) kernels::rms_norm(&kv[r * hd], w.kv_norm.data(), hd, c.norm_eps, &kv[r * hd]);
   rope_tail(rope, kv.data(), rows, hd, rd, [&](int64_t r) { return pos[r]; }, false);
-  for (int64_t r = 0; r < rows; ++r) kernels::fp8_quant_dequant(&kv[r * hd], hd - rd, 64, ctx.qat_round);
+  for (int64_t r = 0; r < rows; ++r) kernels::store_kv_row(&kv[r * hd], kv_format, &kv_rows[r * kv_bytes]);
 
   // Compressed history (rows finished by this chunk are visible to it).
   if (w.compressor) run_compressor(*w.compressor, ctx, x, rows, chunks, false);
@@ -132,7 +135,7 @@ void attention_forward(const AttentionWeights& w, const LayerContext& ctx, const
       Buffer scratch(id);
       for (int64_t v = v0; v < v1; ++v) {
         kernels::hadamard(&iq[v * id], id, scratch.data());
-        kernels::fp4_quant_dequant(&iq[v * id], id, 32, ctx.qat_round);
+        kernels::fp4_quant_dequant(&iq[v * id], id, kernels::kIndexScaleBlock);
       }
     });
     linear_forward(w.indexer->weights_proj, x, rows, iw.data());
@@ -151,35 +154,36 @@ void attention_forward(const AttentionWeights& w, const LayerContext& ctx, const
     std::vector<std::vector<int32_t>> picked;
     if (w.indexer) {
       IndexerShape shape{ih, id, c.index_topk, w.ratio};
-      std::vector<const float*> keys((ch.start_pos + ch.num_tokens) / w.ratio);
+      std::vector<const uint8_t*> keys((ch.start_pos + ch.num_tokens) / w.ratio);
       for (size_t j = 0; j < keys.size(); ++j) keys[j] = cache->index_row(layer, j);
       indexer_select(shape, iq.data() + ch.row_begin * ih * id, iw.data() + ch.row_begin * ih, keys.data(),
                      ch.start_pos, ch.num_tokens, ch.prefill_len, ctx.tp, &picked);
     }
-    auto key_at = [&](int64_t p) -> const float* {
-      return p < ch.start_pos ? cache->window_row(layer, p) : &kv[(ch.row_begin + p - ch.start_pos) * hd];
+    auto key_at = [&](int64_t p) -> const uint8_t* {
+      return p < ch.start_pos ? cache->window_row(layer, p) : &kv_rows[(ch.row_begin + p - ch.start_pos) * kv_bytes];
     };
-    auto compressed_row = [&](int64_t j) -> const float* { return cache->compressed_row(layer, j); };
+    auto compressed_row = [&](int64_t j) -> const uint8_t* { return cache->compressed_row(layer, j); };
     // One task per token and group of up to 16 heads (the heads share the
     // token's key slots).
     const int64_t head_groups = (heads + 15) / 16;
     parallel_for(ch.num_tokens * head_groups, 1, [&](int64_t v0, int64_t v1) {
-      std::vector<const float*> slots;
+      std::vector<const uint8_t*> slots;
       Buffer scratch;
       for (int64_t v = v0; v < v1; ++v) {
         const int64_t i = v / head_groups, h0 = v % head_groups * 16, t = ch.start_pos + i;
         const int64_t group = std::min<int64_t>(16, heads - h0);
         attention_slots(c, w, t, ch.prefill_len, w.indexer ? &picked[i] : nullptr, key_at, compressed_row, &slots);
-        scratch.resize(group * static_cast<int64_t>(slots.size()) + 16 * hd);
+        scratch.resize(kernels::sink_attention_scratch(group, static_cast<int64_t>(slots.size()), hd));
         const int64_t row = ch.row_begin + i;
-        kernels::sink_attention_heads(&q[(row * heads + h0) * hd], group, slots.data(), slots.size(), hd,
+        kernels::sink_attention_heads(&q[(row * heads + h0) * hd], group, slots.data(), slots.size(), kv_format,
                                       &w.attn_sink[h0], scale, scratch.data(), &o[(row * heads + h0) * hd]);
       }
     });
     // Only now the ring may take this chunk's keys: earlier queries read it.
-    const int64_t from = ch.keep_all_window_rows ? ch.start_pos : std::max(ch.start_pos, ch.start_pos + ch.num_tokens - win);
-    for (int64_t p = from; p < ch.start_pos + ch.num_tokens; ++p)
-      std::memcpy(cache->window_row(layer, p), key_at(p), sizeof(float) * hd);
+    // Rows a prefix-cache block holds already are not written again.
+    const int64_t end = ch.start_pos + ch.num_tokens;
+    const int64_t from = std::max(ch.cached_until, ch.keep_all_window_rows ? ch.start_pos : std::max(ch.start_pos, end - win));
+    for (int64_t p = from; p < end; ++p) std::memcpy(cache->window_row(layer, p), key_at(p), kv_bytes);
   }
 
   // De-rotate the output, then the grouped low-rank projection.

@@ -18,7 +18,6 @@ struct LayerContext {
   const ModelConfig& config;
   const Rope& rope;     // plain for window layers, YaRN for compressed ones
   int cache_layer = 0;  // which layer of each sequence's cache this block uses
-  bool qat_round = false;
   Collectives* tp = nullptr;  // tensor-parallel group: this rank holds a slice of the heads
 };
 

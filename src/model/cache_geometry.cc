@@ -2,30 +2,37 @@
 
 namespace dsv4 {
 
-int64_t CacheGeometry::compressor_slots(int ratio) {
-  const int64_t coff = ratio == 4 ? 2 : 1;
-  return coff * ratio + kMaxDraftTokens + 1;
+namespace {
+int64_t coff_of(int ratio) { return ratio == 4 ? 2 : 1; }
+}  // namespace
+
+int64_t CacheGeometry::compressor_slots(int ratio) const { return coff_of(ratio) * ratio + draft_slack; }
+
+int64_t CacheGeometry::compressor_state_floats(int ratio, int64_t dim) const {
+  return compressor_slots(ratio) * coff_of(ratio) * dim;
 }
 
-int64_t CacheGeometry::compressor_state_floats(int ratio, int64_t head_dim) {
-  const int64_t coff = ratio == 4 ? 2 : 1;
-  return compressor_slots(ratio) * coff * head_dim;
+int64_t CacheGeometry::prefix_replay_tokens() const {
+  for (const LayerCacheShape& s : layers)
+    if (s.ratio == 4) return 4;
+  return 0;
 }
 
-CacheGeometry CacheGeometry::of(const ModelConfig& c) {
+CacheGeometry CacheGeometry::of(const ModelConfig& c, int draft_slack) {
   CacheGeometry g;
   g.window = c.window_size;
   g.head_dim = c.head_dim;
   g.index_head_dim = c.index_head_dim;
   g.num_main_layers = c.n_layers;
+  g.draft_slack = draft_slack;
+  g.kv_row = {c.head_dim - c.rope_head_dim, c.rope_head_dim};
+  g.index_row_bytes = kernels::index_row_bytes(c.index_head_dim);
   for (int l = 0; l < c.n_layers + c.n_mtp_layers; ++l) {
     LayerCacheShape s;
     s.ratio = c.compress_ratios[l];
     s.indexer = s.ratio == 4;
-    if (s.ratio) s.state_floats = compressor_state_floats(s.ratio, c.head_dim);
-    if (s.indexer) s.index_state_floats = compressor_state_floats(4, c.index_head_dim);
-    if (s.ratio == 4) s.tail_floats = 2 * s.ratio * c.head_dim;
-    if (s.indexer) s.index_tail_floats = 2 * 4 * c.index_head_dim;
+    if (s.ratio) s.state_floats = g.compressor_state_floats(s.ratio, c.head_dim);
+    if (s.indexer) s.index_state_floats = g.compressor_state_floats(4, c.index_head_dim);
     g.layers.push_back(s);
   }
   return g;

@@ -6,14 +6,16 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/cache_rows.h"
 #include "model/config.h"
 
 namespace dsv4 {
 
-// Draft rows a speculative step may add after the committed token. The
-// compressor states are rings with this much slack (see compressor_slots),
-// so rows a step writes and then rejects never overwrite a slot a later
-// window still reads: nothing has to be rolled back.
+// Draft rows a speculative step may add after the committed token, at most.
+// The compressor states are rings with as many slots of slack as the
+// engine's drafts (see compressor_slots), so rows a step writes and then
+// rejects never overwrite a slot a later window still reads: nothing has to
+// be rolled back.
 inline constexpr int kMaxDraftTokens = 7;
 
 // Source tokens per prefix-cache block (and per compressed page).
@@ -24,12 +26,6 @@ struct LayerCacheShape {
   bool indexer = false;        // ratio 4: indexer keys and their compressor
   int64_t state_floats = 0;    // one compressor state array (kv or score)
   int64_t index_state_floats = 0;
-  // Overlapping compressors: the kv and score halves a window reads from its
-  // predecessor, saved at each block end ([2, ratio, head_dim]) so a
-  // request can resume there from a prefix-cache hit; 0 for the others
-  // (their windows end exactly at block ends and start empty).
-  int64_t tail_floats = 0;
-  int64_t index_tail_floats = 0;
 };
 
 struct CacheGeometry {
@@ -37,15 +33,25 @@ struct CacheGeometry {
   int64_t head_dim = 0;
   int64_t index_head_dim = 0;
   int num_main_layers = 0;
+  // Draft rows beyond the committed token a step may write (0 without
+  // speculative decoding): the compressor rings' slack.
+  int draft_slack = 0;
+  kernels::KvRowFormat kv_row;  // window and compressed rows (FP8 + RoPE dims)
+  int64_t index_row_bytes = 0;  // indexer key rows (FP4)
   std::vector<LayerCacheShape> layers;  // cache layer l: main layers, then MTP
 
-  static CacheGeometry of(const ModelConfig& c);
+  static CacheGeometry of(const ModelConfig& c, int draft_slack = 0);
   // A compressor state is a ring of slots indexed by position: the window
   // and, when windows overlap (ratio 4, coff 2), its predecessor, plus
-  // kMaxDraftTokens + 1 slots of slack.
-  static int64_t compressor_slots(int ratio);
+  // draft_slack slots.
+  int64_t compressor_slots(int ratio) const;
   // Floats of one compressor state array: [compressor_slots, coff*head_dim].
-  static int64_t compressor_state_floats(int ratio, int64_t head_dim);
+  int64_t compressor_state_floats(int ratio, int64_t head_dim) const;
+  // Positions a request resuming at a prefix-cache block end recomputes
+  // before it: the overlapping compressors' first window after the end reads
+  // its predecessor's projections, which no cache keeps (see
+  // docs/kv-cache.md); 0 when no layer overlaps.
+  int64_t prefix_replay_tokens() const;
 };
 
 }  // namespace dsv4

@@ -94,34 +94,45 @@ StatusOr<ModelConfig> ModelConfig::from_json_text(const std::string& text, const
     DSV4_RETURN_IF_ERROR(read(rs, "beta_slow", &c.beta_slow, false, src + " rope_scaling"));
   }
 
-  // Consistency: every rule the forward relies on.
+  // Consistency: what the reference's forward needs (each rule says which
+  // step of it), nothing more (tests/test_model_rules.cc has a case each).
   auto fail = [&](const std::string& m) { return invalid_argument(src + ": " + m); };
   if (c.vocab_size <= 0 || c.dim <= 0 || c.n_layers <= 0 || c.n_heads <= 0 || c.moe_inter_dim <= 0)
     return fail("vocab_size, hidden_size, num_hidden_layers, num_attention_heads and moe_intermediate_size must be positive");
-  if (c.n_mtp_layers < 0 || c.n_hash_layers < 0 || c.n_hash_layers > c.n_layers)
-    return fail("num_hash_layers must be in [0, num_hidden_layers] and num_nextn_predict_layers >= 0");
-  if (static_cast<int>(c.compress_ratios.size()) != c.n_layers + c.n_mtp_layers)
+  // Layers (the MTP blocks too, numbered after the main ones) below
+  // num_hash_layers route by token id.
+  if (c.n_mtp_layers < 0 || c.n_hash_layers < 0)
+    return fail("num_hash_layers and num_nextn_predict_layers must not be negative");
+  // Layer l (MTP block k is layer num_hidden_layers + k) uses compress_ratios[l].
+  if (static_cast<int>(c.compress_ratios.size()) < c.n_layers + c.n_mtp_layers)
     return fail("compress_ratios has " + std::to_string(c.compress_ratios.size()) +
                 " entries, expected num_hidden_layers + num_nextn_predict_layers = " + std::to_string(c.n_layers + c.n_mtp_layers));
-  for (int r : c.compress_ratios) {
-    if (r < 0 || (r > 0 && r < 2)) return fail("compress_ratios entries must be 0 or >= 2, got " + std::to_string(r));
-  }
-  if (c.rope_head_dim <= 0 || c.rope_head_dim % 2 || c.rope_head_dim >= c.head_dim)
-    return fail("qk_rope_head_dim must be even, positive and smaller than head_dim");
+  c.compress_ratios.resize(c.n_layers + c.n_mtp_layers);
+  for (int r : c.compress_ratios)
+    if (r < 0) return fail("compress_ratios entries must be 0 (window only) or a positive ratio, got " + std::to_string(r));
+  // RoPE rotates pairs of the last qk_rope_head_dim dims (kv[..., -rd:]: 0 would be all of them).
+  if (c.rope_head_dim <= 0 || c.rope_head_dim % 2 || c.rope_head_dim > c.head_dim)
+    return fail("qk_rope_head_dim must be even, positive and at most head_dim");
+  // act_quant(kv[..., :-rd], 64): the non-RoPE dims in whole FP8 blocks.
   if (c.nope_head_dim() % 64) return fail("head_dim - qk_rope_head_dim must be a multiple of 64 (FP8 KV rounding blocks)");
+  // wo_a views the heads as o_groups groups.
   if (c.o_groups <= 0 || c.n_heads % c.o_groups) return fail("num_attention_heads must be divisible by o_groups");
   if (c.o_lora_rank <= 0 || c.q_lora_rank <= 0) return fail("q_lora_rank and o_lora_rank must be positive");
   if (c.window_size <= 0) return fail("sliding_window must be positive");
   if (c.n_routed_experts <= 0 || c.n_activated_experts <= 0 || c.n_activated_experts > c.n_routed_experts)
     return fail("num_experts_per_tok must be in [1, n_routed_experts]");
   if (c.n_shared_experts != 1) return fail("n_shared_experts must be 1 (DeepSeek-V4 has one shared expert)");
-  if (c.hc_mult <= 0 || c.hc_sinkhorn_iters <= 0) return fail("hc_mult and hc_sinkhorn_iters must be positive");
+  // hc_split_sinkhorn runs max(iters - 1, 0) alternations after the first.
+  if (c.hc_mult <= 0 || c.hc_sinkhorn_iters < 0) return fail("hc_mult must be positive and hc_sinkhorn_iters not negative");
   bool has_indexer = false;
   for (int r : c.compress_ratios) has_indexer |= (r == 4);
   if (has_indexer) {
-    if (!is_power_of_two(c.index_head_dim) || c.index_head_dim % 32 || c.index_head_dim <= c.rope_head_dim)
-      return fail("index_head_dim must be a power of two, a multiple of 32 and larger than qk_rope_head_dim");
-    if (c.index_n_heads <= 0 || c.index_topk <= 0) return fail("index_n_heads and index_topk must be positive");
+    // The Hadamard rotation needs a power of two, fp4_act_quant whole blocks
+    // of 32, and the queries' RoPE (q[..., -rd:]) fits in the head.
+    if (!is_power_of_two(c.index_head_dim) || c.index_head_dim % 32 || c.index_head_dim < c.rope_head_dim)
+      return fail("index_head_dim must be a power of two, a multiple of 32 and at least qk_rope_head_dim");
+    if (c.index_n_heads <= 0 || c.index_topk < 0)
+      return fail("index_n_heads must be positive and index_topk not negative");
   }
   if (c.max_position_embeddings <= 0) return fail("max_position_embeddings must be positive");
   if (c.original_seq_len < 0 || c.rope_factor <= 0) return fail("rope_scaling factor and original_max_position_embeddings must be positive");

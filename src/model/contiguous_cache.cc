@@ -19,7 +19,7 @@ ContiguousCache::ContiguousCache(const CacheGeometry& geometry, int first_layer,
   for (int i = 0; i < num_layers; ++i) {
     const LayerCacheShape& s = geometry.layers[first_layer + i];
     Layer& l = layers_[i];
-    l.window.assign(window_rows() * geometry.head_dim, 0.0f);
+    l.window.assign(window_rows() * geometry.kv_row.bytes(), 0);
     l.state_kv.resize(s.state_floats);
     l.state_score.resize(s.state_floats);
     l.index_state_kv.resize(s.index_state_floats);
@@ -31,10 +31,11 @@ ContiguousCache::ContiguousCache(const CacheGeometry& geometry, int first_layer,
 
 int64_t ContiguousCache::bytes() const {
   int64_t n = 0;
-  for (const Layer& l : layers_)
-    for (const auto* v : {&l.window, &l.compressed, &l.index_keys, &l.state_kv, &l.state_score, &l.index_state_kv,
-                          &l.index_state_score})
+  for (const Layer& l : layers_) {
+    for (const auto* v : {&l.window, &l.compressed, &l.index_keys}) n += static_cast<int64_t>(v->size());
+    for (const auto* v : {&l.state_kv, &l.state_score, &l.index_state_kv, &l.index_state_score})
       n += 4 * static_cast<int64_t>(v->size());
+  }
   return n;
 }
 
@@ -44,31 +45,31 @@ ContiguousCache::Layer& ContiguousCache::at(int layer) {
   return layers_[layer - first_layer_];
 }
 
-float* ContiguousCache::grow_row(std::vector<float>& rows, int64_t row, int64_t width) {
-  if (static_cast<int64_t>(rows.size()) < (row + 1) * width) rows.resize((row + 1) * width, 0.0f);
+uint8_t* ContiguousCache::grow_row(std::vector<uint8_t>& rows, int64_t row, int64_t width) {
+  if (static_cast<int64_t>(rows.size()) < (row + 1) * width) rows.resize((row + 1) * width, 0);
   return rows.data() + row * width;
 }
 
-float* ContiguousCache::window_row(int layer, int64_t pos) {
-  return at(layer).window.data() + (pos % window_rows()) * geometry_.head_dim;
+uint8_t* ContiguousCache::window_row(int layer, int64_t pos) {
+  return at(layer).window.data() + (pos % window_rows()) * geometry_.kv_row.bytes();
 }
 
-float* ContiguousCache::compressed_row(int layer, int64_t row) {
-  return grow_row(at(layer).compressed, row, geometry_.head_dim);
+uint8_t* ContiguousCache::compressed_row(int layer, int64_t row) {
+  return grow_row(at(layer).compressed, row, geometry_.kv_row.bytes());
 }
 
-float* ContiguousCache::index_row(int layer, int64_t row) {
-  return grow_row(at(layer).index_keys, row, geometry_.index_head_dim);
+uint8_t* ContiguousCache::index_row(int layer, int64_t row) {
+  return grow_row(at(layer).index_keys, row, geometry_.index_row_bytes);
 }
 
 CompressorStateView ContiguousCache::compressor_state(int layer) {
   Layer& l = at(layer);
-  return {l.state_kv.data(), l.state_score.data()};
+  return {l.state_kv.data(), l.state_score.data(), geometry_.compressor_slots(geometry_.layers[layer].ratio)};
 }
 
 CompressorStateView ContiguousCache::index_compressor_state(int layer) {
   Layer& l = at(layer);
-  return {l.index_state_kv.data(), l.index_state_score.data()};
+  return {l.index_state_kv.data(), l.index_state_score.data(), geometry_.compressor_slots(4)};
 }
 
 }  // namespace dsv4

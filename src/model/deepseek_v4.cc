@@ -142,7 +142,7 @@ void DeepseekV4::block(const BlockWeights& b, int cache_layer, const ForwardBatc
 
   HcMix mix = hc_pre(b.hc_attn, c, h, held, held_rr, x.data());
   rms_norm_rows(b.attn_norm, c.norm_eps, x.data(), held, dim);
-  const LayerContext ctx{c, rope_for(b.attn.ratio), cache_layer, options_.qat_rounding, tensor_group_};
+  const LayerContext ctx{c, rope_for(b.attn.ratio), cache_layer, tensor_group_};
   std::vector<float> cols(rows * b.attn.wo_b.out);
   attention_forward(b.attn, ctx, batch.chunks, all_rows(), rows, cols.data());
   held_rows(cols, b.attn.wo_b.out);

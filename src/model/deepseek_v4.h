@@ -19,11 +19,6 @@
 namespace dsv4 {
 
 struct ModelOptions {
-  // The reference's in-place QAT steps (KV non-RoPE dims through FP8 per 64,
-  // indexer queries and keys through FP4 per 32) only clamp in its
-  // pure-PyTorch kernels, which the golden cases come from. true rounds to
-  // the formats as well, like a real cast.
-  bool qat_rounding = false;
   LoadProgress on_progress;  // optional, while weights load
   ExpertShard experts;       // the routed experts this rank holds (expert parallelism)
   TensorShard heads;         // the tensor-parallel weights this rank holds

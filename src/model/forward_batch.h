@@ -27,6 +27,10 @@ struct SeqChunk {
   // Raw KV rows of every position go to the cache (a prefix cache keeps
   // them), not only the last window_size ones the next chunk reads.
   bool keep_all_window_rows = false;
+  // Positions below this have their cache rows already, in pages shared
+  // with a prefix-cache block: the chunk recomputes them only to rebuild its
+  // compressor states and writes none of their rows.
+  int64_t cached_until = 0;
 };
 
 // Receives named intermediate tensors (layer_out.N, final_hidden) so a golden

@@ -9,7 +9,7 @@
 
 namespace dsv4 {
 
-void indexer_select(const IndexerShape& s, const float* q, const float* weights, const float* const* keys,
+void indexer_select(const IndexerShape& s, const float* q, const float* weights, const uint8_t* const* keys,
                     int64_t start_pos, int64_t n, int64_t prefill_len, Collectives* tp,
                     std::vector<std::vector<int32_t>>* selected) {
   // Per query row i, compressed row j and head h: relu(q . k) * weight.
@@ -17,7 +17,7 @@ void indexer_select(const IndexerShape& s, const float* q, const float* weights,
   for (int64_t i = 0; i < n; ++i) offset[i + 1] = offset[i] + (start_pos + i + 1) / s.ratio * s.heads;
   std::vector<float> terms(offset[n]);
   parallel_for(n, 1, [&](int64_t i0, int64_t i1) {
-    std::vector<float> scratch(16 * s.head_dim);
+    std::vector<float> scratch(kernels::head_dots_scratch(s.heads, s.head_dim));
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t visible = (start_pos + i + 1) / s.ratio;
       float* t = terms.data() + offset[i];

@@ -16,8 +16,9 @@ struct IndexerShape {
   int ratio = 4;
 };
 
-// q: [n, heads, head_dim] (rotated), weights: [n, heads], keys[j]: the
-// key row (head_dim) of compressed row j. The query at position pos = start_pos + i sees rows
+// q: [n, heads, head_dim] (rotated and FP4-rounded), weights: [n, heads],
+// keys[j]: the index key row (FP4 codes, kernels/cache_rows.h) of compressed
+// row j. The query at position pos = start_pos + i sees rows
 // [0, (pos + 1) / ratio); selected[i] gets the best min(topk, ranked) of the
 // ranked entries (below), best first, -1 for a row the query may not see yet
 // (the reference keeps those as masked attention slots).
@@ -32,7 +33,7 @@ struct IndexerShape {
 // Under tensor parallelism (tp set) this rank holds shape.heads of the
 // heads; the ranks' per-head terms are gathered and added in global head
 // order, so every rank selects what one rank holding all heads would.
-void indexer_select(const IndexerShape& shape, const float* q, const float* weights, const float* const* keys,
+void indexer_select(const IndexerShape& shape, const float* q, const float* weights, const uint8_t* const* keys,
                     int64_t start_pos, int64_t n, int64_t prefill_len, Collectives* tp,
                     std::vector<std::vector<int32_t>>* selected);
 

@@ -10,12 +10,30 @@
 #include <nlohmann/json.hpp>
 
 #include "base/dtype.h"
+#include "base/thread_pool.h"
 #include "model/safetensors_writer.h"
 
 namespace dsv4 {
 namespace {
 
-// splitmix64 + Box-Muller: the same numbers on every platform.
+// A vector whose elements start uninitialized: the parallel fills write
+// every value (and take the first-touch page faults on every thread).
+template <class T>
+struct NoInit : std::allocator<T> {
+  template <class U>
+  struct rebind {
+    using other = NoInit<U>;
+  };
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args) {
+    if constexpr (sizeof...(Args) == 0) ::new (static_cast<void*>(p)) U;
+    else ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+using Floats = std::vector<float, NoInit<float>>;
+
+// splitmix64, and normals as the sum of four uniforms (Irwin-Hall, scaled
+// to unit variance): the same numbers on every platform, and cheap.
 class Rng {
  public:
   explicit Rng(uint64_t seed) : state_(seed * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull) {}
@@ -26,14 +44,21 @@ class Rng {
     return z ^ (z >> 31);
   }
   double uniform() { return (next() >> 11) * (1.0 / 9007199254740992.0); }
+  // Approximately standard normal (within +-3.46), from one draw.
   float normal() {
-    double u1 = uniform(), u2 = uniform();
-    return static_cast<float>(std::sqrt(-2.0 * std::log(u1 + 1e-300)) * std::cos(2 * M_PI * u2));
+    const uint64_t r = next();
+    const uint32_t sum = (r & 0xFFFF) + (r >> 16 & 0xFFFF) + (r >> 32 & 0xFFFF) + (r >> 48);
+    return (static_cast<float>(sum) * (1.0f / 65536.0f) - 2.0f) * 1.7320508f;
   }
 
  private:
   uint64_t state_;
 };
+
+// Random tensors are drawn in chunks of this many values, each chunk from
+// its own stream (seed, tensor number, chunk): the same numbers however
+// many threads draw them.
+constexpr int64_t kRandomChunk = 1 << 14;
 
 int64_t numel(const std::vector<int64_t>& shape) {
   int64_t n = 1;
@@ -56,24 +81,33 @@ class ShardedOutput {
     return static_cast<int>((static_cast<int64_t>(layer) * writers_.size()) / (cfg_.n_layers + 1));
   }
 
-  std::vector<float> random(const std::vector<int64_t>& shape, float std, float mean = 0.0f) {
-    std::vector<float> v(numel(shape));
-    for (float& x : v) x = mean + std * rng_.normal();
+  Floats random(const std::vector<int64_t>& shape, float std, float mean = 0.0f) {
+    Floats v(numel(shape));
+    const uint64_t tensor = ++tensors_;
+    const int64_t n = static_cast<int64_t>(v.size()), chunks = (n + kRandomChunk - 1) / kRandomChunk;
+    parallel_for(chunks, 1, [&](int64_t c0, int64_t c1) {
+      for (int64_t c = c0; c < c1; ++c) {
+        Rng rng(opt_.seed ^ (tensor << 32) ^ static_cast<uint64_t>(c) * 0xD1B54A32D192ED03ull);
+        for (int64_t i = c * kRandomChunk; i < std::min(n, (c + 1) * kRandomChunk); ++i) v[i] = mean + std * rng.normal();
+      }
+    });
     return v;
   }
 
-  void f32(const std::string& name, const std::vector<int64_t>& shape, const std::vector<float>& v) {
+  void f32(const std::string& name, const std::vector<int64_t>& shape, const Floats& v) {
     std::vector<uint8_t> bytes(v.size() * 4);
     std::memcpy(bytes.data(), v.data(), bytes.size());
     put(name, DType::kF32, shape, std::move(bytes));
   }
 
-  void bf16(const std::string& name, const std::vector<int64_t>& shape, const std::vector<float>& v) {
+  void bf16(const std::string& name, const std::vector<int64_t>& shape, const Floats& v) {
     std::vector<uint8_t> bytes(v.size() * 2);
-    for (size_t i = 0; i < v.size(); ++i) {
-      uint16_t b = f32_to_bf16(v[i]);
-      std::memcpy(&bytes[2 * i], &b, 2);
-    }
+    parallel_for(static_cast<int64_t>(v.size()), 1 << 16, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        uint16_t b = f32_to_bf16(v[i]);
+        std::memcpy(&bytes[2 * i], &b, 2);
+      }
+    });
     put(name, DType::kBF16, shape, std::move(bytes));
   }
 
@@ -86,7 +120,7 @@ class ShardedOutput {
   // prefix.weight [out, in] (+ prefix.scale), random with std 1/sqrt(in).
   // kind: 0 dense BF16, 1 FP8 128x128 blocks, 2 FP4 per-32 (routed experts).
   void linear(const std::string& prefix, int64_t out, int64_t in, int kind) {
-    std::vector<float> w = random({out, in}, 1.0f / std::sqrt(static_cast<float>(in)));
+    Floats w = random({out, in}, 1.0f / std::sqrt(static_cast<float>(in)));
     if (silenced(prefix)) std::fill(w.begin(), w.end(), 0.0f);
     linear_of(prefix, out, in, kind, std::move(w));
   }
@@ -105,12 +139,12 @@ class ShardedOutput {
 
   // prefix.weight = diagonal * I [n, n], FP8 blocks with fp8 weights.
   void identity_linear(const std::string& prefix, int64_t n, float diagonal) {
-    std::vector<float> w(n * n, 0.0f);
+    Floats w(n * n, 0.0f);
     for (int64_t i = 0; i < n; ++i) w[i * n + i] = diagonal;
     linear_of(prefix, n, n, 1, std::move(w));
   }
 
-  void linear_of(const std::string& prefix, int64_t out, int64_t in, int kind, std::vector<float> w) {
+  void linear_of(const std::string& prefix, int64_t out, int64_t in, int kind, Floats w) {
     if (opt_.weights == SyntheticWeights::kBf16 || kind == 0) {
       bf16(prefix + ".weight", {out, in}, w);
       return;
@@ -118,7 +152,8 @@ class ShardedOutput {
     if (kind == 1) {
       const int64_t so = (out + 127) / 128, si = (in + 127) / 128;
       std::vector<uint8_t> q(out * in), scale(so * si);
-      for (int64_t bo = 0; bo < so; ++bo)
+      parallel_for(so, 1, [&](int64_t b0, int64_t b1) {
+      for (int64_t bo = b0; bo < b1; ++bo)
         for (int64_t bi = 0; bi < si; ++bi) {
           float amax = 1e-12f;
           for (int64_t r = bo * 128; r < std::min(out, bo * 128 + 128); ++r)
@@ -128,11 +163,13 @@ class ShardedOutput {
           for (int64_t r = bo * 128; r < std::min(out, bo * 128 + 128); ++r)
             for (int64_t c = bi * 128; c < std::min(in, bi * 128 + 128); ++c) q[r * in + c] = f32_to_e4m3(w[r * in + c] / sc);
         }
+      });
       put(prefix + ".weight", DType::kF8E4M3, {out, in}, std::move(q));
       put(prefix + ".scale", DType::kF8E8M0, {so, si}, std::move(scale));
     } else {
       std::vector<uint8_t> q(out * in / 2, 0), scale(out * in / 32);
-      for (int64_t r = 0; r < out; ++r)
+      parallel_for(out, 16, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r)
         for (int64_t b = 0; b < in / 32; ++b) {
           float amax = 1e-12f;
           for (int64_t c = b * 32; c < b * 32 + 32; ++c) amax = std::fmax(amax, std::fabs(w[r * in + c]));
@@ -143,6 +180,7 @@ class ShardedOutput {
             q[r * (in / 2) + c / 2] |= (c & 1) ? static_cast<uint8_t>(nib << 4) : nib;
           }
         }
+      });
       put(prefix + ".weight", DType::kI8, {out, in / 2}, std::move(q));
       put(prefix + ".scale", DType::kF8E8M0, {out, in / 32}, std::move(scale));
     }
@@ -192,7 +230,8 @@ class ShardedOutput {
     std::vector<uint8_t> bytes;
   };
   const SyntheticOptions& opt_;
-  Rng rng_;
+  Rng rng_;               // the sequential draws (hash routing tables)
+  uint64_t tensors_ = 0;  // random tensors drawn so far
   std::map<std::string, Saved> saved_;
   std::vector<SafetensorsWriter> writers_;
   const ModelConfig& cfg_;

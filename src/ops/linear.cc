@@ -116,7 +116,7 @@ void linear_forward(const Linear& layer, const float* x, int64_t m, float* y) {
     if (as_pairs) pairs.resize(m * layer.in / 2);
     parallel_for(m, 8, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
-        kernels::fp8_quant_dequant(xq.data() + r * layer.in, layer.in, 128, /*round=*/true);
+        kernels::fp8_quant_dequant(xq.data() + r * layer.in, layer.in, 128);
         if (as_pairs) kernels::pack_bf16_pairs(xq.data() + r * layer.in, 1, layer.in, pairs.data() + r * layer.in / 2);
       }
     });

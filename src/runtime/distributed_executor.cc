@@ -93,7 +93,7 @@ StatusOr<RankSetup> RankSetup::create(Communicator& world, const DistributedOpti
   world.broadcast(&bytes, sizeof bytes, 0);
   cache.memory_bytes = bytes;
   StatusOr<std::unique_ptr<KvCacheManager>> kv =
-      bytes > 0 ? KvCacheManager::create(CacheGeometry::of(*config), cache) : StatusOr<std::unique_ptr<KvCacheManager>>(
+      bytes > 0 ? KvCacheManager::create(CacheGeometry::of(*config, cache.max_draft_tokens), cache) : StatusOr<std::unique_ptr<KvCacheManager>>(
                                                                                  invalid_argument("no KV cache budget"));
   if (!all_ok(world, kv.ok())) return kv.ok() ? internal_error("another rank could not allocate its KV cache") : kv.status();
   const int64_t mine = (*kv)->bytes();
@@ -129,7 +129,7 @@ StatusOr<std::unique_ptr<DistributedExecutor>> DistributedExecutor::create(Commu
   KvCacheOptions cache = o.cache;
   cache.memory_bytes = e->setup_.cache_budget;
   for (int g = 1; g < e->setup_.topology.dp; ++g) {  // page ids only: the pages live in group g's processes
-    DSV4_ASSIGN_OR_RETURN(auto kv, KvCacheManager::create(CacheGeometry::of(e->config()), cache, /*copies=*/0));
+    DSV4_ASSIGN_OR_RETURN(auto kv, KvCacheManager::create(CacheGeometry::of(e->config(), cache.max_draft_tokens), cache, /*copies=*/0));
     e->others_.push_back(std::move(kv));
   }
   return e;

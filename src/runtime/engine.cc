@@ -23,6 +23,7 @@ StatusOr<KvCacheOptions> Engine::cache_options(const ModelConfig& c, EngineOptio
   KvCacheOptions cache = options.cache;
   cache.max_num_seqs = sched.max_num_seqs;
   cache.max_num_batched_tokens = sched.max_num_batched_tokens;
+  cache.max_draft_tokens = k;
   return cache;
 }
 
@@ -38,6 +39,12 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<StepExecutor> e
   SchedulerOptions sched = options;
   if (sched.max_model_len <= 0) sched.max_model_len = c.max_position_embeddings;
   DSV4_RETURN_IF_ERROR(cache_options(c, {sched, {}}).status());  // the same limits checked
+  for (int g = 0; g < executor->num_groups(); ++g)
+    if (executor->cache(g)->layout().geometry.draft_slack < sched.num_speculative_tokens)
+      return invalid_argument("the KV cache was sized for " +
+                              std::to_string(executor->cache(g)->layout().geometry.draft_slack) +
+                              " draft tokens, the scheduler verifies " + std::to_string(sched.num_speculative_tokens) +
+                              " (KvCacheOptions::max_draft_tokens)");
   return std::unique_ptr<Engine>(new Engine(std::move(executor), sched));
 }
 
@@ -132,7 +139,8 @@ StepPlan Engine::plan_step(const SchedulerOutput& schedule) const {
     p.prefill_len = static_cast<int64_t>(r->prompt.size());
     p.samples = c.samples;
     p.draft_rows = static_cast<int32_t>(c.draft_rows);
-    p.restore_states = c.start == r->cached_tokens;
+    p.reset_states = c.start == r->resumed_from;
+    p.cached_until = r->cached_tokens;
     const int64_t known = c.num_tokens - c.draft_rows;
     p.tokens.resize(c.num_tokens);
     for (int64_t i = 0; i < known; ++i) p.tokens[i] = r->token(c.start + i);
@@ -258,6 +266,7 @@ void Engine::draft(const SchedulerOutput& schedule, const std::vector<int64_t>& 
     job.group = c.partition;
     job.start = c.start;
     job.prefill_len = static_cast<int64_t>(r->prompt.size());
+    job.cached_until = r->cached_tokens;
     job.source = static_cast<int32_t>(ci);
     // Row i carries the token after it: the prompt's, or the one just chosen.
     for (int64_t i = 0; i < committed[ci]; ++i) job.tokens.push_back(r->token(c.start + i + 1));

@@ -8,7 +8,7 @@ StatusOr<std::unique_ptr<LocalExecutor>> LocalExecutor::single(const DeepseekV4*
   std::unique_ptr<LocalExecutor> e(new LocalExecutor());
   e->config_ = model->config();
   DSV4_ASSIGN_OR_RETURN(e->topology_, Topology::make({}, e->config_));
-  DSV4_ASSIGN_OR_RETURN(auto kv, KvCacheManager::create(CacheGeometry::of(e->config_), cache));
+  DSV4_ASSIGN_OR_RETURN(auto kv, KvCacheManager::create(CacheGeometry::of(e->config_, cache.max_draft_tokens), cache));
   e->workers_.push_back(std::make_unique<RankWorker>(model, &kv->store(), nullptr, 0));
   e->caches_.push_back(std::move(kv));
   e->results_.resize(1, Status(StatusCode::kInternal, "not run"));
@@ -27,7 +27,7 @@ StatusOr<std::unique_ptr<LocalExecutor>> LocalExecutor::create(const std::string
   DSV4_ASSIGN_OR_RETURN(per_rank.memory_bytes, KvCacheManager::budget_of(cache));
   per_rank.memory_bytes /= t.world;
   for (int g = 0; g < t.dp; ++g) {
-    DSV4_ASSIGN_OR_RETURN(auto kv, KvCacheManager::create(CacheGeometry::of(e->config_), per_rank, t.tp));
+    DSV4_ASSIGN_OR_RETURN(auto kv, KvCacheManager::create(CacheGeometry::of(e->config_, cache.max_draft_tokens), per_rank, t.tp));
     e->caches_.push_back(std::move(kv));
   }
   // Splitting the world into groups is collective: every rank at once.

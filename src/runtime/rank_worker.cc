@@ -45,11 +45,12 @@ StatusOr<GroupResult> RankWorker::forward(const StepPlan& plan) {
     const PlannedChunk& c = plan.chunks[i];
     if (c.group != group_) continue;
     caches.push_back(std::make_unique<PagedSequenceCache>(store_, &c.pages, c.start));
-    if (c.restore_states) caches.back()->restore_states(c.start);
+    if (c.reset_states) caches.back()->reset_states();
     row_begin[i] = batch.num_rows();
     batch.add(caches.back().get(), c.tokens.data(), static_cast<int64_t>(c.tokens.size()), c.prefill_len,
               c.logit_rows());
     batch.chunks.back().keep_all_window_rows = plan.keep_raw_kv;
+    batch.chunks.back().cached_until = c.cached_until;
   }
   batch.local_logits = argmax_only(plan);
   ForwardOutput out;
@@ -84,6 +85,7 @@ StatusOr<GroupResult> RankWorker::draft(const StepPlan& plan) {
     caches.push_back(std::make_unique<PagedSequenceCache>(store_, &job->pages, job->start));
     batch.add(caches.back().get(), job->tokens.data(), n, job->prefill_len, job->drafts > 0 ? 1 : 0);
     batch.chunks.back().keep_all_window_rows = plan.keep_raw_kv;
+    batch.chunks.back().cached_until = job->cached_until;
   }
   batch.local_logits = true;
   // Every rank takes the same number of MTP steps (the routed experts span

@@ -77,7 +77,8 @@ std::vector<char> serialize(const StepPlan& plan) {
     w.put(c.prefill_len);
     w.put<uint8_t>(c.samples);
     w.put(c.draft_rows);
-    w.put<uint8_t>(c.restore_states);
+    w.put<uint8_t>(c.reset_states);
+    w.put(c.cached_until);
     w.put(c.source);
     w.put(c.drafts);
     w.put_vector(c.tokens);
@@ -101,14 +102,14 @@ StatusOr<StepPlan> deserialize_plan(const std::vector<char>& bytes) {
   for (uint64_t i = 0; ok && i < n; ++i) {
     PlannedChunk c;
     int32_t group = 0;
-    uint8_t samples = 0, restore = 0;
+    uint8_t samples = 0, reset = 0;
     ok = r.get(&group) && r.get(&c.start) && r.get(&c.prefill_len) && r.get(&samples) && r.get(&c.draft_rows) &&
-         r.get(&restore) && r.get(&c.source) && r.get(&c.drafts) && r.get_vector(&c.tokens) &&
+         r.get(&reset) && r.get(&c.cached_until) && r.get(&c.source) && r.get(&c.drafts) && r.get_vector(&c.tokens) &&
          r.get(&c.pages.covered);
     for (auto& ids : c.pages.pages) ok = ok && r.get_vector(&ids);
     c.group = group;
     c.samples = samples;
-    c.restore_states = restore;
+    c.reset_states = reset;
     plan.chunks.push_back(std::move(c));
   }
   if (!ok || !r.done()) return internal_error("a step plan arrived damaged");

@@ -21,8 +21,11 @@ struct PlannedChunk {
   // logits for them and for the row before (1 + draft_rows rows).
   int32_t draft_rows = 0;
   // The request's first chunk since admission: its compressor states start
-  // empty (start 0) or from the prefix-cache block ending at start.
-  bool restore_states = false;
+  // empty.
+  bool reset_states = false;
+  // Positions below this have their rows in pages shared with the prefix
+  // cache: recomputed (to rebuild the states) but not written.
+  int64_t cached_until = 0;
   // Draft plans: the chunk of the forward plan whose first tokens.size()
   // rows the MTP block continues (tokens: each row's next token), and how
   // many tokens to draft after them.

@@ -34,8 +34,13 @@ struct Request {
   int64_t drafts_proposed = 0;
   int64_t drafts_accepted = 0;
   // Prompt tokens whose caches came from the prefix cache at the last
-  // admission (the request's states start at that position).
+  // admission: their rows are in pages shared with the cache, never written
+  // by this request.
   int64_t cached_tokens = 0;
+  // Where its first chunk since admission starts (its compressor states
+  // start empty there): 0, or a prefix hit's end less the positions its
+  // states need recomputed (CacheGeometry::prefix_replay_tokens).
+  int64_t resumed_from = 0;
   // Its full blocks the prefix cache has seen (taken or recorded), and the
   // chain key of the last of them.
   int64_t blocks_seen = 0;

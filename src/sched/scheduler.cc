@@ -103,7 +103,9 @@ void Scheduler::take_prefix(Request* r) {
   const std::vector<uint64_t> keys = cache->match(r->tokens(), (r->num_tokens() - 1) / kBlockTokens);
   if (keys.empty()) return;
   cache->attach(keys, &r->pages);
-  r->num_computed = r->cached_tokens = static_cast<int64_t>(keys.size()) * kBlockTokens;
+  r->cached_tokens = static_cast<int64_t>(keys.size()) * kBlockTokens;
+  r->num_computed = r->resumed_from =
+      r->cached_tokens - parts_[r->partition].kv->layout().geometry.prefix_replay_tokens();
   r->blocks_seen = static_cast<int64_t>(keys.size());
   r->last_block_key = keys.back();
 }
@@ -111,7 +113,7 @@ void Scheduler::take_prefix(Request* r) {
 void Scheduler::undo_prefix(Request* r) {
   if (r->cached_tokens == 0) return;
   parts_[r->partition].kv->free(&r->pages);
-  r->num_computed = r->cached_tokens = r->blocks_seen = 0;
+  r->num_computed = r->cached_tokens = r->resumed_from = r->blocks_seen = 0;
   r->last_block_key = 0;
 }
 
@@ -129,7 +131,7 @@ void Scheduler::cache_blocks(Request* r) {
 void Scheduler::preempt(Request* r) {
   Partition& part = parts_[r->partition];
   part.kv->free(&r->pages);
-  r->num_computed = r->cached_tokens = r->blocks_seen = 0;
+  r->num_computed = r->cached_tokens = r->resumed_from = r->blocks_seen = 0;
   r->last_block_key = 0;
   r->draft.clear();
   r->paused = false;

@@ -81,19 +81,28 @@ void rope(float* x, const float* cos, const float* sin, int64_t pairs, bool inve
   }
 }
 
-void head_dots_generic(const float* q, int64_t heads, const float* const* keys, int64_t num_keys, int64_t dim,
-                       float* dots) {
-  for (int64_t j = 0; j < num_keys; ++j)
-    for (int64_t h = 0; h < heads; ++h) dots[j * heads + h] = dot(q + h * dim, keys[j], dim);
+int64_t head_dots_scratch(int64_t heads, int64_t dim) {
+  // AVX-512: the queries transposed in panels of 16 heads, and a tile of
+  // decoded keys; generic: one decoded key.
+  return ((heads + kPanel - 1) / kPanel * kPanel + kKeyTile) * dim;
 }
 
-void head_dots(const float* q, int64_t heads, const float* const* keys, int64_t num_keys, int64_t dim, float* scratch,
-               float* dots) {
-  if (active_isa() == Isa::kAvx512) head_dots_avx512(q, heads, keys, num_keys, dim, scratch, dots);
-  else head_dots_generic(q, heads, keys, num_keys, dim, dots);
+void head_dots_generic(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_keys, int64_t dim,
+                       float* scratch, float* dots) {
+  float* k = scratch;
+  for (int64_t j = 0; j < num_keys; ++j) {
+    load_index_row(keys[j], dim, k);
+    for (int64_t h = 0; h < heads; ++h) dots[j * heads + h] = dot(q + h * dim, k, dim);
+  }
 }
 
-float sink_softmax(const float* const* keys, int64_t num_slots, float sink, float* scores) {
+void head_dots(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_keys, int64_t dim,
+               float* scratch, float* dots) {
+  if (active_isa() == Isa::kAvx512 && dim % kPanel == 0) head_dots_avx512(q, heads, keys, num_keys, dim, scratch, dots);
+  else head_dots_generic(q, heads, keys, num_keys, dim, scratch, dots);
+}
+
+float sink_softmax(const uint8_t* const* keys, int64_t num_slots, float sink, float* scores) {
   float mx = -INFINITY;
   for (int64_t j = 0; j < num_slots; ++j) mx = std::fmax(mx, scores[j]);
   for (int64_t j = 0; j < num_slots; ++j) scores[j] = keys[j] ? vexp(scores[j] - mx) : 0.0f;
@@ -101,30 +110,44 @@ float sink_softmax(const float* const* keys, int64_t num_slots, float sink, floa
   return sum(scores, num_slots) + vexp(sink - mx);
 }
 
-void sink_attention(const float* q, const float* const* keys, int64_t num_slots, int64_t dim, float sink,
-                    float scale, float* scores, float* out) {
-  for (int64_t j = 0; j < num_slots; ++j) scores[j] = keys[j] ? dot(q, keys[j], dim) * scale : -INFINITY;
-  const float denom = sink_softmax(keys, num_slots, sink, scores);
-  for (int64_t d = 0; d < dim; ++d) out[d] = 0.0f;
+int64_t sink_attention_scratch(int64_t heads, int64_t num_slots, int64_t dim) {
+  // Scores [heads][slots], then (AVX-512) the queries transposed [dim][16]
+  // and a tile of decoded keys, or (generic) one decoded key.
+  return heads * num_slots + (kPanel + kKeyTile) * dim;
+}
+
+void sink_attention_heads_generic(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_slots,
+                                  const KvRowFormat& f, const float* sinks, float scale, float* scratch, float* out) {
+  const int64_t dim = f.dim();
+  float* scores = scratch;  // [heads][num_slots]
+  float* k = scratch + heads * num_slots;
+  for (int64_t j = 0; j < num_slots; ++j) {
+    if (keys[j]) load_kv_row(keys[j], f, k);
+    for (int64_t h = 0; h < heads; ++h)
+      scores[h * num_slots + j] = keys[j] ? dot(q + h * dim, k, dim) * scale : -INFINITY;
+  }
+  // Each slot's weight p = e / denominator, as the reference divides.
+  for (int64_t h = 0; h < heads; ++h) {
+    float* sh = scores + h * num_slots;
+    const float denom = sink_softmax(keys, num_slots, sinks[h], sh);
+    for (int64_t j = 0; j < num_slots; ++j) sh[j] = sh[j] / denom;
+  }
+  for (int64_t i = 0; i < heads * dim; ++i) out[i] = 0.0f;
   for (int64_t j = 0; j < num_slots; ++j) {
     if (!keys[j]) continue;
-    const float p = scores[j] / denom;
-    const float* k = keys[j];
-    for (int64_t d = 0; d < dim; ++d) out[d] += p * k[d];
+    load_kv_row(keys[j], f, k);
+    for (int64_t h = 0; h < heads; ++h) {
+      const float p = scores[h * num_slots + j];
+      for (int64_t d = 0; d < dim; ++d) out[h * dim + d] += p * k[d];
+    }
   }
 }
 
-void sink_attention_heads_generic(const float* q, int64_t heads, const float* const* keys, int64_t num_slots,
-                                  int64_t dim, const float* sinks, float scale, float* scratch, float* out) {
-  for (int64_t h = 0; h < heads; ++h)
-    sink_attention(q + h * dim, keys, num_slots, dim, sinks[h], scale, scratch, out + h * dim);
-}
-
-void sink_attention_heads(const float* q, int64_t heads, const float* const* keys, int64_t num_slots, int64_t dim,
-                          const float* sinks, float scale, float* scratch, float* out) {
-  if (active_isa() == Isa::kAvx512 && dim % kPanel == 0 && heads <= kPanel)
-    sink_attention_heads_avx512(q, heads, keys, num_slots, dim, sinks, scale, scratch, out);
-  else sink_attention_heads_generic(q, heads, keys, num_slots, dim, sinks, scale, scratch, out);
+void sink_attention_heads(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_slots,
+                          const KvRowFormat& f, const float* sinks, float scale, float* scratch, float* out) {
+  if (active_isa() == Isa::kAvx512 && f.dim() % kPanel == 0 && heads <= kPanel)
+    sink_attention_heads_avx512(q, heads, keys, num_slots, f, sinks, scale, scratch, out);
+  else sink_attention_heads_generic(q, heads, keys, num_slots, f, sinks, scale, scratch, out);
 }
 
 }  // namespace dsv4::kernels

@@ -16,32 +16,36 @@ float block_scale(float amax, float max_value, float min_amax) {
 
 // Shared shape of the reference's act_quant / fp4_act_quant round trip.
 template <float (*Round)(float)>
-void quant_dequant(float* x, int64_t n, int64_t block, float max_value, float min_amax, bool round) {
+void quant_dequant(float* x, int64_t n, int64_t block, float max_value, float min_amax) {
   for (int64_t b = 0; b < n; b += block) {
     float amax = 0.0f;
     for (int64_t i = b; i < b + block; ++i) amax = std::fmax(amax, std::fabs(x[i]));
     const float scale = block_scale(amax, max_value, min_amax);
     for (int64_t i = b; i < b + block; ++i) {
       float q = std::fmax(-max_value, std::fmin(max_value, x[i] / scale));
-      x[i] = (round ? Round(q) : q) * scale;
+      x[i] = Round(q) * scale;
     }
   }
 }
 
+constexpr float kFp8MinAmax = 1e-4f;
+const float kFp4MinAmax = 6.0f * std::ldexp(1.0f, -126);
+
 }  // namespace
 
-float fp8_block_scale(float amax) { return block_scale(amax, kE4M3Max, 1e-4f); }
+float fp8_block_scale(float amax) { return block_scale(amax, kE4M3Max, kFp8MinAmax); }
+float fp4_block_scale(float amax) { return block_scale(amax, kE2M1Max, kFp4MinAmax); }
 
-void fp8_quant_dequant(float* x, int64_t n, int64_t block, bool round) {
-  if (round && block % 16 == 0 && active_isa() == Isa::kAvx512) {
+void fp8_quant_dequant(float* x, int64_t n, int64_t block) {
+  if (block % 16 == 0 && active_isa() == Isa::kAvx512) {
     fp8_round_trip_avx512(x, n, block);
     return;
   }
-  quant_dequant<round_to_e4m3>(x, n, block, kE4M3Max, 1e-4f, round);
+  quant_dequant<round_to_e4m3>(x, n, block, kE4M3Max, kFp8MinAmax);
 }
 
-void fp4_quant_dequant(float* x, int64_t n, int64_t block, bool round) {
-  quant_dequant<round_to_e2m1>(x, n, block, kE2M1Max, 6.0f * std::ldexp(1.0f, -126), round);
+void fp4_quant_dequant(float* x, int64_t n, int64_t block) {
+  quant_dequant<round_to_e2m1>(x, n, block, kE2M1Max, kFp4MinAmax);
 }
 
 }  // namespace dsv4::kernels

@@ -1,31 +1,85 @@
-// Dot products of query heads with shared keys, and sink attention for up
-// to 16 query heads sharing their key slots, on AVX-512. Scores: the heads sit in the 16 lanes (q transposed to
-// [dim][16]) and each key element is broadcast, so every (head, slot) dot
-// product still adds its products left to right; eight slots at a time keep
-// eight independent sums in flight. Weighted sum: the dimensions sit in the
-// lanes and the slots are added in order. The softmax is the generic one.
+// Sink attention for up to 16 query heads sharing their key slots, and the
+// indexer's dot products of query heads with shared keys, on AVX-512, over
+// cache rows kept as FP8/FP4 codes. Key rows are decoded kKeyTile at a time
+// into a small tile (a code times its power-of-two scale: exact), so each
+// row's bytes are read once per pass whatever the number of heads.
+// Scores: the heads sit in the 16 lanes (q transposed to [dim][16]) and each
+// key element is broadcast, so every (head, slot) dot product still adds its
+// products left to right; the tile's slots keep independent sums in flight.
+// Weighted sum: the dimensions sit in the lanes and the slots are added in
+// order. The softmax is the generic one.
 #include <immintrin.h>
 
 #include <algorithm>
-#include <cstring>
 
+#include "base/dtype.h"
 #include "kernels/kernels.h"
 
-#define DSV4_AVX512 __attribute__((target("avx512f")))
+#define DSV4_AVX512 __attribute__((target("avx512f,avx512bw")))
+
+// GCC 12 reports the intrinsics' deliberately undefined registers
+// (`__Y = __Y` in avx512fintrin.h) once they are inlined into helpers.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 namespace dsv4::kernels {
 namespace {
 
-constexpr int kSlotsAtOnce = 8;
+// 16 e4m3 codes to floats times `scale`. Sign-extending each byte and
+// shifting it by 20 puts the sign at bit 31 and the exponent and mantissa
+// bits at 20..26, a float 2^-120 times the code's value (e4m3 subnormals
+// become float subnormals).
+DSV4_AVX512 inline __m512 decode_e4m3(const uint8_t* codes, __m512 scale) {
+  const __m512i wide = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes)));
+  const __m512i bits = _mm512_and_si512(_mm512_slli_epi32(wide, 20), _mm512_set1_epi32(static_cast<int>(0x87F00000u)));
+  return _mm512_mul_ps(_mm512_mul_ps(_mm512_castsi512_ps(bits), _mm512_set1_ps(0x1p120f)), scale);
+}
 
-// dots[j * key_stride + h * head_stride] = (q[h] . keys[j]) * scale for
-// keys [j0, j0 + S) and the heads in `lanes` (q transposed: qt[d][16]).
+// 16 e2m1 codes (8 bytes, low nibble first) to floats times `scale`.
+DSV4_AVX512 inline __m512 decode_e2m1(const uint8_t* codes, __m512 scale) {
+  const __m512 values = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f, -0.5f, -1.0f, -1.5f,
+                                       -2.0f, -3.0f, -4.0f, -6.0f);
+  const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes));
+  const __m128i low = _mm_and_si128(bytes, _mm_set1_epi8(0x0F));
+  const __m128i high = _mm_and_si128(_mm_srli_epi16(bytes, 4), _mm_set1_epi8(0x0F));
+  const __m512i index = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(low, high));
+  return _mm512_mul_ps(_mm512_permutexvar_ps(index, values), scale);
+}
+
+DSV4_AVX512 void decode_kv_row(const uint8_t* row, const KvRowFormat& f, float* out) {
+  for (int64_t b = 0; b < f.nope; b += kKvScaleBlock) {
+    const __m512 scale = _mm512_set1_ps(e8m0_to_f32(row[f.scale_offset() + b / kKvScaleBlock]));
+    for (int64_t v = b; v < b + kKvScaleBlock; v += kPanel) _mm512_storeu_ps(out + v, decode_e4m3(row + v, scale));
+  }
+  const float* rope = reinterpret_cast<const float*>(row + f.rope_offset());
+  for (int64_t v = 0; v < f.rope; v += kPanel) {
+    const __mmask16 m = f.rope - v >= kPanel ? 0xFFFF : static_cast<__mmask16>((1u << (f.rope - v)) - 1);
+    _mm512_mask_storeu_ps(out + f.nope + v, m, _mm512_maskz_loadu_ps(m, rope + v));
+  }
+}
+
+DSV4_AVX512 void decode_index_row(const uint8_t* row, int64_t dim, float* out) {
+  const uint8_t* scales = row + dim / 2;
+  for (int64_t v = 0; v < dim; v += kPanel)
+    _mm512_storeu_ps(out + v, decode_e2m1(row + v / 2, _mm512_set1_ps(e8m0_to_f32(scales[v / kIndexScaleBlock]))));
+}
+
+// Decodes key rows [j0, j0 + n) into tile rows; rows[s] points at slot
+// j0 + s's decoded row, or is null for a masked slot.
+template <class Decode>
+void decode_tile(const uint8_t* const* keys, int64_t j0, int64_t n, int64_t dim, float* tile, const float** rows,
+                 Decode decode) {
+  for (int64_t s = 0; s < n; ++s) {
+    rows[s] = keys[j0 + s] ? tile + s * dim : nullptr;
+    if (rows[s]) decode(keys[j0 + s], tile + s * dim);
+  }
+}
+
+// dots[(j0 + s) * key_stride + h * head_stride] = (q[h] . k[s]) * scale for
+// the S decoded keys k and the heads in `lanes` (q transposed: qt[d][16]).
 // Null keys are skipped.
 template <int S>
-DSV4_AVX512 void dot_slots(const float* qt, __mmask16 lanes, const float* const* keys, int64_t j0, int64_t dim,
+DSV4_AVX512 void dot_slots(const float* qt, __mmask16 lanes, const float* const* k, int64_t j0, int64_t dim,
                            float scale, float* dots, int64_t key_stride, int64_t head_stride) {
-  const float* k[S];
-  for (int s = 0; s < S; ++s) k[s] = keys[j0 + s];
   __m512 acc[S];
   for (int s = 0; s < S; ++s) acc[s] = _mm512_setzero_ps();
   for (int64_t d = 0; d < dim; ++d) {
@@ -42,54 +96,91 @@ DSV4_AVX512 void dot_slots(const float* qt, __mmask16 lanes, const float* const*
   }
 }
 
-// Up to 16 heads: every key's dot products with every head.
-DSV4_AVX512 void group_dots(const float* q, int64_t heads, const float* const* keys, int64_t num_keys, int64_t dim,
-                            float scale, float* qt, float* dots, int64_t key_stride, int64_t head_stride) {
-  const __mmask16 lanes = static_cast<__mmask16>((1u << heads) - 1);
+// A tile's n decoded keys against one panel of up to 16 heads.
+DSV4_AVX512 void dot_tile(const float* qt, __mmask16 lanes, const float* const* rows, int64_t j0, int64_t n,
+                          int64_t dim, float scale, float* dots, int64_t key_stride, int64_t head_stride) {
+  if (n == kKeyTile) {
+    dot_slots<kKeyTile>(qt, lanes, rows, j0, dim, scale, dots, key_stride, head_stride);
+    return;
+  }
+  for (int64_t s = 0; s < n; ++s) dot_slots<1>(qt, lanes, rows + s, j0 + s, dim, scale, dots, key_stride, head_stride);
+}
+
+// Up to 16 heads of q [heads][dim] transposed to qt [dim][16], zero-padded.
+void transpose_heads(const float* q, int64_t heads, int64_t dim, float* qt) {
   for (int64_t d = 0; d < dim; ++d)
     for (int64_t h = 0; h < kPanel; ++h) qt[d * kPanel + h] = h < heads ? q[h * dim + d] : 0.0f;
-  int64_t j = 0;
-  for (; j + kSlotsAtOnce <= num_keys; j += kSlotsAtOnce)
-    dot_slots<kSlotsAtOnce>(qt, lanes, keys, j, dim, scale, dots, key_stride, head_stride);
-  for (; j < num_keys; ++j) dot_slots<1>(qt, lanes, keys, j, dim, scale, dots, key_stride, head_stride);
 }
+
+__mmask16 lanes_of(int64_t heads) { return static_cast<__mmask16>((1u << heads) - 1); }
 
 }  // namespace
 
-void sink_attention_heads_avx512(const float* q, int64_t heads, const float* const* keys, int64_t num_slots,
-                                 int64_t dim, const float* sinks, float scale, float* scratch, float* out) {
-  float* scores = scratch;                   // [heads][num_slots]
-  float* qt = scratch + heads * num_slots;   // [dim][16]
-  group_dots(q, heads, keys, num_slots, dim, scale, qt, scores, 1, num_slots);
-  for (int64_t h = 0; h < heads; ++h)
-    for (int64_t j = 0; j < num_slots; ++j)
-      if (!keys[j]) scores[h * num_slots + j] = -__builtin_inff();
+void sink_attention_heads_avx512(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_slots,
+                                 const KvRowFormat& f, const float* sinks, float scale, float* scratch, float* out) {
+  const int64_t dim = f.dim();
+  float* scores = scratch;                  // [heads][num_slots]
+  float* qt = scratch + heads * num_slots;  // [dim][16]
+  float* tile = qt + kPanel * dim;          // [kKeyTile][dim]
+  auto decode = [&](const uint8_t* row, float* to) { decode_kv_row(row, f, to); };
+  const float* rows[kKeyTile];
 
+  transpose_heads(q, heads, dim, qt);
+  for (int64_t j = 0; j < num_slots; j += kKeyTile) {
+    const int64_t n = std::min(kKeyTile, num_slots - j);
+    decode_tile(keys, j, n, dim, tile, rows, decode);
+    dot_tile(qt, lanes_of(heads), rows, j, n, dim, scale, scores, 1, num_slots);
+  }
+  // Each slot's weight p = e / denominator, as the reference divides.
   for (int64_t h = 0; h < heads; ++h) {
     float* sh = scores + h * num_slots;
+    for (int64_t j = 0; j < num_slots; ++j)
+      if (!keys[j]) sh[j] = -__builtin_inff();
     const float denom = sink_softmax(keys, num_slots, sinks[h], sh);
-    // 256 dimensions (16 vectors) per pass keep the sums in registers.
-    for (int64_t d0 = 0; d0 < dim; d0 += 256) {
-      const int64_t vectors = std::min<int64_t>(16, (dim - d0) / kPanel);
-      __m512 acc[16];
-      for (int v = 0; v < 16; ++v) acc[v] = _mm512_setzero_ps();
-      for (int64_t s = 0; s < num_slots; ++s) {
-        if (!keys[s]) continue;
-        const __m512 p = _mm512_set1_ps(sh[s] / denom);
-        const float* k = keys[s] + d0;
-        for (int v = 0; v < vectors; ++v)
-          acc[v] = _mm512_add_ps(acc[v], _mm512_mul_ps(p, _mm512_loadu_ps(k + v * kPanel)));
+    for (int64_t j = 0; j < num_slots; ++j) sh[j] = sh[j] / denom;
+  }
+
+  std::fill(out, out + heads * dim, 0.0f);
+  for (int64_t j = 0; j < num_slots; j += kKeyTile) {
+    const int64_t n = std::min(kKeyTile, num_slots - j);
+    decode_tile(keys, j, n, dim, tile, rows, decode);
+    for (int64_t h = 0; h < heads; ++h) {
+      const float* ph = scores + h * num_slots + j;
+      // 256 dimensions (16 vectors) per pass keep the sums in registers.
+      for (int64_t d0 = 0; d0 < dim; d0 += 256) {
+        const int64_t vectors = std::min<int64_t>(16, (dim - d0) / kPanel);
+        float* o = out + h * dim + d0;
+        __m512 acc[16];
+        for (int v = 0; v < vectors; ++v) acc[v] = _mm512_loadu_ps(o + v * kPanel);
+        for (int64_t s = 0; s < n; ++s) {
+          if (!rows[s]) continue;
+          const __m512 p = _mm512_set1_ps(ph[s]);
+          const float* k = rows[s] + d0;
+          for (int v = 0; v < vectors; ++v)
+            acc[v] = _mm512_add_ps(acc[v], _mm512_mul_ps(p, _mm512_loadu_ps(k + v * kPanel)));
+        }
+        for (int v = 0; v < vectors; ++v) _mm512_storeu_ps(o + v * kPanel, acc[v]);
       }
-      for (int v = 0; v < vectors; ++v) _mm512_storeu_ps(out + h * dim + d0 + v * kPanel, acc[v]);
     }
   }
 }
 
-void head_dots_avx512(const float* q, int64_t heads, const float* const* keys, int64_t num_keys, int64_t dim,
+void head_dots_avx512(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_keys, int64_t dim,
                       float* scratch, float* dots) {
-  for (int64_t h0 = 0; h0 < heads; h0 += kPanel)
-    group_dots(q + h0 * dim, std::min<int64_t>(kPanel, heads - h0), keys, num_keys, dim, 1.0f, scratch, dots + h0,
-               heads, 1);
+  const int64_t panels = (heads + kPanel - 1) / kPanel;
+  float* qt = scratch;                         // [panels][dim][16]
+  float* tile = scratch + panels * kPanel * dim;  // [kKeyTile][dim]
+  auto decode = [&](const uint8_t* row, float* to) { decode_index_row(row, dim, to); };
+  const float* rows[kKeyTile];
+  for (int64_t p = 0; p < panels; ++p)
+    transpose_heads(q + p * kPanel * dim, std::min<int64_t>(kPanel, heads - p * kPanel), dim, qt + p * kPanel * dim);
+  for (int64_t j = 0; j < num_keys; j += kKeyTile) {
+    const int64_t n = std::min(kKeyTile, num_keys - j);
+    decode_tile(keys, j, n, dim, tile, rows, decode);
+    for (int64_t p = 0; p < panels; ++p)
+      dot_tile(qt + p * kPanel * dim, lanes_of(std::min<int64_t>(kPanel, heads - p * kPanel)), rows, j, n, dim, 1.0f,
+               dots + p * kPanel, heads, 1);
+  }
 }
 
 }  // namespace dsv4::kernels

@@ -1,16 +1,24 @@
 // Elementwise kernels on AVX-512 that keep the generic kernels' exact
 // results: the Walsh-Hadamard product with 16 outputs per vector (each
-// still adds +-x[l] left to right), and the FP8 e4m3 round trip of
-// activations (the rounding done by adding and subtracting a constant whose
-// last mantissa bit is the format's quantum: ties to even, as nearbyint).
+// still adds +-x[l] left to right), and the FP8 e4m3 rounding of
+// activations and of KV rows stored as codes (done by adding and
+// subtracting a constant whose last mantissa bit is the format's quantum:
+// ties to even, as nearbyint).
 #include <immintrin.h>
 
+#include <bit>
 #include <cmath>
+#include <cstring>
 
 #include "base/dtype.h"
+#include "kernels/cache_rows.h"
 #include "kernels/kernels.h"
 
 #define DSV4_AVX512 __attribute__((target("avx512f")))
+
+// GCC 12 reports the intrinsics' deliberately undefined registers
+// (`__Y = __Y` in avx512fintrin.h) once they are inlined into helpers.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 namespace dsv4::kernels {
 
@@ -36,27 +44,58 @@ DSV4_AVX512 void hadamard_avx512(float* x, int64_t n, float* scratch) {
   for (int64_t i = 0; i < n; i += 16) _mm512_storeu_ps(x + i, _mm512_mul_ps(_mm512_loadu_ps(scratch + i), s));
 }
 
-DSV4_AVX512 void fp8_round_trip_avx512(float* x, int64_t n, int64_t block) {
+namespace {
+
+// x / scale (exact as x * (1 / scale): a power of two), clamped to +-448 and
+// rounded to e4m3: 1.5 * 2^(e + 20) has quantum 2^(e - 3), e4m3's spacing in
+// [2^e, 2^(e+1)), so adding and subtracting it rounds (ties to even).
+DSV4_AVX512 inline __m512 round_to_e4m3_lanes(__m512 x, __m512 inverse) {
   const __m512 max_value = _mm512_set1_ps(kE4M3Max), min_exponent = _mm512_set1_ps(-6.0f);
   const __m512i sign = _mm512_set1_epi32(static_cast<int>(0x80000000u));
+  __m512 q = _mm512_mul_ps(x, inverse);
+  q = _mm512_min_ps(max_value, _mm512_max_ps(_mm512_sub_ps(_mm512_setzero_ps(), max_value), q));
+  const __m512 e = _mm512_max_ps(_mm512_getexp_ps(q), min_exponent);
+  const __m512 c = _mm512_scalef_ps(_mm512_set1_ps(1.5f), _mm512_add_ps(e, _mm512_set1_ps(20.0f)));
+  const __m512 r = _mm512_sub_ps(_mm512_add_ps(q, c), c);
+  return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(r),
+                                             _mm512_and_si512(_mm512_castps_si512(q), sign)));  // -0 stays -0
+}
+
+// The block's scale from the amax of `block` values (a multiple of 16).
+DSV4_AVX512 inline float block_scale_of(const float* x, int64_t block) {
+  __m512 amax = _mm512_setzero_ps();
+  for (int64_t i = 0; i < block; i += 16) amax = _mm512_max_ps(amax, _mm512_abs_ps(_mm512_loadu_ps(x + i)));
+  return fp8_block_scale(_mm512_reduce_max_ps(amax));
+}
+
+}  // namespace
+
+DSV4_AVX512 void fp8_round_trip_avx512(float* x, int64_t n, int64_t block) {
   for (int64_t b = 0; b < n; b += block) {
-    __m512 amax = _mm512_setzero_ps();
-    for (int64_t i = b; i < b + block; i += 16) amax = _mm512_max_ps(amax, _mm512_abs_ps(_mm512_loadu_ps(x + i)));
-    const float scale = fp8_block_scale(_mm512_reduce_max_ps(amax));
+    const float scale = block_scale_of(x + b, block);
     const __m512 vscale = _mm512_set1_ps(scale), inverse = _mm512_set1_ps(1.0f / scale);
-    for (int64_t i = b; i < b + block; i += 16) {
-      // x / scale (exact as x * (1 / scale): a power of two), clamped.
-      __m512 q = _mm512_mul_ps(_mm512_loadu_ps(x + i), inverse);
-      q = _mm512_min_ps(max_value, _mm512_max_ps(_mm512_sub_ps(_mm512_setzero_ps(), max_value), q));
-      // 1.5 * 2^(e + 20) has quantum 2^(e - 3), e4m3's spacing in [2^e, 2^(e+1)).
-      const __m512 e = _mm512_max_ps(_mm512_getexp_ps(q), min_exponent);
-      const __m512 c = _mm512_scalef_ps(_mm512_set1_ps(1.5f), _mm512_add_ps(e, _mm512_set1_ps(20.0f)));
-      __m512 r = _mm512_sub_ps(_mm512_add_ps(q, c), c);
-      r = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(r),
-                                              _mm512_and_si512(_mm512_castps_si512(q), sign)));  // -0 stays -0
-      _mm512_storeu_ps(x + i, _mm512_mul_ps(r, vscale));
-    }
+    for (int64_t i = b; i < b + block; i += 16)
+      _mm512_storeu_ps(x + i, _mm512_mul_ps(round_to_e4m3_lanes(_mm512_loadu_ps(x + i), inverse), vscale));
   }
+}
+
+// The rounded values' codes: |r| * 2^-120 holds the code's exponent and
+// mantissa bits at bit 20 (see f32_to_e4m3), the sign goes to bit 7.
+DSV4_AVX512 void store_kv_row_avx512(const float* x, const KvRowFormat& f, uint8_t* row) {
+  const __m512i sign = _mm512_set1_epi32(static_cast<int>(0x80000000u));
+  for (int64_t b = 0; b < f.nope; b += kKvScaleBlock) {
+    const float scale = block_scale_of(x + b, kKvScaleBlock);
+    const __m512 inverse = _mm512_set1_ps(1.0f / scale);
+    for (int64_t i = b; i < b + kKvScaleBlock; i += 16) {
+      const __m512i r = _mm512_castps_si512(round_to_e4m3_lanes(_mm512_loadu_ps(x + i), inverse));
+      const __m512i magnitude = _mm512_castps_si512(
+          _mm512_mul_ps(_mm512_castsi512_ps(_mm512_andnot_si512(sign, r)), _mm512_set1_ps(0x1p-120f)));
+      const __m512i code = _mm512_or_si512(_mm512_srli_epi32(magnitude, 20), _mm512_srli_epi32(_mm512_and_si512(r, sign), 24));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(row + i), _mm512_cvtepi32_epi8(code));
+    }
+    row[f.scale_offset() + b / kKvScaleBlock] = static_cast<uint8_t>(std::bit_cast<uint32_t>(scale) >> 23);
+  }
+  std::memcpy(row + f.rope_offset(), x + f.nope, sizeof(float) * f.rope);
 }
 
 }  // namespace dsv4::kernels
