@@ -4,8 +4,10 @@
 # 1. Builds build-hardening/ with clang, AddressSanitizer + UndefinedBehavior-
 #    Sanitizer and libFuzzer coverage (-O1 -g1), and runs the unit and golden
 #    tests there: every test of the suite except the timed load tests
-#    (ServerLoad: 64 clients for two minutes; Soak: three minutes of mixed load)
-#    and the MPI process tests (OpenMPI's own start-up trips LeakSanitizer);
+#    (ServerLoad: 64 clients for two minutes; Soak: three minutes of mixed load),
+#    the released-shape tests (ReleasedShapes: minutes of GEMMs at the real
+#    layer shapes, the same code the small cases run sanitized) and the MPI
+#    process tests (OpenMPI's own start-up trips LeakSanitizer);
 #    the sanitized dsv4 binary serves the CLI and server tests.
 # 2. Runs each fuzz target for FUZZ_SECONDS (default 60) from its seed corpus
 #    in fuzz/corpus/<name>. A crash fails the run; its input is left in
@@ -30,7 +32,7 @@ export LSAN_OPTIONS=suppressions=$PWD/scripts/lsan.supp:print_suppressions=0
 if [[ $what == all || $what == tests ]]; then
   echo "hardening: unit and golden tests under ASan + UBSan"
   # One process per test (a sanitizer report ends only its own test).
-  ctest --test-dir build-hardening -j"$(nproc)" -E '^(ServerLoad|Soak|MpiServe)[.]|^Mpi' --output-on-failure
+  ctest --test-dir build-hardening -j"$(nproc)" -E '^(ServerLoad|Soak|ReleasedShapes|MpiServe)[.]|^Mpi' --output-on-failure
 fi
 
 if [[ $what == all || $what == fuzz ]]; then
