@@ -1,8 +1,10 @@
 // dsv4 bench (throughput): prefill and decode speed at chosen context
 // lengths and batch sizes, each row timing only its own interval (the
-// contexts grow incrementally, like ds4-bench), next to what this machine
-// can do: memory read bandwidth and the GEMM kernel's peak, measured in the
-// same run.
+// contexts grow incrementally, like ds4-bench), in exact and fast numerics
+// side by side, next to what this machine can do: memory read bandwidth and
+// the GEMM kernels' peak, measured in the same run; and where a decode step
+// and a prefill chunk spend their time, by phase of the model.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -11,8 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "base/phase_timer.h"
 #include "base/thread_pool.h"
-#include "kernels/isa.h"
+#include "kernels/dispatch.h"
 #include "kernels/kernels.h"
 #include "kv/kv_cache_manager.h"
 #include "model/deepseek_v4.h"
@@ -56,7 +59,7 @@ double read_bandwidth() {
 // A kernel's FLOP/s on a prefill-sized problem (256 rows, 2048 x 2048),
 // best of three: the FP8 panels with BF16-pair inputs (what the released
 // formats' linears run in prefill) and the f32 panels.
-double gemm_peak(WeightFormat format) {
+double gemm_peak(WeightFormat format, kernels::Numerics numerics) {
   const int64_t m = 256, n = 2048, k = 2048;
   Linear l;
   l.out = n;
@@ -78,7 +81,7 @@ double gemm_peak(WeightFormat format) {
   double best = 0;
   for (int rep = 0; rep < 3; ++rep) {
     const auto t0 = Clock::now();
-    linear_forward(l, x.data(), m, y.data());
+    linear_forward(kernels::kernels_for(numerics), l, x.data(), m, y.data());
     best = std::max(best, 2.0 * m * n * k / seconds_since(t0));
   }
   return best;
@@ -99,12 +102,117 @@ double linear_flops_per_token(const DeepseekV4& m, bool with_head) {
   return flops;
 }
 
+// The weight bytes a plain decode step reads per token at batch 1: the main
+// model's linears, the routed experts it activates and the head (not the
+// MTP block, not the embedding table's other rows).
+double decode_bytes_per_token(const DeepseekV4& m) {
+  const ModelConfig& c = m.config();
+  double bytes = 0;
+  m.weights().for_each_linear([&](const Linear& l, LinearKind kind) {
+    const double b = static_cast<double>(l.resident_bytes());
+    if (kind == LinearKind::kMain || kind == LinearKind::kHead) bytes += b;
+    if (kind == LinearKind::kRoutedExpert) bytes += b * c.n_activated_experts / c.n_routed_experts;
+  });
+  return bytes;
+}
+
 struct Row {
   std::string phase;
   int64_t batch = 0, ctx_from = 0, ctx_to = 0, tokens = 0;
   double seconds = 0;
-  double tok_s() const { return tokens / seconds; }
+  double tok_s() const { return seconds > 0 ? tokens / seconds : 0.0; }
 };
+
+// One numerics' run over the contexts and batch sizes, and the phases of
+// the first prefill chunk and of the first decode step at each batch size.
+struct Run {
+  kernels::Numerics numerics;
+  std::vector<Row> rows;
+  std::array<double, kNumPhases> prefill_phases{};
+  std::vector<std::pair<int64_t, std::array<double, kNumPhases>>> decode_phases;  // batch -> seconds
+  int64_t kv_bytes = 0, kv_context = 0;
+};
+
+std::array<double, kNumPhases> timed_phases(const std::function<Status()>& step, Status* st) {
+  PhaseTimer::reset();
+  PhaseTimer::enable(true);
+  *st = step();
+  PhaseTimer::enable(false);
+  return PhaseTimer::totals();
+}
+
+StatusOr<Run> run_rows(DeepseekV4& m, kernels::Numerics numerics, const std::vector<int64_t>& contexts,
+                       const std::vector<int64_t>& batches, int64_t gen) {
+  m.set_numerics(numerics);
+  const ModelConfig& c = m.config();
+  Run run;
+  run.numerics = numerics;
+  std::mt19937 rng(7);
+  const int64_t max_batch = *std::max_element(batches.begin(), batches.end());
+  std::vector<ContiguousCache> seqs;
+  for (int64_t b = 0; b < max_batch; ++b) seqs.push_back(m.new_sequence());
+  auto random_tokens = [&](int64_t n) {
+    std::vector<int32_t> t(n);
+    for (auto& v : t) v = static_cast<int32_t>(rng() % c.vocab_size);
+    return t;
+  };
+  int64_t at = 0;  // every sequence's length
+  for (int64_t L : contexts) {
+    if (L < at) continue;
+    // Prefill every sequence from `at` to L, one at a time (a row of batch 1).
+    Row pre{"prefill", 1, at, L, 0, 0};
+    for (int64_t b = 0; b < max_batch; ++b) {
+      const std::vector<int32_t> t = random_tokens(L - at);
+      for (int64_t s0 = 0; s0 < L - at; s0 += 2048) {
+        ForwardBatch fb;
+        const int64_t n = std::min<int64_t>(2048, L - at - s0);
+        fb.add(&seqs[b], t.data() + s0, n, L);
+        ForwardOutput out;
+        Status st;
+        const auto t0 = Clock::now();
+        if (b == 0 && s0 == 0 && at == 0) run.prefill_phases = timed_phases([&] { return m.forward(fb, &out); }, &st);
+        else st = m.forward(fb, &out);
+        if (b == 0) pre.seconds += seconds_since(t0), pre.tokens += n;
+        DSV4_RETURN_IF_ERROR(st);
+      }
+    }
+    at = L;
+    if (pre.tokens) run.rows.push_back(pre);
+    // Decode: each batch size steps `gen` tokens from L, then rewinds.
+    for (int64_t B : batches) {
+      std::vector<ContiguousCache> copies(seqs.begin(), seqs.begin() + B);
+      Row dec{"decode", B, L, L + gen, 0, 0};
+      for (int64_t s = -1; s < gen; ++s) {  // step -1: warm-up, not timed
+        ForwardBatch fb;
+        const std::vector<int32_t> t = random_tokens(B);
+        for (int64_t b = 0; b < B; ++b) fb.add(&copies[b], &t[b], 1);
+        ForwardOutput out;
+        Status st;
+        const auto t0 = Clock::now();
+        if (s == 0 && L == contexts.front())
+          run.decode_phases.emplace_back(B, timed_phases([&] { return m.forward(fb, &out); }, &st));
+        else st = m.forward(fb, &out);
+        if (s >= 0) dec.seconds += seconds_since(t0), dec.tokens += B;
+        DSV4_RETURN_IF_ERROR(st);
+      }
+      dec.ctx_to = L + gen + 1;
+      run.rows.push_back(dec);
+    }
+  }
+  run.kv_bytes = seqs[0].bytes();
+  run.kv_context = at;
+  return run;
+}
+
+// A step's phases as shares of its time.
+void print_phases(const char* what, const std::array<double, kNumPhases>& seconds) {
+  double total = 0;
+  for (double s : seconds) total += s;
+  std::printf("  %-22s %8.1f ms:", what, total * 1e3);
+  for (int p = 0; p < kNumPhases; ++p)
+    if (seconds[p] > 0.0005 * total) std::printf(" %s %.1f%%", phase_name(static_cast<Phase>(p)), 100 * seconds[p] / total);
+  std::printf("\n");
+}
 
 // KV bytes per token of one request in the paged cache (rows as FP8/FP4
 // codes, its window ring and compressor states included) at 4K, 64K and 1M
@@ -131,8 +239,9 @@ void print_kv_bytes_per_token(const ModelConfig& model) {
 
 }  // namespace
 
-int bench_throughput(const DeepseekV4& m, const std::string& name, const std::vector<int64_t>& contexts,
-                     const std::vector<int64_t>& batches, int64_t gen, const std::string& csv) {
+int bench_throughput(DeepseekV4& m, const std::string& name, const std::vector<kernels::Numerics>& numerics,
+                     const std::vector<int64_t>& contexts, const std::vector<int64_t>& batches, int64_t gen,
+                     const std::string& csv) {
   const ModelConfig& c = m.config();
   for (int64_t L : contexts)
     if (L < 1 || L + gen + 1 > c.max_position_embeddings) {
@@ -140,82 +249,35 @@ int bench_throughput(const DeepseekV4& m, const std::string& name, const std::ve
                    static_cast<long long>(L), static_cast<long long>(gen), c.max_position_embeddings);
       return 2;
     }
-  std::printf("dsv4 bench: %s (%s), kernels %s, %d threads\n", name.c_str(), c.summary().c_str(),
-              kernels::isa_name(kernels::active_isa()), ThreadPool::global().num_threads());
+  std::string modes;
+  for (kernels::Numerics n : numerics) modes += std::string(modes.empty() ? "" : " and ") + kernels::numerics_name(n);
+  std::printf("dsv4 bench: %s (%s), kernels %s, numerics %s, %d threads\n", name.c_str(), c.summary().c_str(),
+              kernels::isa_name(kernels::active_isa()), modes.c_str(), ThreadPool::global().num_threads());
   double bandwidth = read_bandwidth();
-  const double peak = gemm_peak(WeightFormat::kFp8Block),
-               f32_peak = gemm_peak(WeightFormat::kDense);
-  std::printf("machine: memory read %.2f GB/s; GEMM kernel peak %.2f GFLOP/s (FP8/FP4 panels, BF16 dot), "
-              "%.2f GFLOP/s (f32 panels)\n",
-              bandwidth / 1e9, peak / 1e9, f32_peak / 1e9);
+  std::vector<double> peaks;
+  std::printf("machine: memory read %.2f GB/s; GEMM kernel peak (FP8 panels, BF16-pair inputs: what prefill's "
+              "linears run)",
+              bandwidth / 1e9);
+  for (kernels::Numerics n : numerics) {
+    peaks.push_back(gemm_peak(WeightFormat::kFp8Block, n));
+    std::printf(" %.2f GFLOP/s %s", peaks.back() / 1e9, kernels::numerics_name(n));
+  }
+  std::printf(", f32 panels %.2f GFLOP/s\n", gemm_peak(WeightFormat::kDense, numerics.back()) / 1e9);
   const double prefill_flops = linear_flops_per_token(m, false);
   std::printf("linears: %.2f GFLOP per prefill token, %.2f per decode token (with the head)\n", prefill_flops / 1e9,
               linear_flops_per_token(m, true) / 1e9);
-
-  // What one decode token must read: every weight but the routed experts
-  // and the embedding table (one row of it), plus the experts it activates.
-  const ModelWeights& w = m.weights();
-  const int64_t experts = w.routed_expert_bytes(), embedding = w.embed.resident_bytes();
-  const double per_token_bytes =
-      static_cast<double>(w.resident_bytes() - experts - embedding) +
-      static_cast<double>(experts) * c.n_activated_experts / c.n_routed_experts;
+  const double per_token_bytes = decode_bytes_per_token(m);
   std::printf("weights %.2f MiB resident; a decode token reads %.2f MiB -> roofline %.1f tok/s at batch 1\n",
-              w.resident_bytes() / 1048576.0, per_token_bytes / 1048576.0, bandwidth / per_token_bytes);
+              m.weights().resident_bytes() / 1048576.0, per_token_bytes / 1048576.0, bandwidth / per_token_bytes);
 
-  std::vector<Row> rows;
-  std::mt19937 rng(7);
-  int64_t max_batch = 1;
-  for (int64_t b : batches) max_batch = std::max(max_batch, b);
-  std::vector<ContiguousCache> seqs;
-  for (int64_t b = 0; b < max_batch; ++b) seqs.push_back(m.new_sequence());
-  auto random_tokens = [&](int64_t n) {
-    std::vector<int32_t> t(n);
-    for (auto& v : t) v = static_cast<int32_t>(rng() % c.vocab_size);
-    return t;
-  };
-  int64_t at = 0;  // every sequence's length
-  for (int64_t L : contexts) {
-    if (L < at) continue;
-    // Prefill every sequence from `at` to L, one at a time (a row of batch 1).
-    Row pre{"prefill", 1, at, L, 0, 0};
-    for (int64_t b = 0; b < max_batch; ++b) {
-      const std::vector<int32_t> t = random_tokens(L - at);
-      for (int64_t s0 = 0; s0 < L - at; s0 += 2048) {
-        ForwardBatch fb;
-        const int64_t n = std::min<int64_t>(2048, L - at - s0);
-        fb.add(&seqs[b], t.data() + s0, n, L);
-        ForwardOutput out;
-        const auto t0 = Clock::now();
-        const Status st = m.forward(fb, &out);
-        if (b == 0) pre.seconds += seconds_since(t0), pre.tokens += n;
-        if (!st.ok()) {
-          std::fprintf(stderr, "dsv4 bench: %s\n", st.message().c_str());
-          return 2;
-        }
-      }
+  std::vector<Run> runs;
+  for (kernels::Numerics n : numerics) {
+    StatusOr<Run> run = run_rows(m, n, contexts, batches, gen);
+    if (!run.ok()) {
+      std::fprintf(stderr, "dsv4 bench: %s\n", run.status().message().c_str());
+      return 2;
     }
-    at = L;
-    if (pre.tokens) rows.push_back(pre);
-    // Decode: each batch size steps `gen` tokens from L, then rewinds.
-    for (int64_t B : batches) {
-      std::vector<ContiguousCache> copies(seqs.begin(), seqs.begin() + B);
-      Row dec{"decode", B, L, L + gen, 0, 0};
-      for (int64_t s = -1; s < gen; ++s) {  // step -1: warm-up, not timed
-        ForwardBatch fb;
-        const std::vector<int32_t> t = random_tokens(B);
-        for (int64_t b = 0; b < B; ++b) fb.add(&copies[b], &t[b], 1);
-        ForwardOutput out;
-        const auto t0 = Clock::now();
-        const Status st = m.forward(fb, &out);
-        if (s >= 0) dec.seconds += seconds_since(t0), dec.tokens += B;
-        if (!st.ok()) {
-          std::fprintf(stderr, "dsv4 bench: %s\n", st.message().c_str());
-          return 2;
-        }
-      }
-      dec.ctx_to = L + gen + 1;
-      rows.push_back(dec);
-    }
+    runs.push_back(std::move(*run));
   }
 
   // The bandwidth again after the rows (a shared machine's bandwidth moves
@@ -225,46 +287,71 @@ int bench_throughput(const DeepseekV4& m, const std::string& name, const std::ve
               bandwidth_after / 1e9, std::max(bandwidth, bandwidth_after) / 1e9,
               std::max(bandwidth, bandwidth_after) / per_token_bytes);
   bandwidth = std::max(bandwidth, bandwidth_after);
-  // Prefill rows against the GEMM peak, decode rows at batch 1 against the
-  // memory roofline.
-  auto ratio = [&](const Row& r) {
-    if (r.phase == "prefill") return r.tok_s() * prefill_flops / peak;
+  // Prefill rows against the GEMM peak of their numerics, decode rows at
+  // batch 1 against the memory roofline.
+  auto ratio = [&](const Row& r, size_t run) {
+    if (r.phase == "prefill") return r.tok_s() * prefill_flops / peaks[run];
     if (r.batch == 1) return r.tok_s() / (bandwidth / per_token_bytes);
     return 0.0;
   };
-  std::printf("  %-8s %6s %14s %10s %12s %10s\n", "phase", "batch", "context", "tokens", "tok/s", "vs limit");
-  for (const Row& r : rows) {
+  std::printf("  %-8s %6s %14s %10s", "phase", "batch", "context", "tokens");
+  for (const Run& run : runs) std::printf(" %10s tok/s %8s", kernels::numerics_name(run.numerics), "vs limit");
+  if (runs.size() == 2) std::printf(" %10s", "fast/exact");
+  std::printf("\n");
+  for (size_t i = 0; i < runs[0].rows.size(); ++i) {
+    const Row& r = runs[0].rows[i];
     const std::string ctx = std::to_string(r.ctx_from) + "-" + std::to_string(r.ctx_to);
-    char pct[32] = "";
-    if (ratio(r) > 0) std::snprintf(pct, sizeof pct, "%.1f%%", 100.0 * ratio(r));
-    std::printf("  %-8s %6lld %14s %10lld %12.1f %10s\n", r.phase.c_str(), static_cast<long long>(r.batch), ctx.c_str(),
-                static_cast<long long>(r.tokens), r.tok_s(), pct);
+    std::printf("  %-8s %6lld %14s %10lld", r.phase.c_str(), static_cast<long long>(r.batch), ctx.c_str(),
+                static_cast<long long>(r.tokens));
+    for (size_t k = 0; k < runs.size(); ++k) {
+      const Row& rk = runs[k].rows[i];
+      char pct[32] = "";
+      if (ratio(rk, k) > 0) std::snprintf(pct, sizeof pct, "%.1f%%", 100.0 * ratio(rk, k));
+      std::printf(" %16.1f %8s", rk.tok_s(), pct);
+    }
+    if (runs.size() == 2) std::printf(" %9.2fx", runs[1].rows[i].tok_s() / r.tok_s());
+    std::printf("\n");
   }
-  std::printf("  (prefill: linear FLOP/s vs the FP8 GEMM peak; decode batch 1: vs the memory roofline)\n");
-  // Batch scaling at each context, and long-context decode against the
-  // shortest context, at batch 1.
-  const Row* first_decode1 = nullptr;
-  for (const Row& r : rows) {
-    if (r.phase != "decode") continue;
-    if (r.batch == 1 && !first_decode1) first_decode1 = &r;
-    if (r.batch == 1 && first_decode1 != &r)
-      std::printf("decode at context %lld: %.2fx the tokens/s at context %lld\n", static_cast<long long>(r.ctx_from),
-                  r.tok_s() / first_decode1->tok_s(), static_cast<long long>(first_decode1->ctx_from));
-    if (r.batch == 1) continue;
-    for (const Row& one : rows)
-      if (one.phase == "decode" && one.batch == 1 && one.ctx_from == r.ctx_from)
-        std::printf("decode batch %lld at context %lld: %.2fx the tokens/s of batch 1\n",
-                    static_cast<long long>(r.batch), static_cast<long long>(r.ctx_from), r.tok_s() / one.tok_s());
+  std::printf("  (prefill: linear FLOP/s vs the GEMM peak of its numerics; decode batch 1: vs the memory roofline)\n");
+  for (const Run& run : runs) {
+    // Batch scaling at each context, and long-context decode against the
+    // shortest context, at batch 1.
+    const char* mode = kernels::numerics_name(run.numerics);
+    const Row* first_decode1 = nullptr;
+    for (const Row& r : run.rows) {
+      if (r.phase != "decode") continue;
+      if (r.batch == 1 && !first_decode1) first_decode1 = &r;
+      if (r.batch == 1 && first_decode1 != &r)
+        std::printf("%s: decode at context %lld: %.2fx the tokens/s at context %lld\n", mode,
+                    static_cast<long long>(r.ctx_from), r.tok_s() / first_decode1->tok_s(),
+                    static_cast<long long>(first_decode1->ctx_from));
+      if (r.batch == 1) continue;
+      for (const Row& one : run.rows)
+        if (one.phase == "decode" && one.batch == 1 && one.ctx_from == r.ctx_from)
+          std::printf("%s: decode batch %lld at context %lld: %.2fx the tokens/s of batch 1\n", mode,
+                      static_cast<long long>(r.batch), static_cast<long long>(r.ctx_from), r.tok_s() / one.tok_s());
+    }
+  }
+  std::printf("time by phase (one prefill chunk from context 0, one decode step at context %lld):\n",
+              static_cast<long long>(contexts.front()));
+  for (const Run& run : runs) {
+    const std::string mode = kernels::numerics_name(run.numerics);
+    print_phases((mode + " prefill").c_str(), run.prefill_phases);
+    for (const auto& [batch, phases] : run.decode_phases)
+      print_phases((mode + " decode batch " + std::to_string(batch)).c_str(), phases);
   }
   std::printf("KV cache: %.0f bytes per token at %lld context\n",
-              seqs[0].bytes() / static_cast<double>(std::max<int64_t>(1, at)), static_cast<long long>(at));
+              runs[0].kv_bytes / static_cast<double>(std::max<int64_t>(1, runs[0].kv_context)),
+              static_cast<long long>(runs[0].kv_context));
   print_kv_bytes_per_token(c);
   if (!csv.empty()) {
     std::ofstream f(csv);
-    f << "phase,batch,ctx_from,ctx_to,tokens,seconds,tok_s,mem_gbps,gemm_gflops,vs_limit\n";
-    for (const Row& r : rows)
-      f << r.phase << ',' << r.batch << ',' << r.ctx_from << ',' << r.ctx_to << ',' << r.tokens << ',' << r.seconds
-        << ',' << r.tok_s() << ',' << bandwidth / 1e9 << ',' << peak / 1e9 << ',' << ratio(r) << '\n';
+    f << "numerics,phase,batch,ctx_from,ctx_to,tokens,seconds,tok_s,mem_gbps,gemm_gflops,vs_limit\n";
+    for (size_t k = 0; k < runs.size(); ++k)
+      for (const Row& r : runs[k].rows)
+        f << kernels::numerics_name(runs[k].numerics) << ',' << r.phase << ',' << r.batch << ',' << r.ctx_from << ','
+          << r.ctx_to << ',' << r.tokens << ',' << r.seconds << ',' << r.tok_s() << ',' << bandwidth / 1e9 << ','
+          << peaks[k] / 1e9 << ',' << ratio(r, k) << '\n';
     std::printf("CSV written to %s\n", csv.c_str());
   }
   return 0;

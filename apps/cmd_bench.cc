@@ -19,7 +19,7 @@ namespace dsv4::app {
 namespace {
 
 const char* kHelp =
-    "usage: dsv4 bench [--model DIR] [--ctx 1024,4096] [--batch 1,16] [--gen N] [--csv FILE]\n"
+    "usage: dsv4 bench [--model DIR] [--ctx 1024,4096] [--batch 1,16] [--gen N] [--numerics M] [--csv FILE]\n"
     "       dsv4 bench --topology [--model DIR] [--tp N --dp N --ep N] [--prompt-len N]\n"
     "                  [--flashcomm1-sp-min-token-num N]\n"
     "       dsv4 bench --serving [--model DIR] [--ctx 4096] [--gen N] [--k 1,3,7] [--csv FILE]\n"
@@ -27,7 +27,10 @@ const char* kHelp =
     "  (default)          prefill and decode throughput at each context length and batch size,\n"
     "                     measured incrementally (each row times only its own interval), KV bytes\n"
     "                     per token, and this machine's memory read bandwidth and the GEMM kernel's\n"
-    "                     peak, with the decode roofline ratio; a table, and CSV with --csv\n"
+    "                     peak, with the decode roofline ratio, in exact and fast numerics side by\n"
+    "                     side; the time of a prefill chunk and of a decode step by phase of the\n"
+    "                     model; a table, and CSV with --csv\n"
+    "  --numerics exact|fast  only that numerics (DSV4_NUMERICS too; the other modes run fast)\n"
     "  --ctx L1,L2,...    context lengths (default 1024,4096; at most the model's positions)\n"
     "  --batch B1,B2,...  decode batch sizes (default 1,16)\n"
     "  --gen N            decode steps timed per row (default 16)\n"
@@ -116,8 +119,9 @@ std::vector<int64_t> int_list(const std::string& s) {
 
 }  // namespace
 
-int bench_throughput(const DeepseekV4& model, const std::string& name, const std::vector<int64_t>& contexts,
-                     const std::vector<int64_t>& batches, int64_t gen, const std::string& csv);  // bench_throughput.cc
+int bench_throughput(DeepseekV4& model, const std::string& name, const std::vector<kernels::Numerics>& numerics,
+                     const std::vector<int64_t>& contexts, const std::vector<int64_t>& batches, int64_t gen,
+                     const std::string& csv);  // bench_throughput.cc
 
 int bench_serving(const DeepseekV4& model, const std::string& name, int64_t ctx, int64_t gen,
                   const std::vector<int64_t>& ks, const std::string& csv);  // bench_serving.cc
@@ -126,7 +130,7 @@ int bench_soak(const std::string& host, int port, double duration_s, int clients
 
 int cmd_bench(int argc, char** argv) {
   std::set<std::string> valued = {"model", "prompt-len", "ctx", "batch", "gen", "csv", "k",
-                                  "host", "port", "duration", "clients", "seed"};
+                                  "host", "port", "duration", "clients", "seed", "numerics"};
   for (const auto& k : parallel_option_names()) valued.insert(k);
   Args args(argc, argv, 2, valued, {"help", "topology", "serving", "soak"});
   if (args.has("help")) {
@@ -146,6 +150,11 @@ int cmd_bench(int argc, char** argv) {
                       static_cast<int>(clients), static_cast<uint64_t>(seed));
   }
   ParallelOptions p = parallel_options(args);
+  // Throughput rows run exact and fast side by side unless --numerics (or
+  // DSV4_NUMERICS) names one; the other modes run fast by default.
+  const bool both = !args.has("numerics") && !std::getenv("DSV4_NUMERICS");
+  ModelOptions mo;
+  mo.numerics = numerics_option(args, kernels::Numerics::kFast);
   const int64_t prompt_len = args.get_int("prompt-len", 1024);
   const std::vector<int64_t> contexts = int_list(args.get("ctx", "1024,4096"));
   const std::vector<int64_t> batches = int_list(args.get("batch", "1,16"));
@@ -172,7 +181,7 @@ int cmd_bench(int argc, char** argv) {
       return 2;
     }
   }
-  auto one = DeepseekV4::load(dir->path());
+  auto one = DeepseekV4::load(dir->path(), mo);
   if (!one.ok()) {
     std::fprintf(stderr, "dsv4 bench: %s\n", one.status().message().c_str());
     return 2;
@@ -180,15 +189,19 @@ int cmd_bench(int argc, char** argv) {
   if (args.has("serving"))
     return bench_serving(**one, model_name(args.get("model")), args.get_int("ctx", 4096), args.get_int("gen", 64), ks,
                          args.get("csv"));
-  if (!args.has("topology"))
-    return bench_throughput(**one, model_name(args.get("model")), contexts, batches, gen, args.get("csv"));
+  if (!args.has("topology")) {
+    const std::vector<kernels::Numerics> numerics =
+        both ? std::vector<kernels::Numerics>{kernels::Numerics::kExact, kernels::Numerics::kFast}
+             : std::vector<kernels::Numerics>{mo.numerics};
+    return bench_throughput(**one, model_name(args.get("model")), numerics, contexts, batches, gen, args.get("csv"));
+  }
 
   // Weights: every rank's against the ideal share.
   KvCacheOptions cache;
   cache.memory_bytes = int64_t{64} << 20;
   cache.max_num_seqs = 4;
   cache.memory_bytes *= static_cast<int64_t>(p.topology.tp) * p.topology.dp;
-  auto ranks = LocalExecutor::create(dir->path(), {}, p, cache);
+  auto ranks = LocalExecutor::create(dir->path(), mo, p, cache);
   if (!ranks.ok()) {
     std::fprintf(stderr, "dsv4 bench: %s\n", ranks.status().message().c_str());
     return 2;

@@ -41,7 +41,7 @@ int cmd_run(int argc, char** argv) {
   for (const auto& k : engine_flag_names()) flags.insert(k);
   Args args(argc, argv, 2, valued, flags);
   if (args.has("help")) {
-    std::printf("%s%s%s%s", kHelp, kEngineHelp, kParallelHelp, kSamplingHelp);
+    std::printf("%s%s%s%s%s", kHelp, kEngineHelp, kNumericsHelp, kParallelHelp, kSamplingHelp);
     return 0;
   }
   SamplingParams defaults;
@@ -49,6 +49,7 @@ int cmd_run(int argc, char** argv) {
   EngineOptions eopt = engine_options(args);
   ParallelOptions popt = parallel_options(args);
   SamplingParams params = sampling_params(args, defaults);
+  const kernels::Numerics numerics = numerics_option(args, kernels::Numerics::kFast);
   std::vector<std::string> prompts = args.all("prompt");
   if (args.has("prompt-file")) {
     std::ifstream in(args.get("prompt-file"));
@@ -70,14 +71,15 @@ int cmd_run(int argc, char** argv) {
 
   const std::string dir = args.get("model");
   const auto t_load = std::chrono::steady_clock::now();
-  auto engine = load_engine(dir, eopt, popt, /*progress_bar=*/true);
+  auto engine = load_engine(dir, eopt, popt, numerics, /*progress_bar=*/true);
   if (!engine.ok()) {
     std::fprintf(stderr, "dsv4 run: %s\n", engine.status().message().c_str());
     return 2;
   }
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
-  std::fprintf(stderr, "model: %s (%s), loaded in %.2fs on %s\n", model_name(dir).c_str(),
-               (*engine)->config().summary().c_str(), load_s, (*engine)->executor().describe().c_str());
+  std::fprintf(stderr, "model: %s (%s), loaded in %.2fs on %s, numerics %s\n", model_name(dir).c_str(),
+               (*engine)->config().summary().c_str(), load_s, (*engine)->executor().describe().c_str(),
+               kernels::numerics_name(numerics));
   std::fprintf(stderr, "%s\n", (*engine)->capacity_summary().c_str());
 
   ByteTokenizer tokenizer((*engine)->config().vocab_size);

@@ -43,6 +43,7 @@ const char* kHelp =
 
 struct ServeSettings {
   std::string dir;
+  kernels::Numerics numerics = kernels::Numerics::kFast;
   HttpServerOptions http;
   EngineServiceOptions service;
   int grace_ms = 10000;
@@ -73,6 +74,8 @@ int serve(std::unique_ptr<Engine> engine, ServeSettings& s, const std::function<
   log_info("tokenizer " + tokenizer_name);
   log_info("topology: " + engine->executor().describe() + ", " + std::to_string(std::thread::hardware_concurrency()) +
            " cores");
+  log_info(std::string("numerics ") + kernels::numerics_name(s.numerics) + ", kernels " +
+           kernels::isa_name(kernels::active_isa()));
   log_info(engine->capacity_summary());
   EngineService service(std::move(engine), s.service);
   HttpServer server(&service, tokenizer.get(), s.http);
@@ -125,6 +128,7 @@ int serve_over_mpi(int argc, char** argv, const EngineOptions& eopt, const Paral
   d.model_dir = dir->path();
   d.on_loaded = [&dir] { dir.reset(); };
   d.parallel = popt;
+  d.model.numerics = s.numerics;
   d.step_timeout_ms = timeout_ms;
   auto config = ModelConfig::load(d.model_dir + "/config.json");
   auto cache = config.ok() ? Engine::cache_options(*config, eopt) : StatusOr<KvCacheOptions>(config.status());
@@ -182,7 +186,7 @@ int cmd_serve(int argc, char** argv) {
   for (const auto& k : engine_flag_names()) flags.insert(k);
   Args args(argc, argv, 2, valued, flags);
   if (args.has("help")) {
-    std::printf("%s%s%s", kHelp, kEngineHelp, kParallelHelp);
+    std::printf("%s%s%s%s", kHelp, kEngineHelp, kNumericsHelp, kParallelHelp);
     return 0;
   }
   EngineOptions eopt = engine_options(args);
@@ -194,6 +198,7 @@ int cmd_serve(int argc, char** argv) {
   s.http.threads = static_cast<int>(args.get_int("http-threads", s.http.threads));
   s.service.max_queue = args.get_int("max-queue", s.service.max_queue);
   s.grace_ms = static_cast<int>(args.get_int("shutdown-grace-ms", 10000));
+  s.numerics = numerics_option(args, kernels::Numerics::kFast);
   const std::string dist = args.get("dist", "local");
   const int timeout_ms = static_cast<int>(args.get_int("dist-timeout-ms", 60000));
   if (args.ok() && dist != "local" && dist != "mpi") args.set_error("--dist must be local or mpi, got '" + dist + "'");
@@ -213,7 +218,7 @@ int cmd_serve(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &s.signals, nullptr);
 
   if (dist == "mpi") return serve_over_mpi(argc, argv, eopt, popt, timeout_ms, s);
-  auto engine = load_engine(s.dir, eopt, popt, /*progress_bar=*/true);
+  auto engine = load_engine(s.dir, eopt, popt, s.numerics, /*progress_bar=*/true);
   if (!engine.ok()) {
     std::fprintf(stderr, "dsv4 serve: %s\n", engine.status().message().c_str());
     return 2;

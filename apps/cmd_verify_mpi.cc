@@ -12,8 +12,6 @@
 
 namespace dsv4::app {
 
-bool case_says_quantized(const std::string& golden, bool fallback);  // cmd_verify.cc
-
 int verify_over_mpi(int argc, char** argv, const std::string& dir, const std::string& golden, int chunk,
                     const ParallelVerifyOptions& parallel) {
   auto world = MpiCommunicator::world(&argc, &argv);
@@ -30,16 +28,22 @@ int verify_over_mpi(int argc, char** argv, const std::string& dir, const std::st
   VerifyOptions opt;
   opt.golden_path = golden.empty() ? dir + "/golden.safetensors" : golden;
   opt.chunk = chunk;
-  opt.quantized = case_says_quantized(opt.golden_path, false);  // or the weights say so (verify_golden_on_rank)
+  auto bounds = GoldenBounds::for_run(opt.golden_path, parallel.numerics, false);  // W8A8: verify_golden_on_rank
+  if (!bounds.ok()) {
+    std::fprintf(stderr, "dsv4 verify (rank %d of %d): %s\n", rank, size, bounds.status().message().c_str());
+    return finish(2);
+  }
+  opt.bounds = *bounds;
   auto run = verify_golden_on_rank(dir, opt, parallel, *world);
   if (!run.ok()) {
     std::fprintf(stderr, "dsv4 verify (rank %d of %d): %s\n", rank, size, run.status().message().c_str());
     return finish(2);
   }
   if (rank == 0)
-    std::printf("dsv4 verify over %d MPI ranks (%s%s)\n  model   %s\n  weights %.2f MiB on rank 0\n%s", size,
-                run->topology.describe().c_str(), parallel.flashcomm.enabled ? ", FlashComm1" : "", dir.c_str(),
-                run->weight_bytes / 1048576.0, run->report.format().c_str());
+    std::printf("dsv4 verify over %d MPI ranks (%s%s), numerics %s\n  model   %s\n  weights %.2f MiB on rank 0\n%s",
+                size, run->topology.describe().c_str(), parallel.flashcomm.enabled ? ", FlashComm1" : "",
+                kernels::numerics_name(parallel.numerics), dir.c_str(), run->weight_bytes / 1048576.0,
+                run->report.format().c_str());
   return finish(run->report.pass() ? 0 : 1);
 }
 

@@ -60,14 +60,15 @@ StatusOr<Run> run(const DeepseekV4& model, const std::vector<std::vector<int32_t
 
 }  // namespace
 
-int self_check(const std::string& dir, int chunk_option) {
-  auto model = load_model(dir, /*progress_bar=*/false);
+int self_check(const std::string& dir, int chunk_option, kernels::Numerics numerics) {
+  auto model = load_model(dir, numerics, /*progress_bar=*/false);
   if (!model.ok()) {
     std::fprintf(stderr, "dsv4 verify: %s\n", model.status().message().c_str());
     return 2;
   }
   const ModelConfig* config = &(*model)->config();
-  std::printf("dsv4 verify: %s (%s)\n", model_name(dir).c_str(), (*model)->config().summary().c_str());
+  std::printf("dsv4 verify: %s (%s), numerics %s\n", model_name(dir).c_str(), (*model)->config().summary().c_str(),
+              kernels::numerics_name(numerics));
   // Two prompts of different lengths, long enough to cross the window and
   // two windows of the largest compress ratio (83 and 50 tokens at least).
   const int steps = 12;

@@ -76,6 +76,11 @@ const char* kEngineHelp =
     "                               reuse the caches of 128-token blocks earlier requests computed\n"
     "                               (default on)\n";
 
+const char* kNumericsHelp =
+    "  --numerics exact|fast        fast: FMA and any summation order, within the golden bounds of a\n"
+    "                               correct implementation, batch-invariant; exact: every tensor as the\n"
+    "                               reference computes it, bit for bit (DSV4_NUMERICS sets the default)\n";
+
 const char* kParallelHelp =
     "parallel ranks (threads of this process; mpirun with --dist mpi for serve):\n"
     "  --tp N --dp N --ep N         TP x DP ranks; heads, wo_b, the shared expert and the vocabulary over\n"
@@ -92,7 +97,14 @@ const char* kSamplingHelp =
 
 std::set<std::string> engine_option_names() {
   return {"max-num-seqs", "max-num-batched-tokens", "max-model-len", "long-prefill-token-threshold", "block-size",
-          "kv-cache-memory", "kv-cache-memory-fraction", "speculative-config"};
+          "kv-cache-memory", "kv-cache-memory-fraction", "speculative-config", "numerics"};
+}
+
+kernels::Numerics numerics_option(Args& args, kernels::Numerics fallback) {
+  kernels::Numerics n = kernels::numerics_from_env(fallback);
+  if (args.has("numerics") && !kernels::parse_numerics(args.get("numerics"), &n))
+    args.set_error("--numerics must be exact or fast, got '" + args.get("numerics") + "'");
+  return n;
 }
 
 std::set<std::string> engine_flag_names() { return {"enable-prefix-caching", "no-enable-prefix-caching"}; }

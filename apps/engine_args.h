@@ -6,6 +6,7 @@
 #include <string>
 
 #include "args.h"
+#include "kernels/dispatch.h"
 #include "runtime/engine.h"
 #include "runtime/local_executor.h"
 #include "sched/sampling_params.h"
@@ -25,6 +26,9 @@ extern const char* kSamplingHelp;
 
 // Errors (a malformed number) are left in args.error().
 EngineOptions engine_options(Args& args);
+// --numerics exact|fast, else DSV4_NUMERICS, else `fallback`.
+kernels::Numerics numerics_option(Args& args, kernels::Numerics fallback);
+extern const char* kNumericsHelp;
 ParallelOptions parallel_options(Args& args);
 SamplingParams sampling_params(Args& args, const SamplingParams& defaults);
 

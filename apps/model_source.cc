@@ -52,16 +52,19 @@ ModelDir::~ModelDir() {
   if (temporary_) std::filesystem::remove_all(path_, ec);
 }
 
-StatusOr<std::unique_ptr<DeepseekV4>> load_model(const std::string& dir, bool progress_bar) {
+StatusOr<std::unique_ptr<DeepseekV4>> load_model(const std::string& dir, kernels::Numerics numerics, bool progress_bar) {
   ModelOptions options;
+  options.numerics = numerics;
   if (progress_bar && isatty(STDERR_FILENO)) options.on_progress = progress_printer();
   DSV4_ASSIGN_OR_RETURN(ModelDir source, ModelDir::open(dir));
   return DeepseekV4::load(source.path(), options);
 }
 
 StatusOr<std::unique_ptr<Engine>> load_engine(const std::string& dir, const EngineOptions& engine,
-                                              const ParallelOptions& parallel, bool progress_bar) {
+                                              const ParallelOptions& parallel, kernels::Numerics numerics,
+                                              bool progress_bar) {
   ModelOptions options;
+  options.numerics = numerics;
   if (progress_bar && isatty(STDERR_FILENO)) options.on_progress = progress_printer();
   DSV4_ASSIGN_OR_RETURN(ModelDir source, ModelDir::open(dir));
   DSV4_ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::load(source.path() + "/config.json"));

@@ -15,12 +15,13 @@ namespace dsv4::app {
 
 // dir empty: the embedded default model. progress_bar: draw a loading bar
 // on stderr when it is a terminal.
-StatusOr<std::unique_ptr<DeepseekV4>> load_model(const std::string& dir, bool progress_bar);
+StatusOr<std::unique_ptr<DeepseekV4>> load_model(const std::string& dir, kernels::Numerics numerics, bool progress_bar);
 
 // The engine over ranks (threads) in `parallel`'s topology, each loading
 // its share of the model in `dir` (empty: the embedded default model).
 StatusOr<std::unique_ptr<Engine>> load_engine(const std::string& dir, const EngineOptions& engine,
-                                              const ParallelOptions& parallel, bool progress_bar);
+                                              const ParallelOptions& parallel, kernels::Numerics numerics,
+                                              bool progress_bar);
 
 // A checkpoint directory to read: `dir`, or the embedded default model
 // written to a temporary directory that is removed with this object.

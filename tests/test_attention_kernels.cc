@@ -1,6 +1,7 @@
-// The attention and indexer kernels over coded cache rows: the AVX-512
-// bodies equal the generic ones bit for bit (masked slots included), and
-// both compute sink attention on the values the rows stand for.
+// The generic attention and indexer kernels over coded cache rows (the
+// oracle of test_ops.cc) compute sink attention and head dots on the values
+// the rows stand for; stored rows stand for exactly what the reference's
+// rounding leaves.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,11 +10,15 @@
 #include <vector>
 
 #include "kernels/cache_rows.h"
-#include "kernels/isa.h"
+#include "kernels/dispatch.h"
 #include "kernels/kernels.h"
 
 namespace dsv4 {
 namespace {
+
+const kernels::Kernels& oracle() {
+  return kernels::kernels_for(kernels::Isa::kGeneric, kernels::Numerics::kExact);
+}
 
 struct CodedRows {
   kernels::KvRowFormat format;
@@ -29,7 +34,7 @@ CodedRows random_kv_rows(const kernels::KvRowFormat& f, int64_t slots, std::mt19
   std::vector<float> x(f.dim());
   for (int64_t j = 0; j < slots; ++j) {
     for (auto& v : x) v = d(*rng) * 3.0f;
-    kernels::store_kv_row_generic(x.data(), f, &c.bytes[j * f.bytes()]);
+    oracle().store_kv_row(x.data(), f, &c.bytes[j * f.bytes()]);
     kernels::load_kv_row(&c.bytes[j * f.bytes()], f, &c.values[j * f.dim()]);
     c.slots.push_back(j % 7 == 3 ? nullptr : &c.bytes[j * f.bytes()]);
   }
@@ -53,8 +58,8 @@ TEST(SinkAttentionHeads, GenericComputesSinkAttentionOnTheRowsValues) {
     for (auto& v : sinks) v = d(rng);
     std::vector<float> got(s.heads * dim), scratch(kernels::sink_attention_scratch(s.heads, s.slots, dim));
     const float scale = 0.125f;
-    kernels::sink_attention_heads_generic(q.data(), s.heads, rows.slots.data(), s.slots, rows.format, sinks.data(),
-                                          scale, scratch.data(), got.data());
+    oracle().sink_attention_heads(q.data(), s.heads, rows.slots.data(), s.slots, rows.format, sinks.data(), scale,
+                                  scratch.data(), got.data());
     for (int64_t h = 0; h < s.heads; ++h) {
       // In double, in any order: softmax over the unmasked slots and the sink.
       std::vector<double> logit(s.slots);
@@ -79,47 +84,24 @@ TEST(SinkAttentionHeads, GenericComputesSinkAttentionOnTheRowsValues) {
   }
 }
 
-TEST(SinkAttentionHeads, Avx512EqualsTheGenericBitForBit) {
-  if (!kernels::isa_supported(kernels::Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 on this CPU";
-  std::mt19937 rng(11);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  for (const Shape& s : kShapes) {
-    const CodedRows rows = random_kv_rows({s.nope, s.rope}, s.slots, &rng);
-    const int64_t dim = rows.format.dim();
-    if (dim % kernels::kPanel) continue;
-    std::vector<float> q(s.heads * dim), sinks(s.heads);
-    for (auto& v : q) v = d(rng);
-    for (auto& v : sinks) v = d(rng);
-    std::vector<float> want(s.heads * dim), got(s.heads * dim, -1.0f);
-    std::vector<float> scratch(kernels::sink_attention_scratch(s.heads, s.slots, dim));
-    kernels::sink_attention_heads_generic(q.data(), s.heads, rows.slots.data(), s.slots, rows.format, sinks.data(),
-                                          0.125f, scratch.data(), want.data());
-    kernels::sink_attention_heads_avx512(q.data(), s.heads, rows.slots.data(), s.slots, rows.format, sinks.data(),
-                                         0.125f, scratch.data(), got.data());
-    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), sizeof(float) * want.size()))
-        << "heads " << s.heads << " slots " << s.slots << " dim " << dim;
-  }
-}
-
 TEST(Kernels, SinkOnlyEntersTheDenominator) {
   const kernels::KvRowFormat f{0, 2};  // RoPE dims only: the floats as they are
   std::vector<float> q = {1, 0}, k0 = {1, 0}, k1 = {0, 1};
   std::vector<uint8_t> rows(2 * f.bytes());
-  kernels::store_kv_row(k0.data(), f, rows.data());
-  kernels::store_kv_row(k1.data(), f, rows.data() + f.bytes());
+  oracle().store_kv_row(k0.data(), f, rows.data());
+  oracle().store_kv_row(k1.data(), f, rows.data() + f.bytes());
   const uint8_t* keys[2] = {rows.data(), rows.data() + f.bytes()};
   const float sink = 0.5f;
   std::vector<float> scratch(kernels::sink_attention_scratch(1, 2, 2)), out(2);
-  kernels::sink_attention_heads(q.data(), 1, keys, 2, f, &sink, 1.0f, scratch.data(), out.data());
+  oracle().sink_attention_heads(q.data(), 1, keys, 2, f, &sink, 1.0f, scratch.data(), out.data());
   const double e0 = std::exp(1.0), e1 = 1.0, es = std::exp(0.5);
   EXPECT_NEAR(out[0], e0 / (e0 + e1 + es), 1e-6);
   EXPECT_NEAR(out[1], e1 / (e0 + e1 + es), 1e-6);
 }
 
-TEST(HeadDots, AreDotsWithTheKeysValuesAndAvx512EqualsTheGeneric) {
+TEST(HeadDots, AreDotsWithTheKeysValues) {
   std::mt19937 rng(29);
   std::normal_distribution<float> d(0.0f, 1.0f);
-  const bool avx512 = kernels::isa_supported(kernels::Isa::kAvx512);
   for (int64_t heads : {1, 5, 16, 20, 32, 64})
     for (int64_t keys_n : {1, 9, 40}) {
       const int64_t dim = 128, row = kernels::index_row_bytes(dim);
@@ -133,16 +115,12 @@ TEST(HeadDots, AreDotsWithTheKeysValuesAndAvx512EqualsTheGeneric) {
         kernels::load_index_row(&rows[j * row], dim, &values[j * dim]);
         keys[j] = &rows[j * row];
       }
-      std::vector<float> want(keys_n * heads), got(keys_n * heads, -1.0f);
+      std::vector<float> want(keys_n * heads);
       std::vector<float> scratch(kernels::head_dots_scratch(heads, dim));
-      kernels::head_dots_generic(q.data(), heads, keys.data(), keys_n, dim, scratch.data(), want.data());
+      oracle().head_dots(q.data(), heads, keys.data(), keys_n, dim, scratch.data(), want.data());
       for (int64_t j = 0; j < keys_n; ++j)
         for (int64_t h = 0; h < heads; ++h)
           ASSERT_EQ(want[j * heads + h], kernels::dot(&q[h * dim], &values[j * dim], dim));
-      if (!avx512) continue;
-      kernels::head_dots_avx512(q.data(), heads, keys.data(), keys_n, dim, scratch.data(), got.data());
-      EXPECT_EQ(0, std::memcmp(got.data(), want.data(), sizeof(float) * want.size()))
-          << "heads " << heads << " keys " << keys_n;
     }
 }
 
@@ -175,41 +153,24 @@ void expect_same_bits(const std::vector<float>& want, const std::vector<float>& 
   }
 }
 
-TEST(Fp8RoundTrip, Avx512EqualsTheGenericBitForBit) {
-  if (!kernels::isa_supported(kernels::Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 on this CPU";
-  const std::vector<float> x = hard_values(128 * 64, 17);
-  std::vector<float> want = x, got = x;
-  const kernels::Isa before = kernels::active_isa();
-  kernels::set_isa(kernels::Isa::kGeneric);
-  kernels::fp8_quant_dequant(want.data(), static_cast<int64_t>(want.size()), 128);
-  kernels::set_isa(kernels::Isa::kAvx512);
-  kernels::fp8_quant_dequant(got.data(), static_cast<int64_t>(got.size()), 128);
-  kernels::set_isa(before);
-  expect_same_bits(want, got, "fp8 round trip");
-}
-
 // A stored KV row stands for exactly what the reference's act_quant leaves
-// in its cache (FP8 dims rounded per 64, RoPE dims unchanged), every ISA
-// writes the same bytes, and the Flash row is 712 bytes (2048 as floats).
+// in its cache (FP8 dims rounded per 64, RoPE dims unchanged), and the
+// Flash row is 712 bytes (2048 as floats).
 TEST(CacheRows, KvRowsHoldTheReferencesRoundedValues) {
   EXPECT_EQ((kernels::KvRowFormat{448, 64}.bytes()), 712);
   EXPECT_EQ(kernels::index_row_bytes(128), 68);
-  const bool avx512 = kernels::isa_supported(kernels::Isa::kAvx512);
   for (const kernels::KvRowFormat f : {kernels::KvRowFormat{448, 64}, kernels::KvRowFormat{64, 16},
                                        kernels::KvRowFormat{0, 8}, kernels::KvRowFormat{512, 0}}) {
     const int64_t rows = 40;
     const std::vector<float> x = hard_values(rows * f.dim(), 31);
     for (int64_t r = 0; r < rows; ++r) {
       const float* xr = &x[r * f.dim()];
-      std::vector<uint8_t> generic(f.bytes()), fast(f.bytes());
-      kernels::store_kv_row_generic(xr, f, generic.data());
+      std::vector<uint8_t> generic(f.bytes());
+      oracle().store_kv_row(xr, f, generic.data());
       std::vector<float> want(xr, xr + f.dim()), got(f.dim());
       kernels::fp8_quant_dequant(want.data(), f.nope, kernels::kKvScaleBlock);
       kernels::load_kv_row(generic.data(), f, got.data());
       expect_same_bits(want, got, "kv row");
-      if (!avx512) continue;
-      kernels::store_kv_row_avx512(xr, f, fast.data());
-      ASSERT_EQ(generic, fast) << "row " << r << " of format " << f.nope << "+" << f.rope;
     }
   }
 }
@@ -225,20 +186,6 @@ TEST(CacheRows, IndexRowsHoldTheReferencesFp4RoundedValues) {
       kernels::load_index_row(row.data(), dim, got.data());
       expect_same_bits(want, got, "index row");
     }
-  }
-}
-
-TEST(Hadamard, Avx512EqualsTheGenericBitForBit) {
-  if (!kernels::isa_supported(kernels::Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 on this CPU";
-  std::mt19937 rng(23);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  for (int64_t n : {16, 64, 128, 512}) {
-    std::vector<float> x(n), scratch(n);
-    for (auto& v : x) v = d(rng);
-    std::vector<float> want = x, got = x;
-    kernels::hadamard_generic(want.data(), n, scratch.data());
-    kernels::hadamard_avx512(got.data(), n, scratch.data());
-    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), sizeof(float) * n)) << "n " << n;
   }
 }
 

@@ -23,22 +23,42 @@ TEST(BenchCli, ThroughputRowsMachineLimitsAndCsv) {
   std::smatch m;
   ASSERT_TRUE(std::regex_search(
       r.output, m,
-      std::regex(R"(memory read ([0-9.]+) GB/s; GEMM kernel peak ([0-9.]+) GFLOP/s \(FP8/FP4 panels, BF16 dot\), )"
-                 R"(([0-9.]+) GFLOP/s \(f32 panels\))")))
+      std::regex(R"(memory read ([0-9.]+) GB/s; GEMM kernel peak \(FP8 panels, BF16-pair inputs: what prefill's linears run\) )"
+                 R"(([0-9.]+) GFLOP/s exact ([0-9.]+) GFLOP/s fast, f32 panels ([0-9.]+) GFLOP/s)")))
       << r.output;
-  EXPECT_GT(std::stod(m[1]), 0.1);
-  EXPECT_GT(std::stod(m[2]), 0.1);
-  EXPECT_GT(std::stod(m[3]), 0.1);
-  // Prefill rows against the GEMM peak, decode at batch 1 against the
-  // roofline; decode rows time the steps after one warm-up step.
-  EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(prefill\s+1\s+64-192\s+128\s+[0-9.]+\s+[0-9.]+%)")))
+  for (int i = 1; i <= 4; ++i) EXPECT_GT(std::stod(m[i]), 0.1);
+  // Both numerics side by side: prefill rows against the GEMM peak, decode at
+  // batch 1 against the roofline; decode rows time the steps after one warm-up.
+  const std::string num = R"(\s+[0-9.]+)", pct = R"(\s+[0-9.]+%)", ratio = R"(\s+[0-9.]+x)";
+  EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(prefill\s+1\s+64-192\s+128)" + num + pct + num + pct + ratio)))
       << r.output;
-  EXPECT_NE(r.output.find("decode        3        192-197         12"), std::string::npos) << r.output;
-  EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(decode\s+1\s+64-69\s+4\s+[0-9.]+\s+[0-9.]+%)"))) << r.output;
-  EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(decode batch 3 at context 192: [0-9.]+x the tokens/s of batch 1)")))
+  EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(decode\s+3\s+192-197\s+12)" + num + num + ratio))) << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(decode\s+1\s+64-69\s+4)" + num + pct + num + pct + ratio)))
       << r.output;
-  EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(decode at context 192: [0-9.]+x the tokens/s at context 64)")))
-      << r.output;
+  for (const char* mode : {"exact", "fast"}) {
+    const std::string md(mode);
+    EXPECT_TRUE(std::regex_search(
+        r.output, std::regex(md + R"(: decode batch 3 at context 192: [0-9.]+x the tokens/s of batch 1)")))
+        << r.output;
+    EXPECT_TRUE(
+        std::regex_search(r.output, std::regex(md + R"(: decode at context 192: [0-9.]+x the tokens/s at context 64)")))
+        << r.output;
+    // The per-phase breakdown of a prefill chunk and a decode step: shares
+    // of the step that add up to at most 100%.
+    for (const char* step : {"prefill", "decode batch 1", "decode batch 3"}) {
+      ASSERT_TRUE(std::regex_search(r.output, m, std::regex("  " + md + " " + step + R"(\s+[0-9.]+ ms: ([^\n]*))")))
+          << step << "\n" << r.output;
+      const std::string shares = m[1];
+      EXPECT_NE(shares.find("attention"), std::string::npos) << shares;
+      EXPECT_NE(shares.find("routed experts"), std::string::npos) << shares;
+      double total = 0;
+      const std::regex share(R"(([0-9.]+)%)");
+      for (auto it = std::sregex_iterator(shares.begin(), shares.end(), share); it != std::sregex_iterator(); ++it)
+        total += std::stod((*it)[1]);
+      EXPECT_GT(total, 50.0) << shares;
+      EXPECT_LE(total, 100.5) << shares;
+    }
+  }
   // KV bytes per token for this model and the released ones, shrinking per
   // token as the context grows (the window ring and states are per request).
   for (const char* model : {"this model", "DeepSeek-V4-Flash", "DeepSeek-V4-Pro"}) {
@@ -50,10 +70,15 @@ TEST(BenchCli, ThroughputRowsMachineLimitsAndCsv) {
   std::ifstream in(csv);
   std::string header, line;
   std::getline(in, header);
-  EXPECT_EQ(header, "phase,batch,ctx_from,ctx_to,tokens,seconds,tok_s,mem_gbps,gemm_gflops,vs_limit");
+  EXPECT_EQ(header, "numerics,phase,batch,ctx_from,ctx_to,tokens,seconds,tok_s,mem_gbps,gemm_gflops,vs_limit");
   int lines = 0;
   while (std::getline(in, line)) ++lines;
-  EXPECT_EQ(lines, 6);  // 2 prefill rows + 2 contexts x 2 batch sizes
+  EXPECT_EQ(lines, 12);  // per numerics: 2 prefill rows + 2 contexts x 2 batch sizes
+  // --numerics picks one mode; the header says which.
+  const auto one = run_dsv4("bench --ctx 64 --batch 1 --gen 2 --numerics exact");
+  ASSERT_EQ(one.code, 0) << one.output;
+  EXPECT_NE(one.output.find("numerics exact,"), std::string::npos) << one.output;
+  EXPECT_EQ(one.output.find("fast prefill"), std::string::npos) << one.output;
   const auto bad = run_dsv4("bench --ctx 64,x");
   EXPECT_EQ(bad.code, 2);
   EXPECT_NE(bad.output.find("--ctx needs positive lengths"), std::string::npos) << bad.output;

@@ -40,7 +40,6 @@ TEST_P(Golden, MatchesReference) {
   VerifyOptions opt;
   opt.golden_path = golden_dir() + "/" + p.name + "/golden.safetensors";
   opt.chunk = p.chunk;
-  opt.quantized = model_is_quantized(model);
   auto report = verify_golden(model, opt);
   ASSERT_TRUE(report.ok()) << report.status().message();
   for (const auto& t : report->tensors) {
@@ -64,6 +63,38 @@ std::vector<GoldenParam> params() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, Golden, ::testing::ValuesIn(params()), [](const auto& info) {
+  std::string n = info.param.name + "_chunk" + std::to_string(info.param.chunk);
+  for (char& c : n)
+    if (c == '-') c = '_';
+  return n;
+});
+
+// Fast numerics: within each case's bounds for any correct implementation
+// (case.json), whole and chunked; and chunking changes no bit (the fast
+// kernels order each row's sums by its own data only).
+class GoldenFast : public ::testing::TestWithParam<GoldenParam> {};
+
+TEST_P(GoldenFast, WithinTheBoundsOfAnyCorrectImplementation) {
+  const auto& p = GetParam();
+  const DeepseekV4& model = testing::golden_model(p.name, kernels::Numerics::kFast);
+  VerifyOptions opt;
+  opt.golden_path = golden_dir() + "/" + p.name + "/golden.safetensors";
+  opt.chunk = p.chunk;
+  auto bounds = GoldenBounds::other_implementations(opt.golden_path);
+  ASSERT_TRUE(bounds.ok()) << bounds.status().message();
+  opt.bounds = *bounds;
+  auto report = verify_golden(model, opt);
+  ASSERT_TRUE(report.ok()) << report.status().message();
+  EXPECT_TRUE(report->pass()) << p.name << " chunk " << p.chunk << "\n" << report->format();
+  opt.chunk = 0;
+  auto whole = verify_golden(model, opt);
+  ASSERT_TRUE(whole.ok()) << whole.status().message();
+  for (size_t i = 0; i < report->tensors.size(); ++i)
+    EXPECT_EQ(report->tensors[i].rel_l2, whole->tensors[i].rel_l2)
+        << p.name << " chunk " << p.chunk << ": " << report->tensors[i].name << " depends on the chunking";
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, GoldenFast, ::testing::ValuesIn(params()), [](const auto& info) {
   std::string n = info.param.name + "_chunk" + std::to_string(info.param.chunk);
   for (char& c : n)
     if (c == '-') c = '_';
@@ -99,7 +130,6 @@ TEST_P(GoldenParallel, MatchesReferenceBitForBit) {
   VerifyOptions opt;
   opt.golden_path = testing::golden_dir() + "/" + p.name + "/golden.safetensors";
   opt.chunk = p.chunk;
-  opt.quantized = model_is_quantized(testing::golden_model(p.name));
   ParallelVerifyOptions par;
   par.topology = {p.tp, p.dp, p.ep};
   par.flashcomm = {p.flashcomm_min > 0, p.flashcomm_min};

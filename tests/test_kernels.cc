@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "base/dtype.h"
+#include "kernels/dispatch.h"
 #include "kernels/kernels.h"
 
 namespace dsv4 {
@@ -17,7 +18,7 @@ TEST(Kernels, HadamardMatchesSylvesterMatrix) {
   for (int j = 0; j < n; ++j)
     for (int i = 0; i < n; ++i) y[j] += x[i] * ((__builtin_popcount(i & j) & 1) ? -1.0f : 1.0f) / 4.0f;
   std::vector<float> scratch(n);
-  kernels::hadamard(x.data(), n, scratch.data());
+  kernels::kernels_for(kernels::Isa::kGeneric, kernels::Numerics::kExact).hadamard(x.data(), n, scratch.data());
   for (int i = 0; i < n; ++i) EXPECT_NEAR(x[i], y[i], 1e-6f);
 }
 

@@ -18,6 +18,8 @@
 namespace dsv4 {
 namespace {
 
+const kernels::Kernels& exact_kernels() { return kernels::kernels_for(kernels::Numerics::kExact); }
+
 TEST(Rope, PlainFrequencies) {
   RopeOptions o;
   o.rope_dim = 8;
@@ -107,7 +109,7 @@ TEST(Indexer, QueriesSeeOnlyFinishedRows) {
   std::vector<const uint8_t*> rows;
   const std::vector<uint8_t> keys = index_rows({1.0f, 1.0f, 1.0f}, &rows);
   std::vector<std::vector<int32_t>> picked;
-  indexer_select(s, q.data(), w.data(), rows.data(), 0, n, 0, nullptr, &picked);
+  indexer_select(exact_kernels(), s, q.data(), w.data(), rows.data(), 0, n, 0, nullptr, &picked);
   for (int64_t t = 0; t < n; ++t) EXPECT_EQ(static_cast<int64_t>(picked[t].size()), (t + 1) / 4) << t;
 }
 
@@ -118,7 +120,7 @@ TEST(Indexer, TopkKeepsTheBestRows) {
   std::vector<const uint8_t*> rows;
   const std::vector<uint8_t> keys = index_rows({0.1f, 0.9f, -1.0f, 0.5f}, &rows);  // scores .125 1 0 .5 in FP4
   std::vector<std::vector<int32_t>> picked;
-  indexer_select(s, q.data(), w.data(), rows.data(), 15, 1, 0, nullptr, &picked);
+  indexer_select(exact_kernels(), s, q.data(), w.data(), rows.data(), 15, 1, 0, nullptr, &picked);
   ASSERT_EQ(picked[0].size(), 2u);
   EXPECT_EQ(picked[0][0], 1);
   EXPECT_EQ(picked[0][1], 3);
@@ -150,10 +152,12 @@ struct CompressorRun {
   }
   CompressorStateView state() { return {kv.data(), score.data(), CacheGeometry().compressor_slots(w.ratio)}; }
   void feed(const Rope& rope, const float* x_kv, const float* x_score, int64_t start, int64_t n) {
-    compress_tokens(w, rope, static_cast<int>(format.rope), 1e-6f, x_kv, x_score, start, n, state(), 0, [&](int64_t j) {
-      if (static_cast<int64_t>(rows.size()) < (j + 1) * format.bytes()) rows.resize((j + 1) * format.bytes());
-      return rows.data() + j * format.bytes();
-    });
+    compress_tokens(exact_kernels(), w, rope, static_cast<int>(format.rope), 1e-6f, x_kv, x_score, start, n, state(),
+                    0, [&](int64_t j) {
+                      if (static_cast<int64_t>(rows.size()) < (j + 1) * format.bytes())
+                        rows.resize((j + 1) * format.bytes());
+                      return rows.data() + j * format.bytes();
+                    });
   }
   const CompressorWeights& w;
   kernels::KvRowFormat format;

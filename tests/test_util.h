@@ -26,12 +26,15 @@ inline std::string golden_dir() {
   return env ? env : DSV4_DEFAULT_GOLDEN_DIR;
 }
 
-// The model of golden case `name`, loaded on first use.
-inline const DeepseekV4& golden_model(const std::string& name) {
-  static std::map<std::string, std::unique_ptr<DeepseekV4>> cache;
-  auto& slot = cache[name];
+// The model of golden case `name` in `numerics`, loaded on first use.
+inline const DeepseekV4& golden_model(const std::string& name,
+                                      kernels::Numerics numerics = kernels::Numerics::kExact) {
+  static std::map<std::pair<std::string, kernels::Numerics>, std::unique_ptr<DeepseekV4>> cache;
+  auto& slot = cache[{name, numerics}];
   if (!slot) {
-    auto m = DeepseekV4::load(golden_dir() + "/" + name);
+    ModelOptions options;
+    options.numerics = numerics;
+    auto m = DeepseekV4::load(golden_dir() + "/" + name, options);
     if (!m.ok()) {
       ADD_FAILURE() << m.status().message();
       std::abort();

@@ -1,3 +1,4 @@
+#include "base/phase_timer.h"
 #include "dist/local_communicator.h"
 
 #include <algorithm>
@@ -19,6 +20,7 @@ std::vector<std::unique_ptr<Communicator>> LocalCommunicator::create(int size) {
 }
 
 void LocalCommunicator::all_reduce_sum(float* data, int64_t n) {
+  PhaseTimer::Scope time(Phase::kCommunication);
   LocalWorld& w = *world_;
   count_sent(sizeof(float) * n * (w.size() - 1));
   w.slots_[rank_] = data;
@@ -33,6 +35,7 @@ void LocalCommunicator::all_reduce_sum(float* data, int64_t n) {
 }
 
 void LocalCommunicator::all_gather(const void* send, size_t bytes, void* recv) {
+  PhaseTimer::Scope time(Phase::kCommunication);
   LocalWorld& w = *world_;
   count_sent(bytes * (w.size() - 1));
   w.slots_[rank_] = send;
@@ -44,6 +47,7 @@ void LocalCommunicator::all_gather(const void* send, size_t bytes, void* recv) {
 
 void LocalCommunicator::all_to_all_v(const void* send, const std::vector<size_t>& send_bytes, void* recv,
                                      const std::vector<size_t>& recv_bytes) {
+  PhaseTimer::Scope time(Phase::kCommunication);
   LocalWorld& w = *world_;
   DSV4_CHECK(static_cast<int>(send_bytes.size()) == w.size() && static_cast<int>(recv_bytes.size()) == w.size());
   count_sent(std::accumulate(send_bytes.begin(), send_bytes.end(), size_t{0}) - send_bytes[rank_]);
@@ -69,6 +73,7 @@ void LocalCommunicator::abort(int code) {
 }
 
 void LocalCommunicator::broadcast(void* data, size_t bytes, int root) {
+  PhaseTimer::Scope time(Phase::kCommunication);
   LocalWorld& w = *world_;
   if (rank_ == root) count_sent(bytes * (w.size() - 1));
   if (rank_ == root) w.slots_[root] = data;

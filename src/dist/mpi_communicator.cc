@@ -1,3 +1,4 @@
+#include "base/phase_timer.h"
 #include "dist/mpi_communicator.h"
 
 #include <mpi.h>
@@ -60,6 +61,7 @@ MpiCommunicator::~MpiCommunicator() {
 }
 
 void MpiCommunicator::all_reduce_sum(float* data, int64_t n) {
+  PhaseTimer::Scope time(Phase::kCommunication);
   // Gather everything and add in rank order: the same bits on every rank
   // and the same as the threads backend.
   std::vector<float> all(static_cast<size_t>(n) * size_);
@@ -72,6 +74,7 @@ void MpiCommunicator::all_reduce_sum(float* data, int64_t n) {
 }
 
 void MpiCommunicator::all_gather(const void* send, size_t bytes, void* recv) {
+  PhaseTimer::Scope time(Phase::kCommunication);
   DSV4_CHECK_MSG(bytes <= static_cast<size_t>(INT32_MAX), "MPI message over 2 GiB");
   count_sent(bytes * (size_ - 1));
   MPI_Allgather(send, static_cast<int>(bytes), MPI_BYTE, recv, static_cast<int>(bytes), MPI_BYTE, handle(comm_));
@@ -79,6 +82,7 @@ void MpiCommunicator::all_gather(const void* send, size_t bytes, void* recv) {
 
 void MpiCommunicator::all_to_all_v(const void* send, const std::vector<size_t>& send_bytes, void* recv,
                                    const std::vector<size_t>& recv_bytes) {
+  PhaseTimer::Scope time(Phase::kCommunication);
   const std::vector<int> sc = as_ints(send_bytes), rc = as_ints(recv_bytes);
   const std::vector<int> sd = displacements(sc), rd = displacements(rc);
   count_sent(std::accumulate(send_bytes.begin(), send_bytes.end(), size_t{0}) - send_bytes[rank_]);
@@ -86,6 +90,7 @@ void MpiCommunicator::all_to_all_v(const void* send, const std::vector<size_t>& 
 }
 
 void MpiCommunicator::broadcast(void* data, size_t bytes, int root) {
+  PhaseTimer::Scope time(Phase::kCommunication);
   DSV4_CHECK_MSG(bytes <= static_cast<size_t>(INT32_MAX), "MPI message over 2 GiB");
   if (rank_ == root) count_sent(bytes * (size_ - 1));
   MPI_Bcast(data, static_cast<int>(bytes), MPI_BYTE, root, handle(comm_));

@@ -34,19 +34,14 @@ struct KvRowFormat {
 
 inline int64_t index_row_bytes(int64_t dim) { return dim / 2 + dim / kIndexScaleBlock; }
 
-// Rounds x [f.dim()] as the reference's in-place act_quant does (per 64
-// values: scale 2^ceil(log2(amax / 448)), amax floored at 1e-4; e4m3 with
-// ties to even, saturating) and stores the codes; the RoPE dims as they are.
-void store_kv_row(const float* x, const KvRowFormat& f, uint8_t* row);
-// The values a KV row stands for.
+// Storing a KV row rounds x [f.dim()] as the reference's in-place act_quant
+// does (per 64 values: scale 2^ceil(log2(amax / 448)), amax floored at
+// 1e-4; e4m3 with ties to even, saturating) and keeps the RoPE dims as they
+// are: Kernels::store_kv_row (dispatch.h). The values a KV row stands for:
 void load_kv_row(const uint8_t* row, const KvRowFormat& f, float* x);
 // Rounds x [dim] as fp4_act_quant does (per 32 values: scale
 // 2^ceil(log2(amax / 6)), amax floored at 6 * 2^-126; e2m1) and stores it.
 void store_index_row(const float* x, int64_t dim, uint8_t* row);
 void load_index_row(const uint8_t* row, int64_t dim, float* x);
-
-// The bodies behind store_kv_row (it dispatches on the ISA), for tests.
-void store_kv_row_generic(const float* x, const KvRowFormat& f, uint8_t* row);
-void store_kv_row_avx512(const float* x, const KvRowFormat& f, uint8_t* row);
 
 }  // namespace dsv4::kernels

@@ -1,6 +1,9 @@
-// Pointer+size kernels. The generic versions here are the oracle the x86
-// variants are tested against. No shape checks, no allocation, no threads:
-// ops (src/ops) validate shapes and split work with parallel_for.
+// Pointer+size kernels: the weight layouts they share, and the exact scalar
+// math the reference's PyTorch CPU kernels do. The kernels themselves are
+// reached through dispatch.h (one table per ISA and numerics); the generic
+// bodies (src/kernels/generic) are the oracle every other body is tested
+// against. No shape checks, no allocation, no threads: ops (src/ops)
+// validate shapes and split work with parallel_for.
 #pragma once
 
 #include <cstdint>
@@ -9,7 +12,7 @@
 
 namespace dsv4::kernels {
 
-// Float arithmetic follows the reference's PyTorch CPU kernels operation by
+// Exact numerics follow the reference's PyTorch CPU kernels operation by
 // operation (products rounded before adding, no FMA contraction, the same
 // summation order), so f32 results are bit-identical to the reference's.
 
@@ -44,22 +47,39 @@ float sum_outer(const float* x, int64_t n, int64_t stride);
 void matmul_nt(const float* x, int64_t m, int64_t k, const float* w, int64_t n_begin, int64_t n_end,
                float* y, int64_t ldy);
 
+// out = x / sqrt(mean(x^2) + eps) * weight (weight may be null: no scale).
+void rms_norm(const float* x, const float* weight, int64_t n, float eps, float* out);
+
+// Rotates interleaved pairs (x[2i], x[2i+1]) by angle i: cos[i], sin[i];
+// inverse rotates by the negative angle.
+void rope(float* x, const float* cos, const float* sin, int64_t pairs, bool inverse);
+
+// The reference's act_quant / fp4_act_quant round trips, in place, per
+// blocks of `block` values: each block gets a power-of-two scale
+// (2^ceil(log2(amax / max))), values are divided by it, clamped to +-max
+// (448 for FP8 e4m3, 6 for FP4 e2m1), rounded to the format (ties to even)
+// and scaled back. The dispatched fp8_round_trip / fp4_round_trip are these.
+void fp8_quant_dequant(float* x, int64_t n, int64_t block);
+void fp4_quant_dequant(float* x, int64_t n, int64_t block);
+// The block scales for a block's amax (floored at 1e-4 for FP8 and
+// 6 * 2^-126 for FP4, as the reference).
+float fp8_block_scale(float amax);
+float fp4_block_scale(float amax);
+
 // Weights packed for output-column vectors: panels of kPanel output columns,
 // each stored k-major ([k][kPanel]), the last panel zero-padded. Each
-// output still adds its products left to right, so matmul_packed equals
-// matmul_nt bit for bit, while a vector unit computes kPanel outputs at once.
+// output still adds its products left to right, so matmul_f32 (dispatch.h)
+// equals matmul_nt bit for bit in exact numerics, while a vector unit
+// computes kPanel outputs at once.
 inline constexpr int64_t kPanel = 16;
 inline int64_t packed_floats(int64_t n, int64_t k) { return (n + kPanel - 1) / kPanel * kPanel * k; }
 void pack_panels(const float* w, int64_t n, int64_t k, float* packed);
-// y[i, j] = dot(x[i], w[j]) for rows [0, m) and the output columns of panels
-// [p_begin, p_end) (j < n); y has row stride ldy. Dispatches on active_isa().
-void matmul_packed(const float* x, int64_t m, int64_t k, const float* packed, int64_t n, int64_t p_begin,
-                   int64_t p_end, float* y, int64_t ldy);
+
 // BF16, FP8 e4m3 and FP4 e2m1 weights kept in their formats, FP8/FP4 with an
 // e8m0 scale per row and block of the input (128 values for FP8, 32 for
 // FP4). A weight is its code's value times its scale (one exact multiply, as
-// the reference dequantizes), so these equal matmul_nt on the dequantized
-// weights bit for bit.
+// the reference dequantizes), so matmul_quantized equals matmul_nt on the
+// dequantized weights bit for bit in exact numerics.
 //
 // Layout, per panel of kPanel columns: BF16 codes [k][16] x 2 bytes. FP8 and
 // FP4 codes in 64-byte chunks of 4 (FP8) or 8 (FP4) input steps, arranged so
@@ -89,12 +109,8 @@ struct QuantizedPanels {
   const uint8_t* codes;
   const uint8_t* scales;
 };
-void matmul_quantized(const float* x, int64_t m, int64_t k, const QuantizedPanels& w, int64_t n, int64_t p_begin,
-                      int64_t p_end, float* y, int64_t ldy);
-void matmul_quantized_generic(const float* x, int64_t m, int64_t k, const QuantizedPanels& w, int64_t n,
-                              int64_t p_begin, int64_t p_end, float* y, int64_t ldy);
-void matmul_quantized_avx512(const float* x, int64_t m, int64_t k, const QuantizedPanels& w, int64_t n,
-                             int64_t p_begin, int64_t p_end, float* y, int64_t ldy);
+// Weight (t, column c) of panel p, dequantized.
+float panel_weight(const QuantizedPanels& w, int64_t k, int64_t p, int64_t t, int64_t c);
 
 // Inputs that are exact BF16 values (every FP8/FP4 linear rounds its input
 // through e4m3 first, and e4m3 times a power of two fits BF16) as pairs:
@@ -106,12 +122,6 @@ void matmul_quantized_avx512(const float* x, int64_t m, int64_t k, const Quantiz
 // bit (BF16 dot products treat subnormal inputs and sums as zero; these
 // values never come near 2^-126).
 void pack_bf16_pairs(const float* x, int64_t m, int64_t k, uint32_t* pairs);
-void matmul_quantized_pairs(const uint32_t* pairs, int64_t m, int64_t k, const QuantizedPanels& w, int64_t n,
-                            int64_t p_begin, int64_t p_end, float* y, int64_t ldy);
-void matmul_quantized_pairs_generic(const uint32_t* pairs, int64_t m, int64_t k, const QuantizedPanels& w, int64_t n,
-                                    int64_t p_begin, int64_t p_end, float* y, int64_t ldy);
-void matmul_quantized_pairs_avx512(const uint32_t* pairs, int64_t m, int64_t k, const QuantizedPanels& w, int64_t n,
-                                   int64_t p_begin, int64_t p_end, float* y, int64_t ldy);
 
 // W8A8 (compressed-tensors int-quantized): int8 weights with an f32 scale
 // per output channel, against activations quantized per row to int8 with
@@ -126,20 +136,10 @@ int64_t int8_code_bytes(int64_t n, int64_t k);
 int64_t int8_panel_extra_bytes(int64_t n);
 void pack_int8_panels(const int8_t* codes, const float* channel_scales, int64_t n, int64_t k, uint8_t* packed_codes,
                       uint8_t* sums_and_scales);
-// x [m, k] -> biased [m, int8_padded_k(k)] and row_scales [m].
-void quantize_rows_int8(const float* x, int64_t m, int64_t k, uint8_t* biased, float* row_scales);
-void quantize_rows_int8_generic(const float* x, int64_t m, int64_t k, uint8_t* biased, float* row_scales);
-void quantize_rows_int8_avx512(const float* x, int64_t m, int64_t k, uint8_t* biased, float* row_scales);
 struct Int8Panels {
   const uint8_t* codes;
   const uint8_t* sums_and_scales;
 };
-void matmul_int8(const uint8_t* biased, const float* row_scales, int64_t m, int64_t k, const Int8Panels& w, int64_t n,
-                 int64_t p_begin, int64_t p_end, float* y, int64_t ldy);
-void matmul_int8_generic(const uint8_t* biased, const float* row_scales, int64_t m, int64_t k, const Int8Panels& w,
-                         int64_t n, int64_t p_begin, int64_t p_end, float* y, int64_t ldy);
-void matmul_int8_avx512(const uint8_t* biased, const float* row_scales, int64_t m, int64_t k, const Int8Panels& w,
-                        int64_t n, int64_t p_begin, int64_t p_end, float* y, int64_t ldy);
 
 // Input steps per slice of a blocked GEMM: with more rows than one register
 // block, 256 (the rows' slice stays in cache while panels stream past);
@@ -147,83 +147,20 @@ void matmul_int8_avx512(const uint8_t* biased, const float* row_scales, int64_t 
 // the hardware prefetcher follows best in decode).
 inline int64_t slice_steps(int64_t m, int64_t k) { return m <= 4 ? k : 256; }
 
-// The AVX2 bodies (for CPUs without AVX-512), the same bits.
-void matmul_packed_avx2(const float* x, int64_t m, int64_t k, const float* packed, int64_t n, int64_t p_begin,
-                        int64_t p_end, float* y, int64_t ldy);
-void matmul_quantized_avx2(const float* x, int64_t m, int64_t k, const QuantizedPanels& w, int64_t n, int64_t p_begin,
-                           int64_t p_end, float* y, int64_t ldy);
-void matmul_quantized_pairs_avx2(const uint32_t* pairs, int64_t m, int64_t k, const QuantizedPanels& w, int64_t n,
-                                 int64_t p_begin, int64_t p_end, float* y, int64_t ldy);
-void matmul_int8_avx2(const uint8_t* biased, const float* row_scales, int64_t m, int64_t k, const Int8Panels& w,
-                      int64_t n, int64_t p_begin, int64_t p_end, float* y, int64_t ldy);
-
-// The generic and AVX-512 bodies, for tests.
-void matmul_packed_generic(const float* x, int64_t m, int64_t k, const float* packed, int64_t n, int64_t p_begin,
-                           int64_t p_end, float* y, int64_t ldy);
-void matmul_packed_avx512(const float* x, int64_t m, int64_t k, const float* packed, int64_t n, int64_t p_begin,
-                          int64_t p_end, float* y, int64_t ldy);
-
-// out = x / sqrt(mean(x^2) + eps) * weight (weight may be null: no scale).
-void rms_norm(const float* x, const float* weight, int64_t n, float eps, float* out);
-
-// In place quantize-dequantize of blocks of `block` values, as the
-// reference's act_quant / fp4_act_quant round trips: each block gets a
-// power-of-two scale (2^ceil(log2(amax / max))), values are divided by it,
-// clamped to +-max (448 for FP8 e4m3, 6 for FP4 e2m1), rounded to the format
-// (ties to even) and scaled back.
-void fp8_quant_dequant(float* x, int64_t n, int64_t block);
-void fp4_quant_dequant(float* x, int64_t n, int64_t block);
-// The block scales for a block's amax (floored at 1e-4 for FP8 and
-// 6 * 2^-126 for FP4, as the reference).
-float fp8_block_scale(float amax);
-float fp4_block_scale(float amax);
-// fp8_quant_dequant on AVX-512 (block a multiple of 16): the same values bit
-// for bit.
-void fp8_round_trip_avx512(float* x, int64_t n, int64_t block);
-
-// In place normalized Walsh-Hadamard transform (n a power of two), scaled by
-// n^-1/2, equal to x @ H_n / sqrt(n) with Sylvester's H_n. scratch: n floats.
-void hadamard(float* x, int64_t n, float* scratch);
-void hadamard_generic(float* x, int64_t n, float* scratch);
-void hadamard_avx512(float* x, int64_t n, float* scratch);  // n a multiple of 16
-
-// Rotates interleaved pairs (x[2i], x[2i+1]) by angle i: cos[i], sin[i];
-// inverse rotates by the negative angle.
-void rope(float* x, const float* cos, const float* sin, int64_t pairs, bool inverse);
-
-// Sink attention of `heads` query heads (q [heads, dim], out [heads, dim],
-// sinks [heads]) sharing the same key slots, as in DeepSeek-V4's one-KV-head
-// attention: softmax(q.k * scale) with one more logit per head, its sink, in
-// the denominator only; out = sum_j p_j * key_j. keys[j] is a KV row in
-// format f (the codes the cache stores, see cache_rows.h), or null for a
-// masked slot (weight 0, still part of the softmax sum's layout). The rows
-// are decoded as they are read, a few slots at a time; every sum runs in the
-// reference's order. scratch: sink_attention_scratch floats.
-inline constexpr int64_t kKeyTile = 8;  // key rows the AVX-512 bodies decode at a time
+// Sink attention (dispatch.h) of `heads` query heads (q [heads, dim], out
+// [heads, dim], sinks [heads]) sharing the same key slots, as in
+// DeepSeek-V4's one-KV-head attention: softmax(q.k * scale) with one more
+// logit per head, its sink, in the denominator only; out = sum_j p_j *
+// key_j. keys[j] is a KV row in format f (the codes the cache stores, see
+// cache_rows.h), or null for a masked slot (weight 0, still part of the
+// softmax sum's layout in exact numerics). The rows are decoded as they are
+// read, kKeyTile at a time.
+inline constexpr int64_t kKeyTile = 8;
 int64_t sink_attention_scratch(int64_t heads, int64_t num_slots, int64_t dim);
-void sink_attention_heads(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_slots,
-                          const KvRowFormat& f, const float* sinks, float scale, float* scratch, float* out);
-// The generic body (the oracle) and the AVX-512 one (dim a multiple of 16,
-// at most 16 heads: heads in vector lanes for the scores, dimensions in
-// lanes for the weighted sum), bit-identical.
-void sink_attention_heads_generic(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_slots,
-                                  const KvRowFormat& f, const float* sinks, float scale, float* scratch, float* out);
-void sink_attention_heads_avx512(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_slots,
-                                 const KvRowFormat& f, const float* sinks, float scale, float* scratch, float* out);
 // The softmax step: scores (logits, -inf for masked slots) become
 // exp(score - max); returns the denominator with the sink.
 float sink_softmax(const uint8_t* const* keys, int64_t num_slots, float sink, float* scores);
-
-// dots[j * heads + h] = q[h] . key_j (each added left to right) for query
-// heads q [heads, dim] and index key rows keys [num_keys] (FP4 codes, see
-// cache_rows.h; none null). scratch: head_dots_scratch floats. The AVX-512
-// body (dim a multiple of 16) puts 16 heads in the lanes: same bits.
+// The indexer's dots (dispatch.h): index key rows (FP4 codes), none null.
 int64_t head_dots_scratch(int64_t heads, int64_t dim);
-void head_dots(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_keys, int64_t dim,
-               float* scratch, float* dots);
-void head_dots_generic(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_keys, int64_t dim,
-                       float* scratch, float* dots);
-void head_dots_avx512(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_keys, int64_t dim,
-                      float* scratch, float* dots);
 
 }  // namespace dsv4::kernels

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "base/check.h"
+#include "base/phase_timer.h"
 #include "base/thread_pool.h"
 #include "kernels/kernels.h"
 #include "model/compressor.h"
@@ -41,11 +42,12 @@ std::vector<int64_t> row_positions(const std::vector<SeqChunk>& chunks, int64_t 
 // its sequence's rows.
 void run_compressor(const CompressorWeights& w, const LayerContext& ctx, const float* x, int64_t rows,
                     const std::vector<SeqChunk>& chunks, bool index_keys) {
+  PhaseTimer::Scope time(Phase::kCompressor);
   const ModelConfig& c = ctx.config;
   const int64_t width = w.wkv.out * (ctx.tp ? ctx.tp->size() : 1);  // whole rows (split by features over TP)
   Buffer kv(rows * width), score(rows * width);
-  linear_columns(w.wkv, ctx.tp, x, rows, kv.data());
-  linear_columns(w.wgate, ctx.tp, x, rows, score.data());
+  linear_columns(ctx.k, w.wkv, ctx.tp, x, rows, kv.data());
+  linear_columns(ctx.k, w.wgate, ctx.tp, x, rows, score.data());
   parallel_for(static_cast<int64_t>(chunks.size()), 1, [&](int64_t c0, int64_t c1) {
     for (int64_t ci = c0; ci < c1; ++ci) {
       const SeqChunk& ch = chunks[ci];
@@ -53,7 +55,7 @@ void run_compressor(const CompressorWeights& w, const LayerContext& ctx, const f
       const int layer = ctx.cache_layer;
       const CompressorStateView st =
           index_keys ? cache->index_compressor_state(layer) : cache->compressor_state(layer);
-      compress_tokens(w, ctx.rope, c.rope_head_dim, c.norm_eps, kv.data() + ch.row_begin * width,
+      compress_tokens(ctx.k, w, ctx.rope, c.rope_head_dim, c.norm_eps, kv.data() + ch.row_begin * width,
                       score.data() + ch.row_begin * width, ch.start_pos, ch.num_tokens, st, ch.cached_until,
                       [&](int64_t row) {
                         return index_keys ? cache->index_row(layer, row) : cache->compressed_row(layer, row);
@@ -92,6 +94,7 @@ void attention_slots(const ModelConfig& c, const AttentionWeights& w, int64_t t,
 
 void attention_forward(const AttentionWeights& w, const LayerContext& ctx, const std::vector<SeqChunk>& chunks,
                        const float* x, int64_t rows, float* out) {
+  PhaseTimer::Scope time(Phase::kAttention);
   const ModelConfig& c = ctx.config;
   const Rope& rope = ctx.rope;
   // This rank's query heads (all of them without tensor parallelism).
@@ -100,10 +103,10 @@ void attention_forward(const AttentionWeights& w, const LayerContext& ctx, const
 
   // Queries: wq_a -> q_norm -> wq_b, then a weightless RMS norm per head.
   Buffer qr(rows * c.q_lora_rank), q(rows * heads * hd);
-  linear_columns(w.wq_a, ctx.tp, x, rows, qr.data());
+  linear_columns(ctx.k, w.wq_a, ctx.tp, x, rows, qr.data());
   for (int64_t r = 0; r < rows; ++r)
     kernels::rms_norm(&qr[r * c.q_lora_rank], w.q_norm.data(), c.q_lora_rank, c.norm_eps, &qr[r * c.q_lora_rank]);
-  linear_forward(w.wq_b, qr.data(), rows, q.data());
+  linear_forward(ctx.k, w.wq_b, qr.data(), rows, q.data());
   parallel_for(rows * heads, 16, [&](int64_t v0, int64_t v1) {
     for (int64_t v = v0; v < v1; ++v) kernels::rms_norm(&q[v * hd], nullptr, hd, c.norm_eps, &q[v * hd]);
   });
@@ -115,10 +118,10 @@ void attention_forward(const AttentionWeights& w, const LayerContext& ctx, const
   const int64_t kv_bytes = kv_format.bytes();
   Buffer kv(rows * hd);
   std::vector<uint8_t> kv_rows(rows * kv_bytes);
-  linear_columns(w.wkv, ctx.tp, x, rows, kv.data());
+  linear_columns(ctx.k, w.wkv, ctx.tp, x, rows, kv.data());
   for (int64_t r = 0; r < rows; ++r) kernels::rms_norm(&kv[r * hd], w.kv_norm.data(), hd, c.norm_eps, &kv[r * hd]);
   rope_tail(rope, kv.data(), rows, hd, rd, [&](int64_t r) { return pos[r]; }, false);
-  for (int64_t r = 0; r < rows; ++r) kernels::store_kv_row(&kv[r * hd], kv_format, &kv_rows[r * kv_bytes]);
+  for (int64_t r = 0; r < rows; ++r) ctx.k.store_kv_row(&kv[r * hd], kv_format, &kv_rows[r * kv_bytes]);
 
   // Compressed history (rows finished by this chunk are visible to it).
   if (w.compressor) run_compressor(*w.compressor, ctx, x, rows, chunks, false);
@@ -127,18 +130,19 @@ void attention_forward(const AttentionWeights& w, const LayerContext& ctx, const
   Buffer iq, iw;
   const int ih = w.indexer ? static_cast<int>(w.indexer->weights_proj.out) : 0, id = c.index_head_dim;
   if (w.indexer) {
+    PhaseTimer::Scope time(Phase::kIndexer);
     iq.resize(rows * ih * id);
     iw.resize(rows * ih);
-    linear_forward(w.indexer->wq_b, qr.data(), rows, iq.data());
+    linear_forward(ctx.k, w.indexer->wq_b, qr.data(), rows, iq.data());
     rope_tail(rope, iq.data(), rows * ih, id, rd, [&](int64_t v) { return pos[v / ih]; }, false);
     parallel_for(rows * ih, 16, [&](int64_t v0, int64_t v1) {
       Buffer scratch(id);
       for (int64_t v = v0; v < v1; ++v) {
-        kernels::hadamard(&iq[v * id], id, scratch.data());
-        kernels::fp4_quant_dequant(&iq[v * id], id, kernels::kIndexScaleBlock);
+        ctx.k.hadamard(&iq[v * id], id, scratch.data());
+        ctx.k.fp4_round_trip(&iq[v * id], id, kernels::kIndexScaleBlock);
       }
     });
-    linear_forward(w.indexer->weights_proj, x, rows, iw.data());
+    linear_forward(ctx.k, w.indexer->weights_proj, x, rows, iw.data());
     // Computed in double and rounded once, as the reference's Python scalars.
     const float wscale = static_cast<float>(std::pow(id, -0.5) * std::pow(c.index_n_heads, -0.5));
     for (float& v : iw) v *= wscale;
@@ -153,10 +157,11 @@ void attention_forward(const AttentionWeights& w, const LayerContext& ctx, const
     const int layer = ctx.cache_layer;
     std::vector<std::vector<int32_t>> picked;
     if (w.indexer) {
+      PhaseTimer::Scope time(Phase::kIndexer);
       IndexerShape shape{ih, id, c.index_topk, w.ratio};
       std::vector<const uint8_t*> keys((ch.start_pos + ch.num_tokens) / w.ratio);
       for (size_t j = 0; j < keys.size(); ++j) keys[j] = cache->index_row(layer, j);
-      indexer_select(shape, iq.data() + ch.row_begin * ih * id, iw.data() + ch.row_begin * ih, keys.data(),
+      indexer_select(ctx.k, shape, iq.data() + ch.row_begin * ih * id, iw.data() + ch.row_begin * ih, keys.data(),
                      ch.start_pos, ch.num_tokens, ch.prefill_len, ctx.tp, &picked);
     }
     auto key_at = [&](int64_t p) -> const uint8_t* {
@@ -175,7 +180,7 @@ void attention_forward(const AttentionWeights& w, const LayerContext& ctx, const
         attention_slots(c, w, t, ch.prefill_len, w.indexer ? &picked[i] : nullptr, key_at, compressed_row, &slots);
         scratch.resize(kernels::sink_attention_scratch(group, static_cast<int64_t>(slots.size()), hd));
         const int64_t row = ch.row_begin + i;
-        kernels::sink_attention_heads(&q[(row * heads + h0) * hd], group, slots.data(), slots.size(), kv_format,
+        ctx.k.sink_attention_heads(&q[(row * heads + h0) * hd], group, slots.data(), slots.size(), kv_format,
                                       &w.attn_sink[h0], scale, scratch.data(), &o[(row * heads + h0) * hd]);
       }
     });
@@ -208,11 +213,11 @@ void attention_forward(const AttentionWeights& w, const LayerContext& ctx, const
   for (int64_t gi = 0; gi < gl; ++gi) {
     for (int64_t r = 0; r < rows; ++r)
       std::memcpy(&xin[r * group_in], oin + (r * oheads + first_head) * hd + gi * group_in, sizeof(float) * group_in);
-    linear_forward(w.wo_a[gi], xin.data(), rows, ogroup.data());
+    linear_forward(ctx.k, w.wo_a[gi], xin.data(), rows, ogroup.data());
     for (int64_t r = 0; r < rows; ++r) std::memcpy(&og[(r * gl + gi) * olr], &ogroup[r * olr], sizeof(float) * olr);
   }
   if (!tp) {
-    linear_forward(w.wo_b, og.data(), rows, out);
+    linear_forward(ctx.k, w.wo_b, og.data(), rows, out);
     return;
   }
   // wo_b and its FP8 input rounding see whole rows: gather every group's
@@ -224,7 +229,7 @@ void attention_forward(const AttentionWeights& w, const LayerContext& ctx, const
     for (int64_t g = 0; g < G; ++g)  // group g from the first rank holding it
       std::memcpy(&full[(row * G + g) * olr], &all[row * stride + (G >= tp_size ? g : g * per_group * gl) * olr],
                   sizeof(float) * olr);
-  linear_forward(w.wo_b, full.data(), rows, out);
+  linear_forward(ctx.k, w.wo_b, full.data(), rows, out);
 }
 
 }  // namespace dsv4

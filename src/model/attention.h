@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/dispatch.h"
 #include "model/collectives.h"
 #include "model/config.h"
 #include "model/forward_batch.h"
@@ -15,6 +16,7 @@
 namespace dsv4 {
 
 struct LayerContext {
+  const kernels::Kernels& k;  // the forward's kernels (ISA and numerics)
   const ModelConfig& config;
   const Rope& rope;     // plain for window layers, YaRN for compressed ones
   int cache_layer = 0;  // which layer of each sequence's cache this block uses

@@ -41,7 +41,7 @@ void pool(CompressorStateView st, const CompressorWeights& w, int64_t first, flo
 
 }  // namespace
 
-void compress_tokens(const CompressorWeights& w, const Rope& rope, int rope_dim, float norm_eps, const float* kv,
+void compress_tokens(const kernels::Kernels& k, const CompressorWeights& w, const Rope& rope, int rope_dim, float norm_eps, const float* kv,
                      const float* score, int64_t start_pos, int64_t n, CompressorStateView st, int64_t pooled_from,
                      const std::function<uint8_t*(int64_t)>& row_out) {
   const int r = w.ratio, d = w.head_dim;
@@ -61,10 +61,10 @@ void compress_tokens(const CompressorWeights& w, const Rope& rope, int rope_dim,
     rope.angles(pos + 1 - r, cos.data(), sin.data());
     kernels::rope(row.data() + d - rope_dim, cos.data(), sin.data(), rope_dim / 2, false);
     if (w.rotate) {
-      kernels::hadamard(row.data(), d, pooled.data());
+      k.hadamard(row.data(), d, pooled.data());
       kernels::store_index_row(row.data(), d, row_out(pos / r));
     } else {
-      kernels::store_kv_row(row.data(), format, row_out(pos / r));
+      k.store_kv_row(row.data(), format, row_out(pos / r));
     }
   }
 }

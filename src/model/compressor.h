@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 
+#include "kernels/dispatch.h"
 #include "model/rope.h"
 #include "model/sequence_cache.h"
 #include "model/weights.h"
@@ -21,7 +22,7 @@ namespace dsv4 {
 // recorded in the state, not pooled: their rows are in the cache already
 // (a request resuming from a prefix-cache hit recomputes the positions
 // before it to rebuild its state).
-void compress_tokens(const CompressorWeights& w, const Rope& rope, int rope_dim, float norm_eps, const float* kv,
+void compress_tokens(const kernels::Kernels& k, const CompressorWeights& w, const Rope& rope, int rope_dim, float norm_eps, const float* kv,
                      const float* score, int64_t start_pos, int64_t n, CompressorStateView st, int64_t pooled_from,
                      const std::function<uint8_t*(int64_t)>& row_out);
 

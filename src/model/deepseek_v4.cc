@@ -1,5 +1,7 @@
 #include "model/deepseek_v4.h"
 
+#include "base/phase_timer.h"
+
 #include <algorithm>
 #include <cstring>
 
@@ -81,6 +83,7 @@ Status DeepseekV4::check_batch(const ForwardBatch& batch) const {
 // The embeddings of the rows this rank holds (all, or its block under
 // FlashComm1).
 void DeepseekV4::embed(const ForwardBatch& batch, float* out) const {
+  PhaseTimer::Scope time(Phase::kHead);
   const ForwardScope& scope = ForwardScope::current();
   const int64_t dim = config_.dim, rows = batch.num_rows();
   const int64_t part = weights_->embed.rows;  // this rank's vocabulary
@@ -119,8 +122,8 @@ std::vector<float> DeepseekV4::select_rows(const std::vector<int64_t>& batch_row
 // One block as the paper draws it: hc_pre -> norm -> attention -> hc_post,
 // then hc_pre -> norm -> MoE -> hc_post. h holds the rows of the residual
 // stream this rank keeps (all, or its block under FlashComm1).
-void DeepseekV4::block(const BlockWeights& b, int cache_layer, const ForwardBatch& batch, const ReferenceRows& rr,
-                       float* h) const {
+void DeepseekV4::block(const kernels::Kernels& k, const BlockWeights& b, int cache_layer, const ForwardBatch& batch,
+                       const ReferenceRows& rr, float* h) const {
   const ModelConfig& c = config_;
   const ForwardScope& scope = ForwardScope::current();
   const TokenSplit& split = scope.split;
@@ -140,19 +143,25 @@ void DeepseekV4::block(const BlockWeights& b, int cache_layer, const ForwardBatc
     else gather_columns(tensor_group_, split, cols.data(), width, y.data());
   };
 
-  HcMix mix = hc_pre(b.hc_attn, c, h, held, held_rr, x.data());
-  rms_norm_rows(b.attn_norm, c.norm_eps, x.data(), held, dim);
-  const LayerContext ctx{c, rope_for(b.attn.ratio), cache_layer, tensor_group_};
+  HcMix mix;
+  {
+    PhaseTimer::Scope time(Phase::kHyperConnections);
+    mix = hc_pre(k, b.hc_attn, c, h, held, held_rr, x.data());
+    rms_norm_rows(b.attn_norm, c.norm_eps, x.data(), held, dim);
+  }
+  const LayerContext ctx{k, c, rope_for(b.attn.ratio), cache_layer, tensor_group_};
   std::vector<float> cols(rows * b.attn.wo_b.out);
   attention_forward(b.attn, ctx, batch.chunks, all_rows(), rows, cols.data());
   held_rows(cols, b.attn.wo_b.out);
-  hc_post(mix, c, y.data(), held, h);
-
-  mix = hc_pre(b.hc_ffn, c, h, held, held_rr, x.data());
-  rms_norm_rows(b.ffn_norm, c.norm_eps, x.data(), held, dim);
+  {
+    PhaseTimer::Scope time(Phase::kHyperConnections);
+    hc_post(mix, c, y.data(), held, h);
+    mix = hc_pre(k, b.hc_ffn, c, h, held, held_rr, x.data());
+    rms_norm_rows(b.ffn_norm, c.norm_eps, x.data(), held, dim);
+  }
   cols.resize(rows * b.ffn.shared.w2.out);
   std::vector<float> routed(split.count() * dim), routed_all(scope.flashcomm ? 0 : rows * dim);
-  moe_forward(b.ffn, c, all_rows(), batch.token_ids.data(), rows, rr, split, {tensor_group_, expert_group_}, cols.data(),
+  moe_forward(k, b.ffn, c, all_rows(), batch.token_ids.data(), rows, rr, split, {tensor_group_, expert_group_}, cols.data(),
               routed.data());
   held_rows(cols, b.ffn.shared.w2.out);
   const float* r = routed.data();
@@ -160,26 +169,28 @@ void DeepseekV4::block(const BlockWeights& b, int cache_layer, const ForwardBatc
     gather_rows(tensor_group_, split, routed.data(), dim, routed_all.data());
     r = routed_all.data();
   }
+  PhaseTimer::Scope time(Phase::kHyperConnections);
   for (int64_t i = 0; i < held * dim; ++i) y[i] += r[i];
   hc_post(mix, c, y.data(), held, h);
 }
 
-void DeepseekV4::head(const HcHeadWeights& hc, const std::vector<float>& norm, const ForwardBatch& batch,
-                      const ReferenceRows& rr, const float* held, ForwardOutput* out) const {
+void DeepseekV4::head(const kernels::Kernels& k, const HcHeadWeights& hc, const std::vector<float>& norm,
+                      const ForwardBatch& batch, const ReferenceRows& rr, const float* held, ForwardOutput* out) const {
+  PhaseTimer::Scope time(Phase::kHead);
   const ModelConfig& c = config_;
   // Only the chunks' logit rows go through the head.
   const std::vector<int64_t> rows = batch.logit_row_indices();
   const int64_t n = static_cast<int64_t>(rows.size());
   const std::vector<float> streams = select_rows(rows, held);
   std::vector<float> x(n * c.dim);
-  hc_head(hc, c, streams.data(), n, rows.data(), rr, x.data());
+  hc_head(k, hc, c, streams.data(), n, rows.data(), rr, x.data());
   rms_norm_rows(norm, c.norm_eps, x.data(), n, c.dim);
   const int64_t part = weights_->head.out;  // this rank's vocabulary
   if (part == c.vocab_size || batch.local_logits) {
     out->logits.resize(n * part);
     out->vocab_begin = part == c.vocab_size ? 0 : tensor_group_->rank() * part;
     out->vocab_size = part;
-    linear_forward(weights_->head, x.data(), n, out->logits.data());
+    linear_forward(k, weights_->head, x.data(), n, out->logits.data());
     return;
   }
   // Sharded by vocabulary: each rank's columns, gathered into whole rows.
@@ -187,7 +198,7 @@ void DeepseekV4::head(const HcHeadWeights& hc, const std::vector<float>& norm, c
   out->vocab_begin = 0;
   out->vocab_size = c.vocab_size;
   std::vector<float> mine(n * part), all(n * c.vocab_size);
-  linear_forward(weights_->head, x.data(), n, mine.data());
+  linear_forward(k, weights_->head, x.data(), n, mine.data());
   tensor_group_->all_gather(mine.data(), sizeof(float) * mine.size(), all.data());
   const int ranks = tensor_group_->size();
   for (int r = 0; r < ranks; ++r)
@@ -222,6 +233,7 @@ Status DeepseekV4::forward(const ForwardBatch& batch, ForwardOutput* out, bool w
   const int64_t rows = batch.num_rows(), dim = c.dim, flat = static_cast<int64_t>(c.hc_mult) * dim;
   const ForwardScope scope = scope_for(batch);
   ForwardScope::Guard guard(scope);
+  const kernels::Kernels& k = kernels::kernels_for(options_.numerics);
   const int64_t held = scope.flashcomm ? scope.split.count() : rows;
   std::vector<float> e(held * dim), h(held * flat), all(batch.trace || want_hidden ? rows * flat : 0);
   embed(batch, e.data());
@@ -230,7 +242,7 @@ Status DeepseekV4::forward(const ForwardBatch& batch, ForwardOutput* out, bool w
     for (int s = 0; s < c.hc_mult; ++s) std::memcpy(&h[r * flat + s * dim], &e[r * dim], sizeof(float) * dim);
 
   for (int i = 0; i < c.n_layers; ++i) {
-    block(weights_->blocks[i], i, batch, rr, h.data());
+    block(k, weights_->blocks[i], i, batch, rr, h.data());
     if (batch.trace) {
       all_streams(h.data(), all.data(), rows);
       batch.trace->record("layer_out." + std::to_string(i), all.data(), rows, flat);
@@ -238,7 +250,7 @@ Status DeepseekV4::forward(const ForwardBatch& batch, ForwardOutput* out, bool w
   }
   if (!all.empty()) all_streams(h.data(), all.data(), rows);
   if (batch.trace) batch.trace->record("final_hidden", all.data(), rows, flat);
-  head(weights_->hc_head, weights_->norm, batch, rr, h.data(), out);
+  head(k, weights_->hc_head, weights_->norm, batch, rr, h.data(), out);
   if (want_hidden) out->hidden = std::move(all);
   for (const SeqChunk& ch : batch.chunks) ch.cache->length += ch.num_tokens;
   return Status::Ok();
@@ -253,6 +265,7 @@ Status DeepseekV4::forward_mtp(int mtp_index, const ForwardBatch& batch, const f
   const int64_t rows = batch.num_rows(), dim = c.dim, hc = c.hc_mult;
   const ForwardScope scope = scope_for(batch);
   ForwardScope::Guard guard(scope);
+  const kernels::Kernels& k = kernels::kernels_for(options_.numerics);
   const int64_t first = scope.flashcomm ? scope.split.begin() : 0, held = scope.flashcomm ? scope.split.count() : rows;
   // Combine the embedding of the next token with the main model's streams:
   // e_proj(enorm(embed)) broadcast over the streams + h_proj(hnorm(h)).
@@ -260,15 +273,15 @@ Status DeepseekV4::forward_mtp(int mtp_index, const ForwardBatch& batch, const f
       h(held * hc * dim);
   embed(batch, e.data());
   rms_norm_rows(m.enorm, c.norm_eps, e.data(), held, dim);
-  linear_forward(m.e_proj, e.data(), held, ep.data());
+  linear_forward(k, m.e_proj, e.data(), held, ep.data());
   rms_norm_rows(m.hnorm, c.norm_eps, hn.data(), held * hc, dim);
-  linear_forward(m.h_proj, hn.data(), held * hc, h.data());
+  linear_forward(k, m.h_proj, hn.data(), held * hc, h.data());
   for (int64_t r = 0; r < held; ++r)
     for (int64_t s = 0; s < hc; ++s)
       for (int64_t d = 0; d < dim; ++d) h[(r * hc + s) * dim + d] += ep[r * dim + d];
   const ReferenceRows rr = ReferenceRows::of(batch);
-  block(m.block, c.n_layers + mtp_index, batch, rr, h.data());
-  head(m.hc_head, m.norm, batch, rr, h.data(), out);
+  block(k, m.block, c.n_layers + mtp_index, batch, rr, h.data());
+  head(k, m.hc_head, m.norm, batch, rr, h.data(), out);
   if (want_hidden) {
     out->hidden.resize(rows * hc * dim);
     all_streams(h.data(), out->hidden.data(), rows);

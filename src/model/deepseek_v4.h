@@ -8,6 +8,7 @@
 #include <string>
 
 #include "base/status.h"
+#include "kernels/dispatch.h"
 #include "model/config.h"
 #include "model/contiguous_cache.h"
 #include "model/forward_batch.h"
@@ -19,6 +20,10 @@
 namespace dsv4 {
 
 struct ModelOptions {
+  // exact: every tensor as the reference computes it, bit for bit (verify);
+  // fast: FMA and any summation order, within the bounds of a correct
+  // implementation (kernels/dispatch.h), what serving runs.
+  kernels::Numerics numerics = kernels::Numerics::kExact;
   LoadProgress on_progress;  // optional, while weights load
   ExpertShard experts;       // the routed experts this rank holds (expert parallelism)
   TensorShard heads;         // the tensor-parallel weights this rank holds
@@ -32,6 +37,9 @@ class DeepseekV4 {
   DeepseekV4(ModelConfig config, std::unique_ptr<ModelWeights> weights, const ModelOptions& options = {});
 
   const ModelConfig& config() const { return config_; }
+  kernels::Numerics numerics() const { return options_.numerics; }
+  // The numerics of the forwards from now on (the weights serve either).
+  void set_numerics(kernels::Numerics n) { options_.numerics = n; }
   // The expert-parallel group (each rank holding options.experts); the
   // forwards of its ranks must run in lockstep. Null: this rank holds all.
   void set_expert_group(Collectives* group) { expert_group_ = group; }
@@ -60,9 +68,10 @@ class DeepseekV4 {
  private:
   Status check_batch(const ForwardBatch& batch) const;
   void embed(const ForwardBatch& batch, float* out) const;
-  void block(const BlockWeights& b, int cache_layer, const ForwardBatch& batch, const ReferenceRows& rr, float* h) const;
-  void head(const HcHeadWeights& hc, const std::vector<float>& norm, const ForwardBatch& batch, const ReferenceRows& rr,
-            const float* held, ForwardOutput* out) const;
+  void block(const kernels::Kernels& k, const BlockWeights& b, int cache_layer, const ForwardBatch& batch,
+             const ReferenceRows& rr, float* h) const;
+  void head(const kernels::Kernels& k, const HcHeadWeights& hc, const std::vector<float>& norm,
+            const ForwardBatch& batch, const ReferenceRows& rr, const float* held, ForwardOutput* out) const;
   std::vector<float> select_rows(const std::vector<int64_t>& batch_rows, const float* held) const;
   ForwardScope scope_for(const ForwardBatch& batch) const;
   void all_streams(const float* held, float* all, int64_t rows) const;

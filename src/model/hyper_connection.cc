@@ -10,11 +10,11 @@ namespace dsv4 {
 namespace {
 
 // mixes[r, m] = (fn[m] . h[r]) / rms(h[r]) over the flattened hc*dim stream.
-std::vector<float> stream_mixes(const Linear& fn, int64_t num_mixes, const ModelConfig& c, const float* h,
-                                int64_t rows) {
+std::vector<float> stream_mixes(const kernels::Kernels& k, const Linear& fn, int64_t num_mixes, const ModelConfig& c,
+                                const float* h, int64_t rows) {
   const int64_t flat = static_cast<int64_t>(c.hc_mult) * c.dim;
   std::vector<float> mixes(rows * num_mixes);
-  linear_forward(fn, h, rows, mixes.data());
+  linear_forward(k, fn, h, rows, mixes.data());
   for (int64_t r = 0; r < rows; ++r) {
     const float* x = h + r * flat;
     float rs = 1.0f / std::sqrt(kernels::sum_squares(x, flat) / static_cast<float>(flat) + c.norm_eps);
@@ -65,11 +65,11 @@ void sinkhorn(float* comb, int hc, int iters, float eps) {
   }
 }
 
-HcMix hc_pre(const HyperConnWeights& w, const ModelConfig& c, const float* h, int64_t rows, const ReferenceRows& rr,
-             float* x) {
+HcMix hc_pre(const kernels::Kernels& k, const HyperConnWeights& w, const ModelConfig& c, const float* h, int64_t rows,
+             const ReferenceRows& rr, float* x) {
   const int hc = c.hc_mult;
   const int64_t mix = c.mix_hc(), flat = static_cast<int64_t>(hc) * c.dim;
-  std::vector<float> mixes = stream_mixes(w.fn, mix, c, h, rows);
+  std::vector<float> mixes = stream_mixes(k, w.fn, mix, c, h, rows);
   HcMix out;
   out.post.resize(rows * hc);
   out.comb.resize(rows * hc * hc);
@@ -117,11 +117,11 @@ void hc_post(const HcMix& mix, const ModelConfig& c, const float* x, int64_t row
   });
 }
 
-void hc_head(const HcHeadWeights& w, const ModelConfig& c, const float* h, int64_t rows, const int64_t* batch_row,
-             const ReferenceRows& rr, float* x) {
+void hc_head(const kernels::Kernels& k, const HcHeadWeights& w, const ModelConfig& c, const float* h, int64_t rows,
+             const int64_t* batch_row, const ReferenceRows& rr, float* x) {
   const int hc = c.hc_mult;
   const int64_t flat = static_cast<int64_t>(hc) * c.dim;
-  std::vector<float> mixes = stream_mixes(w.fn, hc, c, h, rows);
+  std::vector<float> mixes = stream_mixes(k, w.fn, hc, c, h, rows);
   std::vector<float> pre(hc);
   for (int64_t r = 0; r < rows; ++r) {
     for (int s = 0; s < hc; ++s) {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/dispatch.h"
 #include "model/config.h"
 #include "model/reference_rows.h"
 #include "model/weights.h"
@@ -23,8 +24,8 @@ struct HcMix {
 };
 
 // h: [rows, hc, dim] -> x: [rows, dim], and the mix hc_post needs.
-HcMix hc_pre(const HyperConnWeights& w, const ModelConfig& c, const float* h, int64_t rows, const ReferenceRows& rr,
-             float* x);
+HcMix hc_pre(const kernels::Kernels& k, const HyperConnWeights& w, const ModelConfig& c, const float* h, int64_t rows,
+             const ReferenceRows& rr, float* x);
 
 // h (residual in, new streams out): h[j] = post[j] * x + sum_i comb[i][j] * h[i].
 void hc_post(const HcMix& mix, const ModelConfig& c, const float* x, int64_t rows, float* h);
@@ -32,7 +33,7 @@ void hc_post(const HcMix& mix, const ModelConfig& c, const float* x, int64_t row
 // The head's reduction of the streams to one vector per row: sigmoid weights.
 // Row r is row batch_row[r] of the forward (the reference runs the head over
 // every row, and where a row sits decides its sigmoid's rounding).
-void hc_head(const HcHeadWeights& w, const ModelConfig& c, const float* h, int64_t rows, const int64_t* batch_row,
-             const ReferenceRows& rr, float* x);
+void hc_head(const kernels::Kernels& k, const HcHeadWeights& w, const ModelConfig& c, const float* h, int64_t rows,
+             const int64_t* batch_row, const ReferenceRows& rr, float* x);
 
 }  // namespace dsv4

@@ -9,7 +9,7 @@
 
 namespace dsv4 {
 
-void indexer_select(const IndexerShape& s, const float* q, const float* weights, const uint8_t* const* keys,
+void indexer_select(const kernels::Kernels& k, const IndexerShape& s, const float* q, const float* weights, const uint8_t* const* keys,
                     int64_t start_pos, int64_t n, int64_t prefill_len, Collectives* tp,
                     std::vector<std::vector<int32_t>>* selected) {
   // Per query row i, compressed row j and head h: relu(q . k) * weight.
@@ -21,7 +21,7 @@ void indexer_select(const IndexerShape& s, const float* q, const float* weights,
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t visible = (start_pos + i + 1) / s.ratio;
       float* t = terms.data() + offset[i];
-      kernels::head_dots(q + i * s.heads * s.head_dim, s.heads, keys, visible, s.head_dim, scratch.data(), t);
+      k.head_dots(q + i * s.heads * s.head_dim, s.heads, keys, visible, s.head_dim, scratch.data(), t);
       for (int64_t j = 0; j < visible; ++j)
         for (int h = 0; h < s.heads; ++h) t[j * s.heads + h] = std::max(t[j * s.heads + h], 0.0f) * weights[i * s.heads + h];
     }

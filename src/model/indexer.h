@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/dispatch.h"
 #include "model/collectives.h"
 
 namespace dsv4 {
@@ -33,7 +34,7 @@ struct IndexerShape {
 // Under tensor parallelism (tp set) this rank holds shape.heads of the
 // heads; the ranks' per-head terms are gathered and added in global head
 // order, so every rank selects what one rank holding all heads would.
-void indexer_select(const IndexerShape& shape, const float* q, const float* weights, const uint8_t* const* keys,
+void indexer_select(const kernels::Kernels& k, const IndexerShape& shape, const float* q, const float* weights, const uint8_t* const* keys,
                     int64_t start_pos, int64_t n, int64_t prefill_len, Collectives* tp,
                     std::vector<std::vector<int32_t>>* selected);
 

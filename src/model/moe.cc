@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "base/check.h"
+#include "base/phase_timer.h"
 #include "base/thread_pool.h"
 #include "kernels/kernels.h"
 #include "ops/topk.h"
@@ -17,13 +18,13 @@ namespace {
 // hidden activations before w2, as the reference does. When w1/w3 hold
 // hidden features [hidden_begin, +w1.out) of hidden_width (tensor
 // parallelism), `group` gathers the whole hidden rows before w2.
-void expert_forward(const ExpertWeights& e, float limit, const float* x, int64_t n, const float* row_weights,
+void expert_forward(const kernels::Kernels& k, const ExpertWeights& e, float limit, const float* x, int64_t n, const float* row_weights,
                     float* out, Collectives* group = nullptr) {
   const int64_t inter = e.w1.out, ranks = group ? group->size() : 1, width = inter * ranks;
   const int64_t first = group ? group->rank() * inter : 0;
   std::vector<float> gate(n * inter), up(n * inter);
-  linear_forward(e.w1, x, n, gate.data());
-  linear_forward(e.w3, x, n, up.data());
+  linear_forward(k, e.w1, x, n, gate.data());
+  linear_forward(k, e.w3, x, n, up.data());
   for (int64_t r = 0; r < n; ++r) {
     for (int64_t k = 0; k < inter; ++k) {
       float g = gate[r * inter + k], u = up[r * inter + k];
@@ -37,12 +38,12 @@ void expert_forward(const ExpertWeights& e, float limit, const float* x, int64_t
     }
   }
   if (!group) {
-    linear_forward(e.w2, gate.data(), n, out);
+    linear_forward(k, e.w2, gate.data(), n, out);
     return;
   }
   std::vector<float> hidden(n * width);
   gather_columns(group, TokenSplit::of(n, group), gate.data(), inter, hidden.data());
-  linear_forward(e.w2, hidden.data(), n, out);
+  linear_forward(k, e.w2, hidden.data(), n, out);
 }
 
 // One (row, choice) slot on its way to the rank holding its expert.
@@ -54,7 +55,7 @@ struct SlotHeader {
 // Routed experts over the expert group: every slot travels to the rank
 // holding its expert (an all-to-all), runs there, and its output comes back
 // (a second all-to-all). slots_out: [rows * k, dim] in slot order.
-void run_routed_experts(const MoEWeights& w, const ModelConfig& c, const float* x, const Routing& rt, int64_t rows,
+void run_routed_experts(const kernels::Kernels& kern, const MoEWeights& w, const ModelConfig& c, const float* x, const Routing& rt, int64_t rows,
                         Collectives* ep, float* slots_out) {
   const int64_t dim = c.dim, k = c.n_activated_experts, n_slots = rows * k;
   const int ranks = ep ? ep->size() : 1, per_rank = c.n_routed_experts / ranks;
@@ -109,7 +110,7 @@ void run_routed_experts(const MoEWeights& w, const ModelConfig& c, const float* 
     std::vector<float> xin(n * dim), yout(n * dim);
     for (int64_t i = 0; i < n; ++i)
       std::memcpy(&xin[i * dim], &recv[mine[e][i] * record + sizeof(SlotHeader)], sizeof(float) * dim);
-    expert_forward(w.experts[e], c.swiglu_limit, xin.data(), n, wts[e].data(), yout.data());
+    expert_forward(kern, w.experts[e], c.swiglu_limit, xin.data(), n, wts[e].data(), yout.data());
     for (int64_t i = 0; i < n; ++i) std::copy_n(&yout[i * dim], dim, &results[mine[e][i] * dim]);
   };
   // With enough active experts, whole experts per thread (one pool job for
@@ -143,14 +144,14 @@ void run_routed_experts(const MoEWeights& w, const ModelConfig& c, const float* 
 
 }  // namespace
 
-Routing route_tokens(const MoEWeights& w, const ModelConfig& c, const float* x, const int32_t* token_ids, int64_t rows,
-                     const ReferenceRows& rr) {
-  const int E = c.n_routed_experts, k = c.n_activated_experts;
+Routing route_tokens(const kernels::Kernels& k, const MoEWeights& w, const ModelConfig& c, const float* x,
+                     const int32_t* token_ids, int64_t rows, const ReferenceRows& rr) {
+  const int E = c.n_routed_experts, topk = c.n_activated_experts;
   Routing rt;
-  rt.experts.resize(rows * k);
-  rt.weights.resize(rows * k);
+  rt.experts.resize(rows * topk);
+  rt.weights.resize(rows * topk);
   std::vector<float> logits(rows * E);
-  linear_forward(w.gate, x, rows, logits.data());
+  linear_forward(k, w.gate, x, rows, logits.data());
   for (int64_t r = 0; r < rows; ++r) {
     float* s = &logits[r * E];
     if (c.score_func == ScoreFunc::kSoftmax) {
@@ -162,19 +163,19 @@ Routing route_tokens(const MoEWeights& w, const ModelConfig& c, const float* x, 
     } else {
       for (int e = 0; e < E; ++e) s[e] = std::sqrt(kernels::softplus_at(s[e], rr.element(r, E, e), rr.elements(r, E)));
     }
-    int32_t* idx = &rt.experts[r * k];
+    int32_t* idx = &rt.experts[r * topk];
     if (w.hash) {
-      std::copy_n(&w.tid2eid[static_cast<int64_t>(token_ids[r]) * k], k, idx);
+      std::copy_n(&w.tid2eid[static_cast<int64_t>(token_ids[r]) * topk], topk, idx);
     } else {
       // The bias steers selection only; weights come from the plain scores.
       std::vector<float> biased(E);
       for (int e = 0; e < E; ++e) biased[e] = s[e] + w.gate_bias[e];
-      topk_like_torch(biased.data(), E, k, idx);
+      topk_like_torch(biased.data(), E, topk, idx);
     }
-    float* wt = &rt.weights[r * k];
-    for (int j = 0; j < k; ++j) wt[j] = s[idx[j]];
-    const float sum = kernels::sum(wt, k);
-    for (int j = 0; j < k; ++j) {
+    float* wt = &rt.weights[r * topk];
+    for (int j = 0; j < topk; ++j) wt[j] = s[idx[j]];
+    const float sum = kernels::sum(wt, topk);
+    for (int j = 0; j < topk; ++j) {
       if (c.score_func != ScoreFunc::kSoftmax) wt[j] /= sum;
       wt[j] *= c.route_scale;
     }
@@ -182,29 +183,31 @@ Routing route_tokens(const MoEWeights& w, const ModelConfig& c, const float* x, 
   return rt;
 }
 
-void moe_forward(const MoEWeights& w, const ModelConfig& c, const float* x, const int32_t* token_ids, int64_t rows,
-                 const ReferenceRows& rr, const TokenSplit& split, const MoeGroups& groups, float* shared_out,
-                 float* routed_out) {
-  const int64_t dim = c.dim, k = c.n_activated_experts;
+void moe_forward(const kernels::Kernels& k, const MoEWeights& w, const ModelConfig& c, const float* x,
+                 const int32_t* token_ids, int64_t rows, const ReferenceRows& rr, const TokenSplit& split,
+                 const MoeGroups& groups, float* shared_out, float* routed_out) {
+  const int64_t dim = c.dim, topk = c.n_activated_experts;
   // Routed experts for this rank's block of rows.
   const int64_t first = split.begin(), n = split.count();
-  Routing rt = route_tokens(w, c, x + first * dim, token_ids + first, n, rr.slice(first, n));
-  std::vector<float> slots(n * k * dim);
-  run_routed_experts(w, c, x + first * dim, rt, n, groups.ep, slots.data());
+  PhaseTimer::Scope routed_time(Phase::kRoutedExperts);
+  Routing rt = route_tokens(k, w, c, x + first * dim, token_ids + first, n, rr.slice(first, n));
+  std::vector<float> slots(n * topk * dim);
+  run_routed_experts(k, w, c, x + first * dim, rt, n, groups.ep, slots.data());
   // Per row, the experts' outputs in expert-index order (the reference's
   // loop over experts).
   std::fill_n(routed_out, n * dim, 0.0f);
-  std::vector<int64_t> order(k);
+  std::vector<int64_t> order(topk);
   for (int64_t r = 0; r < n; ++r) {
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(),
-                     [&](int64_t a, int64_t b) { return rt.experts[r * k + a] < rt.experts[r * k + b]; });
+                     [&](int64_t a, int64_t b) { return rt.experts[r * topk + a] < rt.experts[r * topk + b]; });
     for (int64_t j : order)
-      for (int64_t d = 0; d < dim; ++d) routed_out[r * dim + d] += slots[(r * k + j) * dim + d];
+      for (int64_t d = 0; d < dim; ++d) routed_out[r * dim + d] += slots[(r * topk + j) * dim + d];
   }
   // The shared expert for every row, this rank's share of its features.
+  PhaseTimer::Scope shared_time(Phase::kSharedExpert);
   Collectives* tp = groups.tp && groups.tp->size() > 1 ? groups.tp : nullptr;
-  expert_forward(w.shared, c.swiglu_limit, x, rows, nullptr, shared_out, tp);
+  expert_forward(k, w.shared, c.swiglu_limit, x, rows, nullptr, shared_out, tp);
 }
 
 }  // namespace dsv4

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/dispatch.h"
 #include "model/collectives.h"
 #include "model/config.h"
 #include "model/reference_rows.h"
@@ -19,8 +20,8 @@ struct Routing {
   std::vector<float> weights;    // [rows, topk]
 };
 
-Routing route_tokens(const MoEWeights& w, const ModelConfig& c, const float* x, const int32_t* token_ids, int64_t rows,
-                     const ReferenceRows& rr);
+Routing route_tokens(const kernels::Kernels& k, const MoEWeights& w, const ModelConfig& c, const float* x,
+                     const int32_t* token_ids, int64_t rows, const ReferenceRows& rr);
 
 struct MoeGroups {
   Collectives* tp = nullptr;  // holds a share of the shared expert's features
@@ -34,8 +35,8 @@ struct MoeGroups {
 // in expert-index order, the same bits as one rank holding all.
 // shared_out [rows, w.shared.w2.out]: the shared expert's output features
 // this rank holds, for every row.
-void moe_forward(const MoEWeights& w, const ModelConfig& c, const float* x, const int32_t* token_ids, int64_t rows,
-                 const ReferenceRows& rr, const TokenSplit& split, const MoeGroups& groups, float* shared_out,
-                 float* routed_out);
+void moe_forward(const kernels::Kernels& k, const MoEWeights& w, const ModelConfig& c, const float* x,
+                 const int32_t* token_ids, int64_t rows, const ReferenceRows& rr, const TokenSplit& split,
+                 const MoeGroups& groups, float* shared_out, float* routed_out);
 
 }  // namespace dsv4

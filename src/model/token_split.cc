@@ -59,13 +59,14 @@ void columns_to_rows(Collectives* group, const TokenSplit& s, const float* cols,
       copy_floats(mine + row * full + r * width, got.data() + (r * n + row) * width, width);
 }
 
-void linear_columns(const Linear& w, Collectives* group, const float* x, int64_t rows, float* out) {
+void linear_columns(const kernels::Kernels& k, const Linear& w, Collectives* group, const float* x, int64_t rows,
+                    float* out) {
   if (!group || group->size() == 1) {
-    linear_forward(w, x, rows, out);
+    linear_forward(k, w, x, rows, out);
     return;
   }
   std::vector<float> mine(rows * w.out);
-  linear_forward(w, x, rows, mine.data());
+  linear_forward(k, w, x, rows, mine.data());
   gather_columns(group, TokenSplit::of(rows, group), mine.data(), w.out, out);
 }
 

@@ -48,7 +48,8 @@ void columns_to_rows(Collectives* group, const TokenSplit& split, const float* c
 // blocks, ColumnParallel): each rank computes its block for every row and
 // the group gathers whole rows [rows, w.out * size]. Exact: every output
 // feature is its own dot product. group null or of size 1: the plain linear.
-void linear_columns(const Linear& w, Collectives* group, const float* x, int64_t rows, float* out);
+void linear_columns(const kernels::Kernels& k, const Linear& w, Collectives* group, const float* x, int64_t rows,
+                    float* out);
 
 // all: this rank's [rows, width] addend -> mine: the group's sum over ranks
 // (in rank order, as all_reduce_sum) of this rank's block [count(), width]:

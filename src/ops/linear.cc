@@ -4,7 +4,7 @@
 
 #include "base/check.h"
 #include "base/thread_pool.h"
-#include "kernels/kernels.h"
+#include "kernels/dispatch.h"
 
 namespace dsv4 {
 
@@ -61,42 +61,43 @@ namespace {
 
 // y[m, out] = x W^T on the packed panels, split over the thread pool by
 // panels. pairs: x as BF16 pairs (exact BF16 inputs to FP8/FP4 panels).
-void matmul_panels(const Linear& l, const float* x, const uint32_t* pairs, int64_t m, float* y) {
+void matmul_panels(const kernels::Kernels& k, const Linear& l, const float* x, const uint32_t* pairs, int64_t m,
+                   float* y) {
   const int64_t panels = (l.out + kernels::kPanel - 1) / kernels::kPanel;
   const int64_t grain = std::max<int64_t>(1, 4096 / std::max<int64_t>(1, m * l.in / 16));
   const bool quantized = !l.code_panels.empty();
   const kernels::QuantizedPanels q{quantized ? panel_format(l.format) : kernels::PanelFormat::kF32,
                                    l.code_panels.data(), l.scale_panels.data()};
   parallel_for(panels, grain, [&](int64_t p0, int64_t p1) {
-    if (pairs) kernels::matmul_quantized_pairs(pairs, m, l.in, q, l.out, p0, p1, y, l.out);
-    else if (quantized) kernels::matmul_quantized(x, m, l.in, q, l.out, p0, p1, y, l.out);
-    else kernels::matmul_packed(x, m, l.in, l.panels.data(), l.out, p0, p1, y, l.out);
+    if (pairs) k.matmul_quantized_pairs(pairs, m, l.in, q, l.out, p0, p1, y, l.out);
+    else if (quantized) k.matmul_quantized(x, m, l.in, q, l.out, p0, p1, y, l.out);
+    else k.matmul_f32(x, m, l.in, l.panels.data(), l.out, p0, p1, y, l.out);
   });
 }
 
 // W8A8: the rows quantized to int8, then integer panels.
-void int8_forward(const Linear& l, const float* x, int64_t m, float* y) {
+void int8_forward(const kernels::Kernels& k, const Linear& l, const float* x, int64_t m, float* y) {
   const int64_t kp = kernels::int8_padded_k(l.in);
   std::vector<uint8_t> biased(m * kp);
   std::vector<float> row_scales(m);
   parallel_for(m, 8, [&](int64_t r0, int64_t r1) {
-    kernels::quantize_rows_int8(x + r0 * l.in, r1 - r0, l.in, biased.data() + r0 * kp, row_scales.data() + r0);
+    k.quantize_rows_int8(x + r0 * l.in, r1 - r0, l.in, biased.data() + r0 * kp, row_scales.data() + r0);
   });
   const int64_t panels = (l.out + kernels::kPanel - 1) / kernels::kPanel;
   const int64_t grain = std::max<int64_t>(1, 4096 / std::max<int64_t>(1, m * l.in / 16));
   const kernels::Int8Panels w{l.code_panels.data(), l.scale_panels.data()};
   parallel_for(panels, grain, [&](int64_t p0, int64_t p1) {
-    kernels::matmul_int8(biased.data(), row_scales.data(), m, l.in, w, l.out, p0, p1, y, l.out);
+    k.matmul_int8(biased.data(), row_scales.data(), m, l.in, w, l.out, p0, p1, y, l.out);
   });
 }
 
 }  // namespace
 
-void linear_forward(const Linear& layer, const float* x, int64_t m, float* y) {
+void linear_forward(const kernels::Kernels& k, const Linear& layer, const float* x, int64_t m, float* y) {
   if (layer.format == WeightFormat::kInt8Channel) {
     DSV4_CHECK_MSG(!layer.code_panels.empty() && layer.round_input,
                    "a W8A8 linear is used before it is packed, or without input quantization");
-    int8_forward(layer, x, m, y);
+    int8_forward(k, layer, x, m, y);
     return;
   }
   const bool packed = !layer.panels.empty() || !layer.code_panels.empty();
@@ -116,13 +117,13 @@ void linear_forward(const Linear& layer, const float* x, int64_t m, float* y) {
     if (as_pairs) pairs.resize(m * layer.in / 2);
     parallel_for(m, 8, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
-        kernels::fp8_quant_dequant(xq.data() + r * layer.in, layer.in, 128);
+        k.fp8_round_trip(xq.data() + r * layer.in, layer.in, 128);
         if (as_pairs) kernels::pack_bf16_pairs(xq.data() + r * layer.in, 1, layer.in, pairs.data() + r * layer.in / 2);
       }
     });
     in = xq.data();
   }
-  if (packed) matmul_panels(layer, in, as_pairs ? pairs.data() : nullptr, m, y);
+  if (packed) matmul_panels(k, layer, in, as_pairs ? pairs.data() : nullptr, m, y);
   else matmul(in, m, layer.in, layer.w.data(), layer.out, y);
 }
 

@@ -8,6 +8,10 @@
 
 namespace dsv4 {
 
+namespace kernels {
+struct Kernels;
+}
+
 // kDense: f32 (or f16) in the checkpoint, held as f32; kBf16 held as BF16;
 // kInt8Channel: W8A8 (compressed-tensors), int8 with a scale per output
 // channel, its input quantized to int8 per row.
@@ -48,8 +52,8 @@ struct Linear {
   }
 };
 
-// y[m, out] = round(x)[m, in] W^T, split over the thread pool.
-void linear_forward(const Linear& layer, const float* x, int64_t m, float* y);
+// y[m, out] = round(x)[m, in] W^T with kernels k, split over the thread pool.
+void linear_forward(const kernels::Kernels& k, const Linear& layer, const float* x, int64_t m, float* y);
 
 // y[m, n] = x[m, k] W[n, k]^T for a raw f32 weight.
 void matmul(const float* x, int64_t m, int64_t k, const float* w, int64_t n, float* y);

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "base/check.h"
+#include "base/phase_timer.h"
 #include "runtime/local_executor.h"
 
 namespace dsv4 {
@@ -153,6 +154,7 @@ StepPlan Engine::plan_step(const SchedulerOutput& schedule) const {
 }
 
 int64_t Engine::sample_chunk(const ScheduledChunk& c, const SampledLogits* rows, RequestOutput* o) {
+  PhaseTimer::Scope time(Phase::kSampling);
   Request* r = c.request;
   const int64_t vocab = config().vocab_size;
   auto emit = [&](const SampledToken& t) {

@@ -18,6 +18,7 @@ StatusOr<RankVerify> verify_golden_on_rank(const std::string& dir, const VerifyO
   mo.experts = {topo.ep_rank(rank), topo.ep};
   mo.heads = {topo.tp_rank(rank), topo.tp};
   mo.flashcomm = p.flashcomm;
+  mo.numerics = p.numerics;
   auto model = DeepseekV4::load(dir, mo);
   // Every rank must get this far before any of them steps into the forward.
   int loaded = model.ok(), all_loaded = 1;
@@ -32,7 +33,7 @@ StatusOr<RankVerify> verify_golden_on_rank(const std::string& dir, const VerifyO
   o.dp_rank = topo.dp_rank(rank);
   o.dp_size = topo.dp;
   o.merge = groups.peers.get();
-  o.quantized = o.quantized || model_is_quantized(**model);
+  if (model_is_w8a8(**model)) o.bounds = GoldenBounds::w8a8();
   if (rank != 0) o.dump_path.clear();
   DSV4_ASSIGN_OR_RETURN(VerifyReport report, verify_golden(**model, o));
   RankVerify out;

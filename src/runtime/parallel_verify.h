@@ -18,6 +18,7 @@ namespace dsv4 {
 struct ParallelVerifyOptions {
   TopologyOptions topology;
   FlashCommOptions flashcomm;
+  kernels::Numerics numerics = kernels::Numerics::kExact;
 };
 
 struct RankVerify {

@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "base/dtype.h"
-#include "kernels/isa.h"
+#include "kernels/generic/generic_kernels.h"
 #include "kernels/kernels.h"
 
 namespace dsv4::kernels {
@@ -17,7 +17,7 @@ uint8_t e8m0_of(float pow2) { return static_cast<uint8_t>(std::bit_cast<uint32_t
 
 }  // namespace
 
-void store_kv_row_generic(const float* x, const KvRowFormat& f, uint8_t* row) {
+void generic::store_kv_row(const float* x, const KvRowFormat& f, uint8_t* row) {
   for (int64_t b = 0; b < f.nope; b += kKvScaleBlock) {
     float amax = 0.0f;
     for (int64_t i = b; i < b + kKvScaleBlock; ++i) amax = std::fmax(amax, std::fabs(x[i]));
@@ -27,11 +27,6 @@ void store_kv_row_generic(const float* x, const KvRowFormat& f, uint8_t* row) {
     row[f.scale_offset() + b / kKvScaleBlock] = e8m0_of(scale);
   }
   std::memcpy(row + f.rope_offset(), x + f.nope, sizeof(float) * f.rope);
-}
-
-void store_kv_row(const float* x, const KvRowFormat& f, uint8_t* row) {
-  if (active_isa() == Isa::kAvx512) store_kv_row_avx512(x, f, row);
-  else store_kv_row_generic(x, f, row);
 }
 
 void load_kv_row(const uint8_t* row, const KvRowFormat& f, float* x) {

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "kernels/isa.h"
+#include "kernels/generic/generic_kernels.h"
 #include "kernels/kernels.h"
 
 namespace dsv4::kernels {
@@ -37,12 +37,7 @@ void pack_int8_panels(const int8_t* codes, const float* channel_scales, int64_t 
   }
 }
 
-void quantize_rows_int8(const float* x, int64_t m, int64_t k, uint8_t* biased, float* row_scales) {
-  if (active_isa() == Isa::kAvx512) return quantize_rows_int8_avx512(x, m, k, biased, row_scales);
-  quantize_rows_int8_generic(x, m, k, biased, row_scales);
-}
-
-void quantize_rows_int8_generic(const float* x, int64_t m, int64_t k, uint8_t* biased, float* row_scales) {
+void generic::quantize_rows_int8(const float* x, int64_t m, int64_t k, uint8_t* biased, float* row_scales) {
   const int64_t kp = int8_padded_k(k);
   for (int64_t i = 0; i < m; ++i) {
     const float* xi = x + i * k;
@@ -58,7 +53,7 @@ void quantize_rows_int8_generic(const float* x, int64_t m, int64_t k, uint8_t* b
   }
 }
 
-void matmul_int8_generic(const uint8_t* biased, const float* row_scales, int64_t m, int64_t k, const Int8Panels& w,
+void generic::matmul_int8(const uint8_t* biased, const float* row_scales, int64_t m, int64_t k, const Int8Panels& w,
                          int64_t n, int64_t p_begin, int64_t p_end, float* y, int64_t ldy) {
   const int64_t kp = int8_padded_k(k);
   for (int64_t p = p_begin; p < p_end; ++p) {
@@ -79,12 +74,6 @@ void matmul_int8_generic(const uint8_t* biased, const float* row_scales, int64_t
       }
     }
   }
-}
-
-void matmul_int8(const uint8_t* biased, const float* row_scales, int64_t m, int64_t k, const Int8Panels& w, int64_t n,
-                 int64_t p_begin, int64_t p_end, float* y, int64_t ldy) {
-  by_isa(&matmul_int8_avx512, &matmul_int8_avx2, &matmul_int8_generic,
-         biased, row_scales, m, k, w, n, p_begin, p_end, y, ldy);
 }
 
 }  // namespace dsv4::kernels

@@ -1,6 +1,6 @@
 #include <cmath>
 
-#include "kernels/isa.h"
+#include "kernels/generic/generic_kernels.h"
 #include "kernels/kernels.h"
 
 namespace dsv4::kernels {
@@ -51,15 +51,7 @@ void rms_norm(const float* x, const float* weight, int64_t n, float eps, float* 
   }
 }
 
-void hadamard(float* x, int64_t n, float* scratch) {
-  if (n % 16 == 0 && active_isa() == Isa::kAvx512) {
-    hadamard_avx512(x, n, scratch);
-    return;
-  }
-  hadamard_generic(x, n, scratch);
-}
-
-void hadamard_generic(float* x, int64_t n, float* scratch) {
+void generic::hadamard(float* x, int64_t n, float* scratch) {
   // x @ H_n as a plain product (each output adds +-x[l] left to right), the
   // reference's order; the butterfly would round differently.
   // Sylvester's H_n[l][i] = (-1)^popcount(l & i).
@@ -87,19 +79,13 @@ int64_t head_dots_scratch(int64_t heads, int64_t dim) {
   return ((heads + kPanel - 1) / kPanel * kPanel + kKeyTile) * dim;
 }
 
-void head_dots_generic(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_keys, int64_t dim,
+void generic::head_dots(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_keys, int64_t dim,
                        float* scratch, float* dots) {
   float* k = scratch;
   for (int64_t j = 0; j < num_keys; ++j) {
     load_index_row(keys[j], dim, k);
     for (int64_t h = 0; h < heads; ++h) dots[j * heads + h] = dot(q + h * dim, k, dim);
   }
-}
-
-void head_dots(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_keys, int64_t dim,
-               float* scratch, float* dots) {
-  if (active_isa() == Isa::kAvx512 && dim % kPanel == 0) head_dots_avx512(q, heads, keys, num_keys, dim, scratch, dots);
-  else head_dots_generic(q, heads, keys, num_keys, dim, scratch, dots);
 }
 
 float sink_softmax(const uint8_t* const* keys, int64_t num_slots, float sink, float* scores) {
@@ -116,7 +102,7 @@ int64_t sink_attention_scratch(int64_t heads, int64_t num_slots, int64_t dim) {
   return heads * num_slots + (kPanel + kKeyTile) * dim;
 }
 
-void sink_attention_heads_generic(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_slots,
+void generic::sink_attention_heads(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_slots,
                                   const KvRowFormat& f, const float* sinks, float scale, float* scratch, float* out) {
   const int64_t dim = f.dim();
   float* scores = scratch;  // [heads][num_slots]
@@ -141,13 +127,6 @@ void sink_attention_heads_generic(const float* q, int64_t heads, const uint8_t* 
       for (int64_t d = 0; d < dim; ++d) out[h * dim + d] += p * k[d];
     }
   }
-}
-
-void sink_attention_heads(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_slots,
-                          const KvRowFormat& f, const float* sinks, float scale, float* scratch, float* out) {
-  if (active_isa() == Isa::kAvx512 && f.dim() % kPanel == 0 && heads <= kPanel)
-    sink_attention_heads_avx512(q, heads, keys, num_slots, f, sinks, scale, scratch, out);
-  else sink_attention_heads_generic(q, heads, keys, num_slots, f, sinks, scale, scratch, out);
 }
 
 }  // namespace dsv4::kernels

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "base/dtype.h"
-#include "kernels/isa.h"
+#include "kernels/generic/generic_kernels.h"
 #include "kernels/kernels.h"
 
 namespace dsv4::kernels {
@@ -40,8 +40,8 @@ void panel_product(const float* x, int64_t m, int64_t k, const float* panel, int
 
 }  // namespace
 
-void matmul_packed_generic(const float* x, int64_t m, int64_t k, const float* packed, int64_t n, int64_t p_begin,
-                           int64_t p_end, float* y, int64_t ldy) {
+void generic::matmul_f32(const float* x, int64_t m, int64_t k, const float* packed, int64_t n, int64_t p_begin,
+                         int64_t p_end, float* y, int64_t ldy) {
   for (int64_t p = p_begin; p < p_end; ++p) panel_product(x, m, k, packed + p * k * kPanel, n, p, y, ldy);
 }
 
@@ -68,7 +68,8 @@ int64_t scale_blocks(PanelFormat f, int64_t k) {
   return f == PanelFormat::kBf16 ? 0 : (k + panel_block(f) - 1) / panel_block(f);
 }
 
-// Weight (t, column c) of panel p, dequantized.
+}  // namespace
+
 float panel_weight(const QuantizedPanels& w, int64_t k, int64_t p, int64_t t, int64_t c) {
   const CodePosition at = code_position(w.format, k, p, t, c);
   if (w.format == PanelFormat::kBf16) {
@@ -80,8 +81,6 @@ float panel_weight(const QuantizedPanels& w, int64_t k, int64_t p, int64_t t, in
   if (w.format == PanelFormat::kFp8) return e4m3_to_f32(w.codes[at.byte]) * e8m0_to_f32(scale);
   return e2m1_to_f32((w.codes[at.byte] >> (4 * at.nibble)) & 0xF) * e8m0_to_f32(scale);
 }
-
-}  // namespace
 
 int64_t packed_code_bytes(PanelFormat f, int64_t n, int64_t k) {
   const int64_t per_step = f == PanelFormat::kBf16 ? 2 * kPanel : f == PanelFormat::kFp8 ? kPanel : kPanel / 2;
@@ -120,8 +119,8 @@ void pack_quantized_panels(PanelFormat f, const uint8_t* codes, const uint8_t* s
   }
 }
 
-void matmul_quantized_generic(const float* x, int64_t m, int64_t k, const QuantizedPanels& w, int64_t n,
-                              int64_t p_begin, int64_t p_end, float* y, int64_t ldy) {
+void generic::matmul_quantized(const float* x, int64_t m, int64_t k, const QuantizedPanels& w, int64_t n,
+                               int64_t p_begin, int64_t p_end, float* y, int64_t ldy) {
   std::vector<float> panel(k * kPanel);  // the panel dequantized
   for (int64_t p = p_begin; p < p_end; ++p) {
     for (int64_t t = 0; t < k; ++t)
@@ -140,33 +139,15 @@ void pack_bf16_pairs(const float* x, int64_t m, int64_t k, uint32_t* pairs) {
     }
 }
 
-void matmul_quantized_pairs_generic(const uint32_t* pairs, int64_t m, int64_t k, const QuantizedPanels& w, int64_t n,
-                                    int64_t p_begin, int64_t p_end, float* y, int64_t ldy) {
+void generic::matmul_quantized_pairs(const uint32_t* pairs, int64_t m, int64_t k, const QuantizedPanels& w,
+                                     int64_t n, int64_t p_begin, int64_t p_end, float* y, int64_t ldy) {
   std::vector<float> x(m * k);
   for (int64_t i = 0; i < m * k; i += 2) {
     const uint32_t first = pairs[i / 2] & 0xFFFF0000u, second = pairs[i / 2] << 16;
     std::memcpy(&x[i], &first, 4);
     std::memcpy(&x[i + 1], &second, 4);
   }
-  matmul_quantized_generic(x.data(), m, k, w, n, p_begin, p_end, y, ldy);
-}
-
-void matmul_quantized_pairs(const uint32_t* pairs, int64_t m, int64_t k, const QuantizedPanels& w, int64_t n,
-                            int64_t p_begin, int64_t p_end, float* y, int64_t ldy) {
-  by_isa(&matmul_quantized_pairs_avx512, &matmul_quantized_pairs_avx2, &matmul_quantized_pairs_generic,
-         pairs, m, k, w, n, p_begin, p_end, y, ldy);
-}
-
-void matmul_quantized(const float* x, int64_t m, int64_t k, const QuantizedPanels& w, int64_t n, int64_t p_begin,
-                      int64_t p_end, float* y, int64_t ldy) {
-  by_isa(&matmul_quantized_avx512, &matmul_quantized_avx2, &matmul_quantized_generic,
-         x, m, k, w, n, p_begin, p_end, y, ldy);
-}
-
-void matmul_packed(const float* x, int64_t m, int64_t k, const float* packed, int64_t n, int64_t p_begin,
-                   int64_t p_end, float* y, int64_t ldy) {
-  by_isa(&matmul_packed_avx512, &matmul_packed_avx2, &matmul_packed_generic,
-         x, m, k, packed, n, p_begin, p_end, y, ldy);
+  generic::matmul_quantized(x.data(), m, k, w, n, p_begin, p_end, y, ldy);
 }
 
 }  // namespace dsv4::kernels

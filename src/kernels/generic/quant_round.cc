@@ -1,7 +1,6 @@
 #include <cmath>
 
 #include "base/dtype.h"
-#include "kernels/isa.h"
 #include "kernels/kernels.h"
 
 namespace dsv4::kernels {
@@ -37,10 +36,6 @@ float fp8_block_scale(float amax) { return block_scale(amax, kE4M3Max, kFp8MinAm
 float fp4_block_scale(float amax) { return block_scale(amax, kE2M1Max, kFp4MinAmax); }
 
 void fp8_quant_dequant(float* x, int64_t n, int64_t block) {
-  if (block % 16 == 0 && active_isa() == Isa::kAvx512) {
-    fp8_round_trip_avx512(x, n, block);
-    return;
-  }
   quant_dequant<round_to_e4m3>(x, n, block, kE4M3Max, kFp8MinAmax);
 }
 

@@ -6,23 +6,14 @@
 // ties to even, as nearbyint).
 #include <immintrin.h>
 
-#include <bit>
-#include <cmath>
-#include <cstring>
-
 #include "base/dtype.h"
-#include "kernels/cache_rows.h"
-#include "kernels/kernels.h"
+#include "kernels/avx512/avx512_kernels.h"
+#include "kernels/generic/generic_kernels.h"
 
-#define DSV4_AVX512 __attribute__((target("avx512f")))
+namespace dsv4::kernels::avx512 {
 
-// GCC 12 reports the intrinsics' deliberately undefined registers
-// (`__Y = __Y` in avx512fintrin.h) once they are inlined into helpers.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-
-namespace dsv4::kernels {
-
-DSV4_AVX512 void hadamard_avx512(float* x, int64_t n, float* scratch) {
+void hadamard(float* x, int64_t n, float* scratch) {
+  if (n % 16) return generic::hadamard(x, n, scratch);
   // Lane c of output block i0 negates x[l] when popcount(l & (i0 + c)) is
   // odd: the parity of l & i0 (all lanes) xor the parity of l & c.
   __mmask16 low[16];
@@ -40,7 +31,7 @@ DSV4_AVX512 void hadamard_avx512(float* x, int64_t n, float* scratch) {
     }
     _mm512_storeu_ps(scratch + i0, acc);
   }
-  const __m512 s = _mm512_set1_ps(static_cast<float>(std::pow(static_cast<double>(n), -0.5)));
+  const __m512 s = _mm512_set1_ps(static_cast<float>(__builtin_pow(static_cast<double>(n), -0.5)));
   for (int64_t i = 0; i < n; i += 16) _mm512_storeu_ps(x + i, _mm512_mul_ps(_mm512_loadu_ps(scratch + i), s));
 }
 
@@ -49,7 +40,7 @@ namespace {
 // x / scale (exact as x * (1 / scale): a power of two), clamped to +-448 and
 // rounded to e4m3: 1.5 * 2^(e + 20) has quantum 2^(e - 3), e4m3's spacing in
 // [2^e, 2^(e+1)), so adding and subtracting it rounds (ties to even).
-DSV4_AVX512 inline __m512 round_to_e4m3_lanes(__m512 x, __m512 inverse) {
+inline __m512 round_to_e4m3_lanes(__m512 x, __m512 inverse) {
   const __m512 max_value = _mm512_set1_ps(kE4M3Max), min_exponent = _mm512_set1_ps(-6.0f);
   const __m512i sign = _mm512_set1_epi32(static_cast<int>(0x80000000u));
   __m512 q = _mm512_mul_ps(x, inverse);
@@ -62,7 +53,7 @@ DSV4_AVX512 inline __m512 round_to_e4m3_lanes(__m512 x, __m512 inverse) {
 }
 
 // The block's scale from the amax of `block` values (a multiple of 16).
-DSV4_AVX512 inline float block_scale_of(const float* x, int64_t block) {
+inline float block_scale_of(const float* x, int64_t block) {
   __m512 amax = _mm512_setzero_ps();
   for (int64_t i = 0; i < block; i += 16) amax = _mm512_max_ps(amax, _mm512_abs_ps(_mm512_loadu_ps(x + i)));
   return fp8_block_scale(_mm512_reduce_max_ps(amax));
@@ -70,7 +61,8 @@ DSV4_AVX512 inline float block_scale_of(const float* x, int64_t block) {
 
 }  // namespace
 
-DSV4_AVX512 void fp8_round_trip_avx512(float* x, int64_t n, int64_t block) {
+void fp8_round_trip(float* x, int64_t n, int64_t block) {
+  if (block % 16) return fp8_quant_dequant(x, n, block);
   for (int64_t b = 0; b < n; b += block) {
     const float scale = block_scale_of(x + b, block);
     const __m512 vscale = _mm512_set1_ps(scale), inverse = _mm512_set1_ps(1.0f / scale);
@@ -81,7 +73,7 @@ DSV4_AVX512 void fp8_round_trip_avx512(float* x, int64_t n, int64_t block) {
 
 // The rounded values' codes: |r| * 2^-120 holds the code's exponent and
 // mantissa bits at bit 20 (see f32_to_e4m3), the sign goes to bit 7.
-DSV4_AVX512 void store_kv_row_avx512(const float* x, const KvRowFormat& f, uint8_t* row) {
+void store_kv_row(const float* x, const KvRowFormat& f, uint8_t* row) {
   const __m512i sign = _mm512_set1_epi32(static_cast<int>(0x80000000u));
   for (int64_t b = 0; b < f.nope; b += kKvScaleBlock) {
     const float scale = block_scale_of(x + b, kKvScaleBlock);
@@ -93,9 +85,9 @@ DSV4_AVX512 void store_kv_row_avx512(const float* x, const KvRowFormat& f, uint8
       const __m512i code = _mm512_or_si512(_mm512_srli_epi32(magnitude, 20), _mm512_srli_epi32(_mm512_and_si512(r, sign), 24));
       _mm_storeu_si128(reinterpret_cast<__m128i*>(row + i), _mm512_cvtepi32_epi8(code));
     }
-    row[f.scale_offset() + b / kKvScaleBlock] = static_cast<uint8_t>(std::bit_cast<uint32_t>(scale) >> 23);
+    row[f.scale_offset() + b / kKvScaleBlock] = static_cast<uint8_t>(__builtin_bit_cast(uint32_t, scale) >> 23);
   }
-  std::memcpy(row + f.rope_offset(), x + f.nope, sizeof(float) * f.rope);
+  __builtin_memcpy(row + f.rope_offset(), x + f.nope, sizeof(float) * f.rope);
 }
 
-}  // namespace dsv4::kernels
+}  // namespace dsv4::kernels::avx512

@@ -10,25 +10,15 @@
 //    every product is rounded and added in turn.
 // Blocks of up to 4 rows x 4 panels, k in 256-step slices (partial sums park
 // in y), as the f32 panels.
-// GCC 12's intrinsic headers pass an "undefined" vector as the unused
-// merge source, which its own flow analysis then reports.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
 #include <immintrin.h>
 
-#include <algorithm>
-
 #include "base/dtype.h"
-#include "kernels/kernels.h"
-#include "kernels/x86/chunked_matmul_avx512.h"
-#include "kernels/x86/register_blocks.h"
+#include "kernels/avx512/avx512_kernels.h"
+#include "kernels/avx512/register_blocks.h"
+#include "kernels/isa_local.h"
 
-#define DSV4_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512bf16")))
-
-namespace dsv4::kernels {
+namespace dsv4::kernels::avx512 {
 namespace {
-
 
 // The BF16 bits of every e4m3 magnitude and e2m1 code, as high and low
 // bytes (the FP4 ones repeated in each 128-bit lane for the byte shuffle).
@@ -57,12 +47,12 @@ struct Fp8Chunks {
   static constexpr int kGroups = 2;
   static constexpr int64_t kSteps = 4, kBlock = 128;
   __m512i high_a, high_b, low_a, low_b;  // BF16 bytes of magnitudes 0..63 and 64..127
-  DSV4_AVX512_BF16 explicit Fp8Chunks(const ByteTables& t)
+  explicit Fp8Chunks(const ByteTables& t)
       : high_a(_mm512_load_si512(t.fp8_high)),
         high_b(_mm512_load_si512(t.fp8_high + 64)),
         low_a(_mm512_load_si512(t.fp8_low)),
         low_b(_mm512_load_si512(t.fp8_low + 64)) {}
-  DSV4_AVX512_BF16 void decode(const uint8_t* chunk, __m512i* groups) const {
+  void decode(const uint8_t* chunk, __m512i* groups) const {
     const __m512i codes = _mm512_loadu_si512(chunk);
     // The permute reads index bits 0..6 (the magnitude); the sign bit is
     // then copied into the high byte.
@@ -78,9 +68,9 @@ struct Fp4Chunks {
   static constexpr int kGroups = 4;
   static constexpr int64_t kSteps = 8, kBlock = 32;
   __m512i high, low;  // BF16 bytes of the 16 codes, in every 128-bit lane
-  DSV4_AVX512_BF16 explicit Fp4Chunks(const ByteTables& t)
+  explicit Fp4Chunks(const ByteTables& t)
       : high(_mm512_load_si512(t.fp4_high)), low(_mm512_load_si512(t.fp4_low)) {}
-  DSV4_AVX512_BF16 void decode(const uint8_t* chunk, __m512i* groups) const {
+  void decode(const uint8_t* chunk, __m512i* groups) const {
     const __m512i codes = _mm512_loadu_si512(chunk), nibble = _mm512_set1_epi8(0x0F);
     const __m512i lo = _mm512_and_si512(codes, nibble), hi = _mm512_and_si512(_mm512_srli_epi16(codes, 4), nibble);
     const __m512i lo_h = _mm512_shuffle_epi8(high, lo), lo_l = _mm512_shuffle_epi8(low, lo);
@@ -93,7 +83,7 @@ struct Fp4Chunks {
 };
 
 // The 16 e8m0 scales as BF16 exponent increments, in both words of a lane.
-DSV4_AVX512_BF16 inline __m512i exponent_steps(const uint8_t* scales) {
+inline __m512i exponent_steps(const uint8_t* scales) {
   const __m512i e = _mm512_slli_epi32(
       _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales))),
                        _mm512_set1_epi32(127)),
@@ -102,7 +92,7 @@ DSV4_AVX512_BF16 inline __m512i exponent_steps(const uint8_t* scales) {
 }
 
 // Nonzero weights times 2^scale (zeros stay signed zeros).
-DSV4_AVX512_BF16 inline __m512i scaled(__m512i weights, __m512i steps) {
+inline __m512i scaled(__m512i weights, __m512i steps) {
   const __mmask32 nonzero = _mm512_test_epi16_mask(weights, _mm512_set1_epi16(0x7FFF));
   return _mm512_mask_add_epi16(weights, nonzero, weights, steps);
 }
@@ -120,7 +110,7 @@ struct Inputs {
 // Panel pp's pair vector (steps t, t + 1) times f32 inputs: split into the
 // two steps' weights, each product rounded and added in turn.
 template <int R, int P>
-DSV4_AVX512_BF16 inline void add_pair_f32(__m512 (&acc)[R][P], int pp, __m512i pair, const float* x, int64_t k,
+inline void add_pair_f32(__m512 (&acc)[R][P], int pp, __m512i pair, const float* x, int64_t k,
                                           int64_t i, int64_t t) {
   const __m512 first = _mm512_castsi512_ps(_mm512_and_si512(pair, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
   const __m512 second = _mm512_castsi512_ps(_mm512_slli_epi32(pair, 16));
@@ -133,7 +123,7 @@ DSV4_AVX512_BF16 inline void add_pair_f32(__m512 (&acc)[R][P], int pp, __m512i p
 
 // Rows [i, i + R) x panels [p, p + P), steps [t0, t1); first: start from 0.
 template <int R, int P, class Chunks, bool kPairs>
-DSV4_AVX512_BF16 void chunk_block(const Inputs& in, int64_t k, const QuantizedPanels& w, int64_t n, int64_t i,
+void chunk_block(const Inputs& in, int64_t k, const QuantizedPanels& w, int64_t n, int64_t i,
                                   int64_t p, int64_t t0, int64_t t1, bool first, float* y, int64_t ldy) {
   const Chunks chunks(tables());
   const int64_t blocks = (k + Chunks::kBlock - 1) / Chunks::kBlock;
@@ -168,7 +158,7 @@ DSV4_AVX512_BF16 void chunk_block(const Inputs& in, int64_t k, const QuantizedPa
 // Panels [p, p + np) over steps [t0, t1) decoded once into BF16 pair
 // vectors: out[pp * (t1 - t0) / 2 + pair], for every row block to reuse.
 template <class Chunks>
-DSV4_AVX512_BF16 void decode_slice(const QuantizedPanels& w, int64_t k, int64_t p, int64_t np, int64_t t0, int64_t t1,
+void decode_slice(const QuantizedPanels& w, int64_t k, int64_t p, int64_t np, int64_t t0, int64_t t1,
                                    __m512i* out) {
   const Chunks chunks(tables());
   const int64_t blocks = (k + Chunks::kBlock - 1) / Chunks::kBlock, pairs = (t1 - t0) / 2;
@@ -186,7 +176,7 @@ DSV4_AVX512_BF16 void decode_slice(const QuantizedPanels& w, int64_t k, int64_t 
 
 // Rows [i, i + R) x panels [p, p + P) over a decoded slice.
 template <int R, int P, bool kPairs>
-DSV4_AVX512_BF16 void decoded_block(const Inputs& in, int64_t k, const __m512i* decoded, int64_t n, int64_t i,
+void decoded_block(const Inputs& in, int64_t k, const __m512i* decoded, int64_t n, int64_t i,
                                     int64_t p, int64_t t0, int64_t t1, bool first, float* y, int64_t ldy) {
   const int64_t pairs = (t1 - t0) / 2;
   __m512 acc[R][P];
@@ -213,16 +203,12 @@ DSV4_AVX512_BF16 void decoded_block(const Inputs& in, int64_t k, const __m512i* 
 template <class Chunks, bool kPairs>
 void run(const Inputs& in, int64_t m, int64_t k, const QuantizedPanels& w, int64_t n, int64_t p_begin, int64_t p_end,
          float* y, int64_t ldy) {
-  if (k == 0) {
-    for (int64_t i = 0; i < m; ++i)
-      std::fill(y + i * ldy + p_begin * kPanel, y + i * ldy + std::min(n, p_end * kPanel), 0.0f);
-    return;
-  }
+  if (k == 0) return zero_outputs(m, n, kPanel, p_begin, p_end, y, ldy);
   const int64_t slice = slice_steps(m, k);
   if (m == 0) return;  // an idle data-parallel group
   if (m <= 4) {  // one row block: decode while multiplying
     for (int64_t t0 = 0; t0 < k; t0 += slice) {
-      const int64_t t1 = std::min(k, t0 + slice);
+      const int64_t t1 = lesser(k, t0 + slice);
       for (int64_t p = p_begin; p < p_end; p += 4)
         with_block(m, p_end - p, [&]<int R, int P>() {
           chunk_block<R, P, Chunks, kPairs>(in, k, w, n, 0, p, t0, t1, t0 == 0, y, ldy);
@@ -234,9 +220,9 @@ void run(const Inputs& in, int64_t m, int64_t k, const QuantizedPanels& w, int64
   // cache-resident) and every row block multiplies it.
   alignas(64) __m512i decoded[4 * 256 / 2];
   for (int64_t t0 = 0; t0 < k; t0 += slice) {
-    const int64_t t1 = std::min(k, t0 + slice);
+    const int64_t t1 = lesser(k, t0 + slice);
     for (int64_t p = p_begin; p < p_end; p += 4) {
-      const int64_t np = std::min<int64_t>(4, p_end - p);
+      const int64_t np = lesser(4, p_end - p);
       decode_slice<Chunks>(w, k, p, np, t0, t1, decoded);
       for (int64_t i = 0; i < m; i += 4)
         with_block(m - i, np, [&]<int R, int P>() {
@@ -248,18 +234,18 @@ void run(const Inputs& in, int64_t m, int64_t k, const QuantizedPanels& w, int64
 
 }  // namespace
 
-void matmul_chunked_avx512(const float* x, int64_t m, int64_t k, const QuantizedPanels& w, int64_t n, int64_t p_begin,
+void matmul_chunked(const float* x, int64_t m, int64_t k, const QuantizedPanels& w, int64_t n, int64_t p_begin,
                            int64_t p_end, float* y, int64_t ldy) {
   const Inputs in{x, nullptr};
   if (w.format == PanelFormat::kFp8) run<Fp8Chunks, false>(in, m, k, w, n, p_begin, p_end, y, ldy);
   else run<Fp4Chunks, false>(in, m, k, w, n, p_begin, p_end, y, ldy);
 }
 
-void matmul_quantized_pairs_avx512(const uint32_t* pairs, int64_t m, int64_t k, const QuantizedPanels& w, int64_t n,
+void matmul_quantized_pairs(const uint32_t* pairs, int64_t m, int64_t k, const QuantizedPanels& w, int64_t n,
                                    int64_t p_begin, int64_t p_end, float* y, int64_t ldy) {
   const Inputs in{nullptr, pairs};
   if (w.format == PanelFormat::kFp8) run<Fp8Chunks, true>(in, m, k, w, n, p_begin, p_end, y, ldy);
   else run<Fp4Chunks, true>(in, m, k, w, n, p_begin, p_end, y, ldy);
 }
 
-}  // namespace dsv4::kernels
+}  // namespace dsv4::kernels::avx512

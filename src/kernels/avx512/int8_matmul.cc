@@ -4,19 +4,15 @@
 // kernel does.
 #include <immintrin.h>
 
-#include <algorithm>
-#include <cmath>
+#include "kernels/avx512/avx512_kernels.h"
+#include "kernels/avx512/register_blocks.h"
+#include "kernels/isa_local.h"
 
-#include "kernels/kernels.h"
-#include "kernels/x86/register_blocks.h"
-
-#define DSV4_VNNI __attribute__((target("avx512f,avx512bw,avx512vnni")))
-
-namespace dsv4::kernels {
+namespace dsv4::kernels::avx512 {
 namespace {
 
 template <int R, int P>
-DSV4_VNNI void int8_block(const uint8_t* biased, const float* row_scales, int64_t kp, const Int8Panels& w, int64_t n,
+void int8_block(const uint8_t* biased, const float* row_scales, int64_t kp, const Int8Panels& w, int64_t n,
                           int64_t i, int64_t p, float* y, int64_t ldy) {
   __m512i acc[R][P];
   for (int r = 0; r < R; ++r)
@@ -35,8 +31,7 @@ DSV4_VNNI void int8_block(const uint8_t* biased, const float* row_scales, int64_
     const uint8_t* extra = w.sums_and_scales + (p + pp) * kPanel * 8;
     const __m512i bias = _mm512_slli_epi32(_mm512_loadu_si512(extra), 7);  // 128 x column sum
     const __m512 scales = _mm512_loadu_ps(extra + kPanel * 4);
-    const int64_t cols = std::min(kPanel, n - (p + pp) * kPanel);
-    const __mmask16 mask = static_cast<__mmask16>((1u << cols) - 1);
+    const __mmask16 mask = panel_mask(n, p + pp);
     for (int r = 0; r < R; ++r) {
       const __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r][pp], bias));
       const __m512 out = _mm512_mul_ps(_mm512_mul_ps(v, _mm512_set1_ps(row_scales[i + r])), scales);
@@ -47,22 +42,17 @@ DSV4_VNNI void int8_block(const uint8_t* biased, const float* row_scales, int64_
 
 }  // namespace
 
-void matmul_int8_avx512(const uint8_t* biased, const float* row_scales, int64_t m, int64_t k, const Int8Panels& w,
-                        int64_t n, int64_t p_begin, int64_t p_end, float* y, int64_t ldy) {
+void matmul_int8(const uint8_t* biased, const float* row_scales, int64_t m, int64_t k, const Int8Panels& w, int64_t n,
+                 int64_t p_begin, int64_t p_end, float* y, int64_t ldy) {
   const int64_t kp = int8_padded_k(k);
   for (int64_t p = p_begin; p < p_end; p += 4) {
-    const int64_t np = std::min<int64_t>(4, p_end - p);
+    const int64_t np = lesser(4, p_end - p);
     for (int64_t i = 0; i < m; i += 4)
       with_block(m - i, np, [&]<int R, int P>() { int8_block<R, P>(biased, row_scales, kp, w, n, i, p, y, ldy); });
   }
 }
 
-}  // namespace dsv4::kernels
-
-namespace dsv4::kernels {
-
-__attribute__((target("avx512f,avx512bw"))) void quantize_rows_int8_avx512(const float* x, int64_t m, int64_t k,
-                                                                           uint8_t* biased, float* row_scales) {
+void quantize_rows_int8(const float* x, int64_t m, int64_t k, uint8_t* biased, float* row_scales) {
   const int64_t kp = int8_padded_k(k);
   for (int64_t i = 0; i < m; ++i) {
     const float* xi = x + i * k;
@@ -70,7 +60,7 @@ __attribute__((target("avx512f,avx512bw"))) void quantize_rows_int8_avx512(const
     int64_t t = 0;
     for (; t + 16 <= k; t += 16) amax = _mm512_max_ps(amax, _mm512_abs_ps(_mm512_loadu_ps(xi + t)));
     float top = _mm512_reduce_max_ps(amax);
-    for (; t < k; ++t) top = std::max(top, std::fabs(xi[t]));
+    for (; t < k; ++t) top = __builtin_fmaxf(top, __builtin_fabsf(xi[t]));
     const float scale = top > 0.0f ? top / 127.0f : 1.0f;
     row_scales[i] = scale;
     // The generic kernel's steps: x / scale, clamped to +-127, rounded to
@@ -84,10 +74,10 @@ __attribute__((target("avx512f,avx512bw"))) void quantize_rows_int8_avx512(const
       _mm_storeu_si128(reinterpret_cast<__m128i*>(out + t), _mm512_cvtepi32_epi8(v));
     }
     for (; t < kp; ++t) {
-      const float q = t < k ? std::nearbyint(std::fmin(127.0f, std::fmax(-127.0f, xi[t] / scale))) : 0.0f;
+      const float q = t < k ? __builtin_nearbyintf(__builtin_fminf(127.0f, __builtin_fmaxf(-127.0f, xi[t] / scale))) : 0.0f;
       out[t] = static_cast<uint8_t>(static_cast<int>(q) + 128);
     }
   }
 }
 
-}  // namespace dsv4::kernels
+}  // namespace dsv4::kernels::avx512

@@ -1,16 +1,16 @@
-// The x86 GEMMs compute in register blocks of up to 4 rows x 4 panels,
+// The AVX-512 GEMMs compute in register blocks of up to 4 rows x 4 panels,
 // each size a template instance: with_block picks the instance, and the
-// AVX-512 blocks start and finish their sums alike.
+// blocks start and finish their sums alike.
 #pragma once
 
 #include <immintrin.h>
 
-#include <algorithm>
 #include <cstdint>
 
+#include "kernels/isa_local.h"
 #include "kernels/kernels.h"
 
-namespace dsv4::kernels {
+namespace dsv4::kernels::avx512 {
 
 // Calls f.template operator()<R, P>() with R = rows and P = panels, each
 // clamped to 1..4.
@@ -32,14 +32,18 @@ inline void with_block(int64_t rows, int64_t panels, F&& f) {
   }
 }
 
+// The columns of panel p that exist (n outputs in all).
+inline __mmask16 panel_mask(int64_t n, int64_t p) {
+  return static_cast<__mmask16>((1u << lesser(kPanel, n - p * kPanel)) - 1);
+}
+
 // The block's sums: zero, or the partial sums parked in y by the last
 // slice; and back into y.
 template <int R, int P>
-__attribute__((target("avx512f"))) inline void start_block(__m512 (&acc)[R][P], __mmask16 (&mask)[P], int64_t n, int64_t i, int64_t p,
-                                         bool first, const float* y, int64_t ldy) {
+inline void start_block(__m512 (&acc)[R][P], __mmask16 (&mask)[P], int64_t n, int64_t i, int64_t p, bool first,
+                        const float* y, int64_t ldy) {
   for (int pp = 0; pp < P; ++pp) {
-    const int64_t cols = std::min(kPanel, n - (p + pp) * kPanel);
-    mask[pp] = static_cast<__mmask16>((1u << cols) - 1);
+    mask[pp] = panel_mask(n, p + pp);
     for (int r = 0; r < R; ++r)
       acc[r][pp] = first ? _mm512_setzero_ps()
                          : _mm512_maskz_loadu_ps(mask[pp], y + (i + r) * ldy + (p + pp) * kPanel);
@@ -47,10 +51,10 @@ __attribute__((target("avx512f"))) inline void start_block(__m512 (&acc)[R][P], 
 }
 
 template <int R, int P>
-__attribute__((target("avx512f"))) inline void finish_block(const __m512 (&acc)[R][P], const __mmask16 (&mask)[P], int64_t i, int64_t p,
-                                          float* y, int64_t ldy) {
+inline void finish_block(const __m512 (&acc)[R][P], const __mmask16 (&mask)[P], int64_t i, int64_t p, float* y,
+                         int64_t ldy) {
   for (int r = 0; r < R; ++r)
     for (int pp = 0; pp < P; ++pp) _mm512_mask_storeu_ps(y + (i + r) * ldy + (p + pp) * kPanel, mask[pp], acc[r][pp]);
 }
 
-}  // namespace dsv4::kernels
+}  // namespace dsv4::kernels::avx512

@@ -10,32 +10,26 @@
 // order. The softmax is the generic one.
 #include <immintrin.h>
 
-#include <algorithm>
-
 #include "base/dtype.h"
-#include "kernels/kernels.h"
+#include "kernels/avx512/avx512_kernels.h"
+#include "kernels/generic/generic_kernels.h"
+#include "kernels/isa_local.h"
 
-#define DSV4_AVX512 __attribute__((target("avx512f,avx512bw")))
-
-// GCC 12 reports the intrinsics' deliberately undefined registers
-// (`__Y = __Y` in avx512fintrin.h) once they are inlined into helpers.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-
-namespace dsv4::kernels {
+namespace dsv4::kernels::avx512 {
 namespace {
 
 // 16 e4m3 codes to floats times `scale`. Sign-extending each byte and
 // shifting it by 20 puts the sign at bit 31 and the exponent and mantissa
 // bits at 20..26, a float 2^-120 times the code's value (e4m3 subnormals
 // become float subnormals).
-DSV4_AVX512 inline __m512 decode_e4m3(const uint8_t* codes, __m512 scale) {
+inline __m512 decode_e4m3(const uint8_t* codes, __m512 scale) {
   const __m512i wide = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes)));
   const __m512i bits = _mm512_and_si512(_mm512_slli_epi32(wide, 20), _mm512_set1_epi32(static_cast<int>(0x87F00000u)));
   return _mm512_mul_ps(_mm512_mul_ps(_mm512_castsi512_ps(bits), _mm512_set1_ps(0x1p120f)), scale);
 }
 
 // 16 e2m1 codes (8 bytes, low nibble first) to floats times `scale`.
-DSV4_AVX512 inline __m512 decode_e2m1(const uint8_t* codes, __m512 scale) {
+inline __m512 decode_e2m1(const uint8_t* codes, __m512 scale) {
   const __m512 values = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f, -0.5f, -1.0f, -1.5f,
                                        -2.0f, -3.0f, -4.0f, -6.0f);
   const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes));
@@ -45,7 +39,7 @@ DSV4_AVX512 inline __m512 decode_e2m1(const uint8_t* codes, __m512 scale) {
   return _mm512_mul_ps(_mm512_permutexvar_ps(index, values), scale);
 }
 
-DSV4_AVX512 void decode_kv_row(const uint8_t* row, const KvRowFormat& f, float* out) {
+void decode_kv_row(const uint8_t* row, const KvRowFormat& f, float* out) {
   for (int64_t b = 0; b < f.nope; b += kKvScaleBlock) {
     const __m512 scale = _mm512_set1_ps(e8m0_to_f32(row[f.scale_offset() + b / kKvScaleBlock]));
     for (int64_t v = b; v < b + kKvScaleBlock; v += kPanel) _mm512_storeu_ps(out + v, decode_e4m3(row + v, scale));
@@ -57,7 +51,7 @@ DSV4_AVX512 void decode_kv_row(const uint8_t* row, const KvRowFormat& f, float* 
   }
 }
 
-DSV4_AVX512 void decode_index_row(const uint8_t* row, int64_t dim, float* out) {
+void decode_index_row(const uint8_t* row, int64_t dim, float* out) {
   const uint8_t* scales = row + dim / 2;
   for (int64_t v = 0; v < dim; v += kPanel)
     _mm512_storeu_ps(out + v, decode_e2m1(row + v / 2, _mm512_set1_ps(e8m0_to_f32(scales[v / kIndexScaleBlock]))));
@@ -78,7 +72,7 @@ void decode_tile(const uint8_t* const* keys, int64_t j0, int64_t n, int64_t dim,
 // the S decoded keys k and the heads in `lanes` (q transposed: qt[d][16]).
 // Null keys are skipped.
 template <int S>
-DSV4_AVX512 void dot_slots(const float* qt, __mmask16 lanes, const float* const* k, int64_t j0, int64_t dim,
+void dot_slots(const float* qt, __mmask16 lanes, const float* const* k, int64_t j0, int64_t dim,
                            float scale, float* dots, int64_t key_stride, int64_t head_stride) {
   __m512 acc[S];
   for (int s = 0; s < S; ++s) acc[s] = _mm512_setzero_ps();
@@ -97,7 +91,7 @@ DSV4_AVX512 void dot_slots(const float* qt, __mmask16 lanes, const float* const*
 }
 
 // A tile's n decoded keys against one panel of up to 16 heads.
-DSV4_AVX512 void dot_tile(const float* qt, __mmask16 lanes, const float* const* rows, int64_t j0, int64_t n,
+void dot_tile(const float* qt, __mmask16 lanes, const float* const* rows, int64_t j0, int64_t n,
                           int64_t dim, float scale, float* dots, int64_t key_stride, int64_t head_stride) {
   if (n == kKeyTile) {
     dot_slots<kKeyTile>(qt, lanes, rows, j0, dim, scale, dots, key_stride, head_stride);
@@ -116,9 +110,11 @@ __mmask16 lanes_of(int64_t heads) { return static_cast<__mmask16>((1u << heads) 
 
 }  // namespace
 
-void sink_attention_heads_avx512(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_slots,
-                                 const KvRowFormat& f, const float* sinks, float scale, float* scratch, float* out) {
+void sink_attention_heads(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_slots,
+                          const KvRowFormat& f, const float* sinks, float scale, float* scratch, float* out) {
   const int64_t dim = f.dim();
+  if (dim % kPanel || heads > kPanel)
+    return generic::sink_attention_heads(q, heads, keys, num_slots, f, sinks, scale, scratch, out);
   float* scores = scratch;                  // [heads][num_slots]
   float* qt = scratch + heads * num_slots;  // [dim][16]
   float* tile = qt + kPanel * dim;          // [kKeyTile][dim]
@@ -127,7 +123,7 @@ void sink_attention_heads_avx512(const float* q, int64_t heads, const uint8_t* c
 
   transpose_heads(q, heads, dim, qt);
   for (int64_t j = 0; j < num_slots; j += kKeyTile) {
-    const int64_t n = std::min(kKeyTile, num_slots - j);
+    const int64_t n = lesser(kKeyTile, num_slots - j);
     decode_tile(keys, j, n, dim, tile, rows, decode);
     dot_tile(qt, lanes_of(heads), rows, j, n, dim, scale, scores, 1, num_slots);
   }
@@ -140,15 +136,15 @@ void sink_attention_heads_avx512(const float* q, int64_t heads, const uint8_t* c
     for (int64_t j = 0; j < num_slots; ++j) sh[j] = sh[j] / denom;
   }
 
-  std::fill(out, out + heads * dim, 0.0f);
+  fill_floats(out, heads * dim, 0.0f);
   for (int64_t j = 0; j < num_slots; j += kKeyTile) {
-    const int64_t n = std::min(kKeyTile, num_slots - j);
+    const int64_t n = lesser(kKeyTile, num_slots - j);
     decode_tile(keys, j, n, dim, tile, rows, decode);
     for (int64_t h = 0; h < heads; ++h) {
       const float* ph = scores + h * num_slots + j;
       // 256 dimensions (16 vectors) per pass keep the sums in registers.
       for (int64_t d0 = 0; d0 < dim; d0 += 256) {
-        const int64_t vectors = std::min<int64_t>(16, (dim - d0) / kPanel);
+        const int64_t vectors = lesser(16, (dim - d0) / kPanel);
         float* o = out + h * dim + d0;
         __m512 acc[16];
         for (int v = 0; v < vectors; ++v) acc[v] = _mm512_loadu_ps(o + v * kPanel);
@@ -165,22 +161,23 @@ void sink_attention_heads_avx512(const float* q, int64_t heads, const uint8_t* c
   }
 }
 
-void head_dots_avx512(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_keys, int64_t dim,
-                      float* scratch, float* dots) {
+void head_dots(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_keys, int64_t dim,
+               float* scratch, float* dots) {
+  if (dim % kPanel) return generic::head_dots(q, heads, keys, num_keys, dim, scratch, dots);
   const int64_t panels = (heads + kPanel - 1) / kPanel;
   float* qt = scratch;                         // [panels][dim][16]
   float* tile = scratch + panels * kPanel * dim;  // [kKeyTile][dim]
   auto decode = [&](const uint8_t* row, float* to) { decode_index_row(row, dim, to); };
   const float* rows[kKeyTile];
   for (int64_t p = 0; p < panels; ++p)
-    transpose_heads(q + p * kPanel * dim, std::min<int64_t>(kPanel, heads - p * kPanel), dim, qt + p * kPanel * dim);
+    transpose_heads(q + p * kPanel * dim, lesser(kPanel, heads - p * kPanel), dim, qt + p * kPanel * dim);
   for (int64_t j = 0; j < num_keys; j += kKeyTile) {
-    const int64_t n = std::min(kKeyTile, num_keys - j);
+    const int64_t n = lesser(kKeyTile, num_keys - j);
     decode_tile(keys, j, n, dim, tile, rows, decode);
     for (int64_t p = 0; p < panels; ++p)
-      dot_tile(qt + p * kPanel * dim, lanes_of(std::min<int64_t>(kPanel, heads - p * kPanel)), rows, j, n, dim, 1.0f,
+      dot_tile(qt + p * kPanel * dim, lanes_of(lesser(kPanel, heads - p * kPanel)), rows, j, n, dim, 1.0f,
                dots + p * kPanel, heads, 1);
   }
 }
 
-}  // namespace dsv4::kernels
+}  // namespace dsv4::kernels::avx512

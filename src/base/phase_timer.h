@@ -1,0 +1,50 @@
+// Where a forward spends its time, by phase of the model, for `dsv4 bench`'s
+// breakdown: a scope adds its wall time, less the time of the scopes inside
+// it, to its phase. Off unless enabled (then two clock reads per scope);
+// phases are counted for the whole process (bench runs one rank).
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+namespace dsv4 {
+
+enum class Phase {
+  kAttention,        // projections, RoPE, the attention kernels, the output projections
+  kIndexer,          // the lightning indexer's queries, scores and top-k
+  kCompressor,       // KV compression
+  kRoutedExperts,    // routing and the routed experts
+  kSharedExpert,
+  kHead,             // embedding, the hc head, the final norm and the vocabulary projection
+  kHyperConnections, // mHC mixing (Sinkhorn) and the norms
+  kSampling,
+  kCommunication,    // collectives between ranks
+  kOther,
+};
+inline constexpr int kNumPhases = static_cast<int>(Phase::kOther) + 1;
+const char* phase_name(Phase p);
+
+class PhaseTimer {
+ public:
+  static void enable(bool on);
+  static bool enabled();
+  // Seconds per phase since the last reset.
+  static std::array<double, kNumPhases> totals();
+  static void reset();
+
+  // Adds its time (less nested scopes') to `phase` when enabled.
+  class Scope {
+   public:
+    explicit Scope(Phase phase);
+    ~Scope();
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    Phase phase_;
+    bool on_;
+    int64_t start_ns_ = 0, saved_child_ns_ = 0;
+  };
+};
+
+}  // namespace dsv4

@@ -1,0 +1,35 @@
+// The AVX-512 kernel bodies (F, BW, VL, DQ, VBMI, BF16, VNNI), built for
+// that instruction set alone; register.cc offers them to the dispatch table.
+// Semantics: dispatch.h. Shapes a body does not cover go to the generic one.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cache_rows.h"
+#include "kernels/kernels.h"
+
+namespace dsv4::kernels::avx512 {
+
+// Exact numerics: the reference's operations and order, bit-identical to
+// the generic bodies.
+void matmul_f32(const float* x, int64_t m, int64_t k, const float* packed, int64_t n, int64_t p_begin, int64_t p_end,
+                float* y, int64_t ldy);
+void matmul_quantized(const float* x, int64_t m, int64_t k, const QuantizedPanels& w, int64_t n, int64_t p_begin,
+                      int64_t p_end, float* y, int64_t ldy);
+void matmul_quantized_pairs(const uint32_t* pairs, int64_t m, int64_t k, const QuantizedPanels& w, int64_t n,
+                            int64_t p_begin, int64_t p_end, float* y, int64_t ldy);
+// FP8/FP4 panels (the body of matmul_quantized for those formats).
+void matmul_chunked(const float* x, int64_t m, int64_t k, const QuantizedPanels& w, int64_t n, int64_t p_begin,
+                    int64_t p_end, float* y, int64_t ldy);
+void quantize_rows_int8(const float* x, int64_t m, int64_t k, uint8_t* biased, float* row_scales);
+void matmul_int8(const uint8_t* biased, const float* row_scales, int64_t m, int64_t k, const Int8Panels& w, int64_t n,
+                 int64_t p_begin, int64_t p_end, float* y, int64_t ldy);
+void fp8_round_trip(float* x, int64_t n, int64_t block);
+void hadamard(float* x, int64_t n, float* scratch);
+void store_kv_row(const float* x, const KvRowFormat& f, uint8_t* row);
+void sink_attention_heads(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_slots,
+                          const KvRowFormat& f, const float* sinks, float scale, float* scratch, float* out);
+void head_dots(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_keys, int64_t dim,
+               float* scratch, float* dots);
+
+}  // namespace dsv4::kernels::avx512

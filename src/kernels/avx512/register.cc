@@ -1,0 +1,28 @@
+#include "kernels/avx512/avx512_kernels.h"
+#include "kernels/registry.h"
+
+namespace dsv4::kernels::avx512 {
+namespace {
+
+// The exact bodies (the fast table starts from them).
+void set_exact(Kernels* k) {
+  k->matmul_f32 = &matmul_f32;
+  k->matmul_quantized = &matmul_quantized;
+  k->matmul_quantized_pairs = &matmul_quantized_pairs;
+  k->quantize_rows_int8 = &quantize_rows_int8;
+  k->matmul_int8 = &matmul_int8;
+  k->fp8_round_trip = &fp8_round_trip;
+  k->hadamard = &hadamard;
+  k->store_kv_row = &store_kv_row;
+  k->sink_attention_heads = &sink_attention_heads;
+  k->head_dots = &head_dots;
+}
+
+}  // namespace
+
+void register_kernels(Kernels* exact, Kernels* fast) {
+  set_exact(exact);
+  set_exact(fast);
+}
+
+}  // namespace dsv4::kernels::avx512

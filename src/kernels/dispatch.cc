@@ -1,0 +1,124 @@
+#include "kernels/dispatch.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+#include "kernels/generic/generic_kernels.h"
+#include "kernels/registry.h"
+
+namespace dsv4::kernels {
+namespace {
+
+Isa detect() {
+  if (const char* env = std::getenv("DSV4_ISA")) {
+    if (!std::strcmp(env, "generic")) return Isa::kGeneric;
+    if (!std::strcmp(env, "avx2") && isa_supported(Isa::kAvx2)) return Isa::kAvx2;
+    if (!std::strcmp(env, "avx512") && isa_supported(Isa::kAvx512)) return Isa::kAvx512;
+  }
+  return isa_supported(Isa::kAvx512) ? Isa::kAvx512 : isa_supported(Isa::kAvx2) ? Isa::kAvx2 : Isa::kGeneric;
+}
+
+std::atomic<Isa>& current() {
+  static std::atomic<Isa> isa{detect()};
+  return isa;
+}
+
+Kernels generic_exact() {
+  Kernels k;
+  k.matmul_f32 = &generic::matmul_f32;
+  k.matmul_quantized = &generic::matmul_quantized;
+  k.matmul_quantized_pairs = &generic::matmul_quantized_pairs;
+  k.quantize_rows_int8 = &generic::quantize_rows_int8;
+  k.matmul_int8 = &generic::matmul_int8;
+  k.fp8_round_trip = &fp8_quant_dequant;
+  k.fp4_round_trip = &fp4_quant_dequant;
+  k.hadamard = &generic::hadamard;
+  k.store_kv_row = &generic::store_kv_row;
+  k.sink_attention_heads = &generic::sink_attention_heads;
+  k.head_dots = &generic::head_dots;
+  return k;
+}
+
+// The tables of one ISA: its bodies over the generic ones; fast numerics
+// over exact ones (an ISA's exact body beats a generic fast one).
+struct IsaTables {
+  Kernels exact, fast;
+  explicit IsaTables(Isa isa) {
+    exact = generic_exact();
+    fast = exact;
+    if (isa == Isa::kAvx2) avx2::register_kernels(&exact, &fast);
+    if (isa == Isa::kAvx512) {
+      // AVX-512 CPUs have AVX2: its bodies fill what AVX-512 has none for.
+      avx2::register_kernels(&exact, &fast);
+      avx512::register_kernels(&exact, &fast);
+    }
+    exact.isa = fast.isa = isa;
+    exact.numerics = Numerics::kExact;
+    fast.numerics = Numerics::kFast;
+  }
+};
+
+}  // namespace
+
+bool isa_supported(Isa isa) {
+  switch (isa) {
+    case Isa::kGeneric: return true;
+    case Isa::kAvx2:
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    // The FP8/FP4 kernels decode with VBMI byte permutes and add with BF16
+    // dot products; W8A8 uses VNNI.
+    case Isa::kAvx512:
+      return isa_supported(Isa::kAvx2) && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+             __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512bf16") &&
+             __builtin_cpu_supports("avx512vnni");
+  }
+  return false;
+}
+
+Isa active_isa() { return current().load(std::memory_order_relaxed); }
+
+void set_isa(Isa isa) { current().store(isa_supported(isa) ? isa : Isa::kGeneric); }
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx512: return "avx512";
+    case Isa::kAvx2: return "avx2";
+    case Isa::kGeneric: break;
+  }
+  return "generic";
+}
+
+const char* numerics_name(Numerics n) { return n == Numerics::kFast ? "fast" : "exact"; }
+
+bool parse_numerics(const std::string& name, Numerics* out) {
+  if (name == "exact") *out = Numerics::kExact;
+  else if (name == "fast") *out = Numerics::kFast;
+  else return false;
+  return true;
+}
+
+Numerics numerics_from_env(Numerics fallback) {
+  Numerics n = fallback;
+  if (const char* env = std::getenv("DSV4_NUMERICS")) parse_numerics(env, &n);
+  return n;
+}
+
+const Kernels& kernels_for(Isa isa, Numerics numerics) {
+  if (!isa_supported(isa)) isa = Isa::kGeneric;
+  static const IsaTables generic(Isa::kGeneric);
+  const IsaTables* tables = &generic;
+  if (isa == Isa::kAvx2) {
+    static const IsaTables avx2(Isa::kAvx2);
+    tables = &avx2;
+  } else if (isa == Isa::kAvx512) {
+    static const IsaTables avx512(Isa::kAvx512);
+    tables = &avx512;
+  }
+  return numerics == Numerics::kFast ? tables->fast : tables->exact;
+}
+
+const Kernels& kernels_for(Numerics numerics) { return kernels_for(active_isa(), numerics); }
+
+}  // namespace dsv4::kernels

@@ -1,0 +1,89 @@
+// Which kernels run. Two choices pick them, in one place:
+//  - the instruction set: the best this CPU has, chosen once at start-up
+//    (DSV4_ISA=generic|avx2|avx512 overrides). Each ISA's kernels live in
+//    their own translation units built for it (src/kernels/avx2,
+//    src/kernels/avx512); everything else is built for baseline x86-64, so
+//    one binary runs on any x86-64 CPU and uses what it finds.
+//  - the numerics, a model's option: kExact reproduces the reference's
+//    float operations one by one (its summation order, no FMA), bit for bit;
+//    kFast may use FMA, any summation order and blocking, and fused
+//    dequantization, within per-op tolerances (tests/test_ops.cc). Fast
+//    kernels still order each output's sums by that output's own data only,
+//    never by the batch or thread count, so results do not depend on what
+//    else is in a batch.
+// A table holds, per kernel, the chosen ISA's body for those numerics, or
+// the next best (the ISA's exact body, the generic fast one, the generic
+// exact one, which is the oracle every other body is tested against).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "kernels/cache_rows.h"
+#include "kernels/kernels.h"
+
+namespace dsv4::kernels {
+
+enum class Isa { kGeneric, kAvx2, kAvx512 };
+enum class Numerics { kExact, kFast };
+
+Isa active_isa();
+const char* isa_name(Isa isa);
+bool isa_supported(Isa isa);
+// For tests: runs the kernels on `isa` from now on (must be supported).
+void set_isa(Isa isa);
+
+const char* numerics_name(Numerics n);  // "exact", "fast"
+// "exact" or "fast"; false for anything else.
+bool parse_numerics(const std::string& name, Numerics* out);
+// DSV4_NUMERICS when set (and valid), else `fallback`.
+Numerics numerics_from_env(Numerics fallback);
+
+struct Kernels {
+  Isa isa = Isa::kGeneric;
+  Numerics numerics = Numerics::kExact;
+
+  // y[i, j] = x[i] . w[j] for rows [0, m) and the output columns of panels
+  // [p_begin, p_end) (j < n), y with row stride ldy; the weights packed in
+  // panels (kernels.h): f32, or BF16/FP8/FP4 codes with their scales.
+  void (*matmul_f32)(const float* x, int64_t m, int64_t k, const float* packed, int64_t n, int64_t p_begin,
+                     int64_t p_end, float* y, int64_t ldy) = nullptr;
+  void (*matmul_quantized)(const float* x, int64_t m, int64_t k, const QuantizedPanels& w, int64_t n,
+                           int64_t p_begin, int64_t p_end, float* y, int64_t ldy) = nullptr;
+  // The same with inputs that are exact BF16 values, as pairs
+  // (pack_bf16_pairs): every FP8/FP4 linear's rounded input.
+  void (*matmul_quantized_pairs)(const uint32_t* pairs, int64_t m, int64_t k, const QuantizedPanels& w, int64_t n,
+                                 int64_t p_begin, int64_t p_end, float* y, int64_t ldy) = nullptr;
+  // W8A8: x [m, k] -> biased uint8 [m, int8_padded_k(k)] and row scales [m];
+  // then the int8 panels (kernels.h).
+  void (*quantize_rows_int8)(const float* x, int64_t m, int64_t k, uint8_t* biased, float* row_scales) = nullptr;
+  void (*matmul_int8)(const uint8_t* biased, const float* row_scales, int64_t m, int64_t k, const Int8Panels& w,
+                      int64_t n, int64_t p_begin, int64_t p_end, float* y, int64_t ldy) = nullptr;
+
+  // In place round trips through FP8 e4m3 / FP4 e2m1 per `block` values
+  // (the reference's act_quant / fp4_act_quant, see kernels.h).
+  void (*fp8_round_trip)(float* x, int64_t n, int64_t block) = nullptr;
+  void (*fp4_round_trip)(float* x, int64_t n, int64_t block) = nullptr;
+  // In place normalized Walsh-Hadamard transform (n a power of two);
+  // scratch: n floats.
+  void (*hadamard)(float* x, int64_t n, float* scratch) = nullptr;
+
+  // A KV row rounded and stored as its codes (cache_rows.h).
+  void (*store_kv_row)(const float* x, const KvRowFormat& f, uint8_t* row) = nullptr;
+  // Sink attention of `heads` query heads sharing key slots of KV rows
+  // (kernels.h); scratch: sink_attention_scratch floats.
+  void (*sink_attention_heads)(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_slots,
+                               const KvRowFormat& f, const float* sinks, float scale, float* scratch,
+                               float* out) = nullptr;
+  // dots[j * heads + h] = q[h] . key_j over index key rows (kernels.h);
+  // scratch: head_dots_scratch floats.
+  void (*head_dots)(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_keys, int64_t dim,
+                    float* scratch, float* dots) = nullptr;
+};
+
+// The one dispatch point: the kernels for `numerics` on the active ISA.
+const Kernels& kernels_for(Numerics numerics);
+// On a given ISA (tests; it must be supported).
+const Kernels& kernels_for(Isa isa, Numerics numerics);
+
+}  // namespace dsv4::kernels
