@@ -186,6 +186,7 @@ int cmd_bench(int argc, char** argv) {
     std::fprintf(stderr, "dsv4 bench: %s\n", one.status().message().c_str());
     return 2;
   }
+  keep_step_memory();
   if (args.has("serving"))
     return bench_serving(**one, model_name(args.get("model")), args.get_int("ctx", 4096), args.get_int("gen", 64), ks,
                          args.get("csv"));

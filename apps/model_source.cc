@@ -1,5 +1,6 @@
 #include "model_source.h"
 
+#include <malloc.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -57,7 +58,9 @@ StatusOr<std::unique_ptr<DeepseekV4>> load_model(const std::string& dir, kernels
   options.numerics = numerics;
   if (progress_bar && isatty(STDERR_FILENO)) options.on_progress = progress_printer();
   DSV4_ASSIGN_OR_RETURN(ModelDir source, ModelDir::open(dir));
-  return DeepseekV4::load(source.path(), options);
+  auto model = DeepseekV4::load(source.path(), options);
+  if (model.ok()) keep_step_memory();
+  return model;
 }
 
 StatusOr<std::unique_ptr<Engine>> load_engine(const std::string& dir, const EngineOptions& engine,
@@ -70,7 +73,13 @@ StatusOr<std::unique_ptr<Engine>> load_engine(const std::string& dir, const Engi
   DSV4_ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::load(source.path() + "/config.json"));
   DSV4_ASSIGN_OR_RETURN(KvCacheOptions cache, Engine::cache_options(config, engine));
   DSV4_ASSIGN_OR_RETURN(auto executor, LocalExecutor::create(source.path(), options, parallel, cache));
+  keep_step_memory();
   return Engine::create(std::move(executor), engine.scheduler);
+}
+
+void keep_step_memory() {
+  mallopt(M_MMAP_MAX, 0);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
 }
 
 }  // namespace dsv4::app

@@ -253,6 +253,58 @@ TEST_P(EnginePagePressure, ResumesExactlyAfterPreemptionForPages) {
   }
 }
 
+// Fast numerics are batch-invariant: a golden prompt's logits and greedy
+// tokens are the same bits alone, inside a batch of 8 mixed requests, with
+// 16-token chunked prefill and after a preemption (every row's sums are
+// ordered by that row's own data), and its greedy tokens stay within the
+// case's bounds of the reference's.
+class EngineBatchingFast : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(EngineBatchingFast, SameBitsInAnyBatchChunkingOrPreemption) {
+  const DeepseekV4& model = golden_model(GetParam(), kernels::Numerics::kFast);
+  const GoldenRun& g = golden_run(GetParam());  // prompts and the reference's tokens
+  const int64_t T = static_cast<int64_t>(g.decode[0].size());
+  const auto filler = [&](int64_t len, int seed, int64_t max_tokens) {
+    SamplingParams p;
+    p.temperature = 0.8f;
+    p.seed = static_cast<uint64_t>(seed);
+    p.max_tokens = max_tokens;
+    p.ignore_eos = true;
+    return Arrival{0, filler_prompt(len, seed, model, max_tokens), p};
+  };
+  for (int b = 0; b < static_cast<int>(g.prompts.size()); ++b) {
+    const Arrival golden{0, g.prompts[b], greedy(T + 1), b};
+    const EngineRun alone = serve(model, options(), {golden});
+    ASSERT_TRUE(alone.logits.count(b));
+    auto with_at = [](Arrival a, int step) {
+      a.at_step = step;
+      return a;
+    };
+    std::vector<Arrival> mixed = {filler(37, 1, 30), with_at(golden, 1), with_at(filler(150, 2, 12), 1),
+                                  with_at(filler(5, 3, 40), 3), with_at(filler(90, 4, 8), 6),
+                                  with_at(filler(61, 5, 20), 9), with_at(filler(130, 6, 25), 12)};
+    EngineOptions chunked = options();
+    chunked.scheduler.long_prefill_token_threshold = 16;
+    chunked.scheduler.max_num_batched_tokens = 40;
+    Arrival preempted = golden;
+    preempted.preempt_after = static_cast<int>(T / 2);
+    const std::vector<std::pair<std::string, EngineRun>> runs = {
+        {"inside a batch of 8", serve(model, options(), mixed)},
+        {"chunked prefill of 16", serve(model, chunked, {golden, filler(70, 7, 10)})},
+        {"after a preemption", serve(model, options(), {preempted, filler(60, 9, 30)})}};
+    for (const auto& [mode, run] : runs) {
+      ASSERT_TRUE(run.logits.count(b)) << mode;
+      ASSERT_EQ(run.logits.at(b).size(), alone.logits.at(b).size()) << mode;
+      for (size_t k = 0; k < alone.logits.at(b).size(); ++k)
+        EXPECT_EQ(0, std::memcmp(run.logits.at(b)[k].data(), alone.logits.at(b)[k].data(),
+                                 sizeof(float) * alone.logits.at(b)[k].size()))
+            << GetParam() << " prompt " << b << " " << mode << ": logits at sampled position " << k
+            << " differ from the request alone";
+      EXPECT_EQ(run.tokens.at(b), alone.tokens.at(b)) << mode;
+    }
+  }
+}
+
 std::string case_name(const ::testing::TestParamInfo<std::string>& info) {
   std::string n = info.param;
   for (char& c : n)
@@ -261,6 +313,7 @@ std::string case_name(const ::testing::TestParamInfo<std::string>& info) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Golden, EngineBatching, ::testing::Values("tiny-a", "small-real", "small-fp8"), case_name);
+INSTANTIATE_TEST_SUITE_P(Golden, EngineBatchingFast, ::testing::Values("tiny-a", "small-real", "small-fp8"), case_name);
 INSTANTIATE_TEST_SUITE_P(Golden, EnginePagePressure, ::testing::Values("small-real", "small-fp8"), case_name);
 
 }  // namespace

@@ -310,6 +310,20 @@ Op head_dots() {
           nullptr};
 }
 
+Op silu() {
+  // (n, index0, total): spans that start inside, straddle and follow the
+  // part of the tensor the reference's vector loop covers.
+  return {"silu (n, index0, total)", 0,
+          {{0, 0, 16}, {5, 0, 5}, {37, 0, 40}, {40, 0, 40}, {64, 16, 90}, {33, 7, 41}, {100, 3, 120}},
+          [](const Kernels& k, const Shape& s) {
+            Output x = normals(s.a, 13, 4.0f);
+            if (s.a > 3) x[3] = 0.0f, x[1] = -200.0f, x[2] = 150.0f;  // the exp's clamps
+            k.silu(x.data(), s.a, s.b, s.c);
+            return x;
+          },
+          nullptr};
+}
+
 std::vector<Op> all_ops() {
   using kernels::PanelFormat;
   return {f32_gemm(),
@@ -319,6 +333,7 @@ std::vector<Op> all_ops() {
           pairs_gemm(PanelFormat::kFp8, "matmul_quantized_pairs FP8 (m, n, k)"),
           pairs_gemm(PanelFormat::kFp4, "matmul_quantized_pairs FP4 (m, n, k)"),
           int8_gemm(),
+          silu(),
           round_trip(true),
           round_trip(false),
           hadamard(),

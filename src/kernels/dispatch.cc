@@ -31,6 +31,7 @@ Kernels generic_exact() {
   k.matmul_quantized_pairs = &generic::matmul_quantized_pairs;
   k.quantize_rows_int8 = &generic::quantize_rows_int8;
   k.matmul_int8 = &generic::matmul_int8;
+  k.silu = &generic::silu;
   k.fp8_round_trip = &fp8_quant_dequant;
   k.fp4_round_trip = &fp4_quant_dequant;
   k.hadamard = &generic::hadamard;

@@ -60,6 +60,9 @@ struct Kernels {
   void (*matmul_int8)(const uint8_t* biased, const float* row_scales, int64_t m, int64_t k, const Int8Panels& w,
                       int64_t n, int64_t p_begin, int64_t p_end, float* y, int64_t ldy) = nullptr;
 
+  // x[i] = silu(x[i]) in place, x being elements [index0, index0 + n) of a
+  // tensor of `total` elements: silu_at, exact in both numerics.
+  void (*silu)(float* x, int64_t n, int64_t index0, int64_t total) = nullptr;
   // In place round trips through FP8 e4m3 / FP4 e2m1 per `block` values
   // (the reference's act_quant / fp4_act_quant, see kernels.h).
   void (*fp8_round_trip)(float* x, int64_t n, int64_t block) = nullptr;

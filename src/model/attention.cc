@@ -172,13 +172,16 @@ void attention_forward(const AttentionWeights& w, const LayerContext& ctx, const
     // token's key slots).
     const int64_t head_groups = (heads + 15) / 16;
     parallel_for(ch.num_tokens * head_groups, 1, [&](int64_t v0, int64_t v1) {
-      std::vector<const uint8_t*> slots;
-      Buffer scratch;
+      // Per thread and kept: one task per token would otherwise allocate
+      // and zero its scratch every time.
+      thread_local std::vector<const uint8_t*> slots;
+      thread_local Buffer scratch;
       for (int64_t v = v0; v < v1; ++v) {
         const int64_t i = v / head_groups, h0 = v % head_groups * 16, t = ch.start_pos + i;
         const int64_t group = std::min<int64_t>(16, heads - h0);
         attention_slots(c, w, t, ch.prefill_len, w.indexer ? &picked[i] : nullptr, key_at, compressed_row, &slots);
-        scratch.resize(kernels::sink_attention_scratch(group, static_cast<int64_t>(slots.size()), hd));
+        const auto need = static_cast<size_t>(kernels::sink_attention_scratch(group, static_cast<int64_t>(slots.size()), hd));
+        if (scratch.size() < need) scratch.resize(need);
         const int64_t row = ch.row_begin + i;
         ctx.k.sink_attention_heads(&q[(row * heads + h0) * hd], group, slots.data(), slots.size(), kv_format,
                                       &w.attn_sink[h0], scale, scratch.data(), &o[(row * heads + h0) * hd]);

@@ -26,16 +26,16 @@ void expert_forward(const kernels::Kernels& k, const ExpertWeights& e, float lim
   linear_forward(k, e.w1, x, n, gate.data());
   linear_forward(k, e.w3, x, n, up.data());
   for (int64_t r = 0; r < n; ++r) {
-    for (int64_t k = 0; k < inter; ++k) {
-      float g = gate[r * inter + k], u = up[r * inter + k];
-      if (limit > 0) {
-        u = std::clamp(u, -limit, limit);
-        g = std::min(g, limit);
+    float* g = gate.data() + r * inter;
+    float* u = up.data() + r * inter;
+    if (limit > 0)
+      for (int64_t j = 0; j < inter; ++j) {
+        u[j] = std::clamp(u[j], -limit, limit);
+        g[j] = std::min(g[j], limit);
       }
-      // Where the element sits in the whole [n, width] tensor decides its rounding.
-      float h = kernels::silu_at(g, r * width + first + k, n * width) * u;
-      gate[r * inter + k] = row_weights ? row_weights[r] * h : h;
-    }
+    // Where the element sits in the whole [n, width] tensor decides its rounding.
+    k.silu(g, inter, r * width + first, n * width);
+    for (int64_t j = 0; j < inter; ++j) g[j] = row_weights ? row_weights[r] * (g[j] * u[j]) : g[j] * u[j];
   }
   if (!group) {
     linear_forward(k, e.w2, gate.data(), n, out);

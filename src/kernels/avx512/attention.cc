@@ -7,11 +7,16 @@
 // key element is broadcast, so every (head, slot) dot product still adds its
 // products left to right; the tile's slots keep independent sums in flight.
 // Weighted sum: the dimensions sit in the lanes and the slots are added in
-// order. The softmax is the generic one.
+// order. The softmax's exponentials are the generic vexp on 16 lanes
+// (bit-identical) and its denominator the generic sum.
+// Fast numerics (the *_fast bodies): the same loops with each multiply-add
+// fused, and the softmax denominator summed 16 lanes wide. Every output's
+// order still depends only on its own head and key slots.
 #include <immintrin.h>
 
 #include "base/dtype.h"
 #include "kernels/avx512/avx512_kernels.h"
+#include "kernels/avx512/vexp.h"
 #include "kernels/generic/generic_kernels.h"
 #include "kernels/isa_local.h"
 
@@ -71,7 +76,11 @@ void decode_tile(const uint8_t* const* keys, int64_t j0, int64_t n, int64_t dim,
 // dots[(j0 + s) * key_stride + h * head_stride] = (q[h] . k[s]) * scale for
 // the S decoded keys k and the heads in `lanes` (q transposed: qt[d][16]).
 // Null keys are skipped.
-template <int S>
+inline __m512 mul_add(bool fused, __m512 a, __m512 b, __m512 c) {
+  return fused ? _mm512_fmadd_ps(a, b, c) : _mm512_add_ps(c, _mm512_mul_ps(a, b));
+}
+
+template <int S, bool Fused>
 void dot_slots(const float* qt, __mmask16 lanes, const float* const* k, int64_t j0, int64_t dim,
                            float scale, float* dots, int64_t key_stride, int64_t head_stride) {
   __m512 acc[S];
@@ -79,7 +88,7 @@ void dot_slots(const float* qt, __mmask16 lanes, const float* const* k, int64_t 
   for (int64_t d = 0; d < dim; ++d) {
     const __m512 qd = _mm512_loadu_ps(qt + d * kPanel);
     for (int s = 0; s < S; ++s)
-      if (k[s]) acc[s] = _mm512_add_ps(acc[s], _mm512_mul_ps(qd, _mm512_set1_ps(k[s][d])));
+      if (k[s]) acc[s] = mul_add(Fused, qd, _mm512_set1_ps(k[s][d]), acc[s]);
   }
   alignas(64) float lane[kPanel];
   for (int s = 0; s < S; ++s) {
@@ -91,13 +100,14 @@ void dot_slots(const float* qt, __mmask16 lanes, const float* const* k, int64_t 
 }
 
 // A tile's n decoded keys against one panel of up to 16 heads.
+template <bool Fused>
 void dot_tile(const float* qt, __mmask16 lanes, const float* const* rows, int64_t j0, int64_t n,
                           int64_t dim, float scale, float* dots, int64_t key_stride, int64_t head_stride) {
   if (n == kKeyTile) {
-    dot_slots<kKeyTile>(qt, lanes, rows, j0, dim, scale, dots, key_stride, head_stride);
+    dot_slots<kKeyTile, Fused>(qt, lanes, rows, j0, dim, scale, dots, key_stride, head_stride);
     return;
   }
-  for (int64_t s = 0; s < n; ++s) dot_slots<1>(qt, lanes, rows + s, j0 + s, dim, scale, dots, key_stride, head_stride);
+  for (int64_t s = 0; s < n; ++s) dot_slots<1, Fused>(qt, lanes, rows + s, j0 + s, dim, scale, dots, key_stride, head_stride);
 }
 
 // Up to 16 heads of q [heads][dim] transposed to qt [dim][16], zero-padded.
@@ -108,13 +118,41 @@ void transpose_heads(const float* q, int64_t heads, int64_t dim, float* qt) {
 
 __mmask16 lanes_of(int64_t heads) { return static_cast<__mmask16>((1u << heads) - 1); }
 
-}  // namespace
+inline __mmask16 tail_mask(int64_t left) {
+  return left >= kPanel ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
+}
 
-void sink_attention_heads(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_slots,
-                          const KvRowFormat& f, const float* sinks, float scale, float* scratch, float* out) {
+// The generic sink_softmax then the division by its denominator, 16 slots
+// at a time: scores [num_slots] (masked slots -inf) become the weights.
+template <bool Fused>
+void sink_softmax_weights(const uint8_t* const* keys, int64_t num_slots, float sink, float* scores) {
+  __m512 mx = _mm512_set1_ps(-__builtin_inff());
+  for (int64_t j = 0; j < num_slots; j += kPanel)
+    mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(mx, tail_mask(num_slots - j), scores + j));
+  const float top = _mm512_reduce_max_ps(mx);
+  const __m512 top16 = _mm512_set1_ps(top);
+  __m512 lanes = _mm512_setzero_ps();
+  for (int64_t j = 0; j < num_slots; j += kPanel) {
+    const __mmask16 m = tail_mask(num_slots - j);
+    __mmask16 live = 0;
+    for (int64_t s = 0; s < kPanel && j + s < num_slots; ++s) live |= static_cast<__mmask16>(keys[j + s] ? 1u << s : 0);
+    const __m512 e = _mm512_maskz_mov_ps(live, vexp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, scores + j), top16)));
+    _mm512_mask_storeu_ps(scores + j, m, e);
+    lanes = _mm512_add_ps(lanes, e);
+  }
+  const float tail = _mm512_cvtss_f32(vexp16(_mm512_set1_ps(sink - top)));
+  const float denom = (Fused ? _mm512_reduce_add_ps(lanes) : sum(scores, num_slots)) + tail;
+  const __m512 d16 = _mm512_set1_ps(denom);
+  for (int64_t j = 0; j < num_slots; j += kPanel) {
+    const __mmask16 m = tail_mask(num_slots - j);
+    _mm512_mask_storeu_ps(scores + j, m, _mm512_div_ps(_mm512_maskz_loadu_ps(m, scores + j), d16));
+  }
+}
+
+template <bool Fused>
+void attend(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_slots, const KvRowFormat& f,
+            const float* sinks, float scale, float* scratch, float* out) {
   const int64_t dim = f.dim();
-  if (dim % kPanel || heads > kPanel)
-    return generic::sink_attention_heads(q, heads, keys, num_slots, f, sinks, scale, scratch, out);
   float* scores = scratch;                  // [heads][num_slots]
   float* qt = scratch + heads * num_slots;  // [dim][16]
   float* tile = qt + kPanel * dim;          // [kKeyTile][dim]
@@ -125,15 +163,14 @@ void sink_attention_heads(const float* q, int64_t heads, const uint8_t* const* k
   for (int64_t j = 0; j < num_slots; j += kKeyTile) {
     const int64_t n = lesser(kKeyTile, num_slots - j);
     decode_tile(keys, j, n, dim, tile, rows, decode);
-    dot_tile(qt, lanes_of(heads), rows, j, n, dim, scale, scores, 1, num_slots);
+    dot_tile<Fused>(qt, lanes_of(heads), rows, j, n, dim, scale, scores, 1, num_slots);
   }
   // Each slot's weight p = e / denominator, as the reference divides.
   for (int64_t h = 0; h < heads; ++h) {
     float* sh = scores + h * num_slots;
     for (int64_t j = 0; j < num_slots; ++j)
       if (!keys[j]) sh[j] = -__builtin_inff();
-    const float denom = sink_softmax(keys, num_slots, sinks[h], sh);
-    for (int64_t j = 0; j < num_slots; ++j) sh[j] = sh[j] / denom;
+    sink_softmax_weights<Fused>(keys, num_slots, sinks[h], sh);
   }
 
   fill_floats(out, heads * dim, 0.0f);
@@ -152,8 +189,7 @@ void sink_attention_heads(const float* q, int64_t heads, const uint8_t* const* k
           if (!rows[s]) continue;
           const __m512 p = _mm512_set1_ps(ph[s]);
           const float* k = rows[s] + d0;
-          for (int v = 0; v < vectors; ++v)
-            acc[v] = _mm512_add_ps(acc[v], _mm512_mul_ps(p, _mm512_loadu_ps(k + v * kPanel)));
+          for (int v = 0; v < vectors; ++v) acc[v] = mul_add(Fused, p, _mm512_loadu_ps(k + v * kPanel), acc[v]);
         }
         for (int v = 0; v < vectors; ++v) _mm512_storeu_ps(o + v * kPanel, acc[v]);
       }
@@ -161,11 +197,11 @@ void sink_attention_heads(const float* q, int64_t heads, const uint8_t* const* k
   }
 }
 
-void head_dots(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_keys, int64_t dim,
-               float* scratch, float* dots) {
-  if (dim % kPanel) return generic::head_dots(q, heads, keys, num_keys, dim, scratch, dots);
+template <bool Fused>
+void dots_of_heads(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_keys, int64_t dim,
+                   float* scratch, float* dots) {
   const int64_t panels = (heads + kPanel - 1) / kPanel;
-  float* qt = scratch;                         // [panels][dim][16]
+  float* qt = scratch;                            // [panels][dim][16]
   float* tile = scratch + panels * kPanel * dim;  // [kKeyTile][dim]
   auto decode = [&](const uint8_t* row, float* to) { decode_index_row(row, dim, to); };
   const float* rows[kKeyTile];
@@ -175,9 +211,37 @@ void head_dots(const float* q, int64_t heads, const uint8_t* const* keys, int64_
     const int64_t n = lesser(kKeyTile, num_keys - j);
     decode_tile(keys, j, n, dim, tile, rows, decode);
     for (int64_t p = 0; p < panels; ++p)
-      dot_tile(qt + p * kPanel * dim, lanes_of(lesser(kPanel, heads - p * kPanel)), rows, j, n, dim, 1.0f,
-               dots + p * kPanel, heads, 1);
+      dot_tile<Fused>(qt + p * kPanel * dim, lanes_of(lesser(kPanel, heads - p * kPanel)), rows, j, n, dim, 1.0f,
+                      dots + p * kPanel, heads, 1);
   }
+}
+
+}  // namespace
+
+void sink_attention_heads(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_slots,
+                          const KvRowFormat& f, const float* sinks, float scale, float* scratch, float* out) {
+  if (f.dim() % kPanel || heads > kPanel)
+    return generic::sink_attention_heads(q, heads, keys, num_slots, f, sinks, scale, scratch, out);
+  attend<false>(q, heads, keys, num_slots, f, sinks, scale, scratch, out);
+}
+
+void sink_attention_heads_fast(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_slots,
+                               const KvRowFormat& f, const float* sinks, float scale, float* scratch, float* out) {
+  if (f.dim() % kPanel || heads > kPanel)
+    return generic::sink_attention_heads(q, heads, keys, num_slots, f, sinks, scale, scratch, out);
+  attend<true>(q, heads, keys, num_slots, f, sinks, scale, scratch, out);
+}
+
+void head_dots(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_keys, int64_t dim,
+               float* scratch, float* dots) {
+  if (dim % kPanel) return generic::head_dots(q, heads, keys, num_keys, dim, scratch, dots);
+  dots_of_heads<false>(q, heads, keys, num_keys, dim, scratch, dots);
+}
+
+void head_dots_fast(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_keys, int64_t dim,
+                    float* scratch, float* dots) {
+  if (dim % kPanel) return generic::head_dots(q, heads, keys, num_keys, dim, scratch, dots);
+  dots_of_heads<true>(q, heads, keys, num_keys, dim, scratch, dots);
 }
 
 }  // namespace dsv4::kernels::avx512

@@ -24,6 +24,7 @@ void matmul_chunked(const float* x, int64_t m, int64_t k, const QuantizedPanels&
 void quantize_rows_int8(const float* x, int64_t m, int64_t k, uint8_t* biased, float* row_scales);
 void matmul_int8(const uint8_t* biased, const float* row_scales, int64_t m, int64_t k, const Int8Panels& w, int64_t n,
                  int64_t p_begin, int64_t p_end, float* y, int64_t ldy);
+void silu(float* x, int64_t n, int64_t index0, int64_t total);
 void fp8_round_trip(float* x, int64_t n, int64_t block);
 void hadamard(float* x, int64_t n, float* scratch);
 void store_kv_row(const float* x, const KvRowFormat& f, uint8_t* row);
@@ -31,5 +32,12 @@ void sink_attention_heads(const float* q, int64_t heads, const uint8_t* const* k
                           const KvRowFormat& f, const float* sinks, float scale, float* scratch, float* out);
 void head_dots(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_keys, int64_t dim,
                float* scratch, float* dots);
+
+// Fast numerics: fused multiply-adds, sums in any order of the output's own
+// data (dispatch.h).
+void sink_attention_heads_fast(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_slots,
+                               const KvRowFormat& f, const float* sinks, float scale, float* scratch, float* out);
+void head_dots_fast(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_keys, int64_t dim,
+                    float* scratch, float* dots);
 
 }  // namespace dsv4::kernels::avx512

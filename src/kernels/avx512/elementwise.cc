@@ -8,9 +8,23 @@
 
 #include "base/dtype.h"
 #include "kernels/avx512/avx512_kernels.h"
+#include "kernels/avx512/vexp.h"
 #include "kernels/generic/generic_kernels.h"
 
 namespace dsv4::kernels::avx512 {
+
+// silu_at on 16 lanes where the reference's loop took the vector path
+// (simd_element), the generic function elsewhere.
+void silu(float* x, int64_t n, int64_t index0, int64_t total) {
+  const int64_t vector_end = total / 16 * 16 - index0;  // elements before it took the vector path
+  int64_t i = 0;
+  for (; i + 16 <= n && i + 16 <= vector_end; i += 16) {
+    const __m512 v = _mm512_loadu_ps(x + i);
+    const __m512 e = vexp16(_mm512_sub_ps(_mm512_setzero_ps(), v));
+    _mm512_storeu_ps(x + i, _mm512_div_ps(v, _mm512_add_ps(_mm512_set1_ps(1.0f), e)));
+  }
+  generic::silu(x + i, n - i, index0 + i, total);
+}
 
 void hadamard(float* x, int64_t n, float* scratch) {
   if (n % 16) return generic::hadamard(x, n, scratch);

@@ -11,6 +11,7 @@ void set_exact(Kernels* k) {
   k->matmul_quantized_pairs = &matmul_quantized_pairs;
   k->quantize_rows_int8 = &quantize_rows_int8;
   k->matmul_int8 = &matmul_int8;
+  k->silu = &silu;
   k->fp8_round_trip = &fp8_round_trip;
   k->hadamard = &hadamard;
   k->store_kv_row = &store_kv_row;
@@ -23,6 +24,8 @@ void set_exact(Kernels* k) {
 void register_kernels(Kernels* exact, Kernels* fast) {
   set_exact(exact);
   set_exact(fast);
+  fast->sink_attention_heads = &sink_attention_heads_fast;
+  fast->head_dots = &head_dots_fast;
 }
 
 }  // namespace dsv4::kernels::avx512

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/generic/generic_kernels.h"
 #include "kernels/kernels.h"
 
 namespace dsv4::kernels {
@@ -123,4 +124,11 @@ float softplus_at(float x, int64_t index, int64_t n) {
   return simd_element(index, n) ? vlog1p(vexp(x)) : std::log1p(std::exp(x));
 }
 
+namespace generic {
+
+void silu(float* x, int64_t n, int64_t index0, int64_t total) {
+  for (int64_t i = 0; i < n; ++i) x[i] = silu_at(x[i], index0 + i, total);
+}
+
+}  // namespace generic
 }  // namespace dsv4::kernels

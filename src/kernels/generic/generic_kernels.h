@@ -20,6 +20,7 @@ void matmul_quantized_pairs(const uint32_t* pairs, int64_t m, int64_t k, const Q
 void quantize_rows_int8(const float* x, int64_t m, int64_t k, uint8_t* biased, float* row_scales);
 void matmul_int8(const uint8_t* biased, const float* row_scales, int64_t m, int64_t k, const Int8Panels& w, int64_t n,
                  int64_t p_begin, int64_t p_end, float* y, int64_t ldy);
+void silu(float* x, int64_t n, int64_t index0, int64_t total);
 void hadamard(float* x, int64_t n, float* scratch);
 void store_kv_row(const float* x, const KvRowFormat& f, uint8_t* row);
 void sink_attention_heads(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_slots,
