@@ -12,6 +12,7 @@
 #include "kernels/cache_rows.h"
 #include "kernels/dispatch.h"
 #include "kernels/kernels.h"
+#include "test_util.h"
 
 namespace dsv4 {
 namespace {
@@ -124,25 +125,6 @@ TEST(HeadDots, AreDotsWithTheKeysValues) {
     }
 }
 
-// Values of every kind the rounding meets: normals, e4m3 subnormals, exact
-// ties, zeros of both signs, saturation, and blocks of tiny values.
-std::vector<float> hard_values(int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<float> x(n);
-  for (int64_t i = 0; i < n; ++i) {
-    const int kind = static_cast<int>(i % 6);
-    const float r = std::ldexp(static_cast<float>(rng() % 4096) / 4096.0f, static_cast<int>(rng() % 40) - 30);
-    if (kind == 0) x[i] = r;
-    else if (kind == 1) x[i] = -r;
-    else if (kind == 2) x[i] = (static_cast<float>(rng() % 64) + 0.5f) * std::ldexp(1.0f, -9);  // ties near subnormals
-    else if (kind == 3) x[i] = (rng() % 2) ? 0.0f : -0.0f;
-    else if (kind == 4) x[i] = (static_cast<float>(rng() % 16) + 8.5f) * std::ldexp(1.0f, static_cast<int>(rng() % 8));
-    else x[i] = std::ldexp(static_cast<float>(rng() % 1000) - 500.0f, static_cast<int>(rng() % 20) - 10);
-  }
-  for (int64_t i = 0; i < 128 && 384 <= n; ++i) x[128 + i] = 1e-7f * static_cast<float>(i % 5), x[256 + i] = 0.0f;
-  return x;
-}
-
 void expect_same_bits(const std::vector<float>& want, const std::vector<float>& got, const char* what) {
   ASSERT_EQ(want.size(), got.size());
   for (size_t i = 0; i < want.size(); ++i) {
@@ -162,7 +144,7 @@ TEST(CacheRows, KvRowsHoldTheReferencesRoundedValues) {
   for (const kernels::KvRowFormat f : {kernels::KvRowFormat{448, 64}, kernels::KvRowFormat{64, 16},
                                        kernels::KvRowFormat{0, 8}, kernels::KvRowFormat{512, 0}}) {
     const int64_t rows = 40;
-    const std::vector<float> x = hard_values(rows * f.dim(), 31);
+    const std::vector<float> x = testing::hard_values(rows * f.dim(), 31);
     for (int64_t r = 0; r < rows; ++r) {
       const float* xr = &x[r * f.dim()];
       std::vector<uint8_t> generic(f.bytes());
@@ -177,7 +159,7 @@ TEST(CacheRows, KvRowsHoldTheReferencesRoundedValues) {
 
 TEST(CacheRows, IndexRowsHoldTheReferencesFp4RoundedValues) {
   for (int64_t dim : {32, 64, 128}) {
-    const std::vector<float> x = hard_values(50 * dim, 37);
+    const std::vector<float> x = testing::hard_values(50 * dim, 37);
     for (int64_t r = 0; r < 50; ++r) {
       std::vector<float> want(&x[r * dim], &x[(r + 1) * dim]), got(dim);
       std::vector<uint8_t> row(kernels::index_row_bytes(dim));

@@ -20,6 +20,7 @@
 #include "kernels/cache_rows.h"
 #include "kernels/dispatch.h"
 #include "kernels/kernels.h"
+#include "test_util.h"
 
 namespace dsv4 {
 namespace {
@@ -204,30 +205,11 @@ Op int8_gemm() {
 
 // --- Elementwise, cache rows, attention --------------------------------------
 
-// Values of every kind a rounding meets: normals, e4m3 subnormals, ties,
-// zeros of both signs, saturation, and a block of tiny values.
-std::vector<float> hard_values(int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<float> x(n);
-  for (int64_t i = 0; i < n; ++i) {
-    const int kind = static_cast<int>(i % 6);
-    const float r = std::ldexp(static_cast<float>(rng() % 4096) / 4096.0f, static_cast<int>(rng() % 40) - 30);
-    if (kind == 0) x[i] = r;
-    else if (kind == 1) x[i] = -r;
-    else if (kind == 2) x[i] = (static_cast<float>(rng() % 64) + 0.5f) * std::ldexp(1.0f, -9);
-    else if (kind == 3) x[i] = (rng() % 2) ? 0.0f : -0.0f;
-    else if (kind == 4) x[i] = (static_cast<float>(rng() % 16) + 8.5f) * std::ldexp(1.0f, static_cast<int>(rng() % 8));
-    else x[i] = std::ldexp(static_cast<float>(rng() % 1000) - 500.0f, static_cast<int>(rng() % 20) - 10);
-  }
-  for (int64_t i = 0; i < 64 && 128 <= n; ++i) x[64 + i] = 1e-7f * static_cast<float>(i % 5);
-  return x;
-}
-
 Op round_trip(bool fp8) {
   return {fp8 ? "fp8_round_trip (n, block)" : "fp4_round_trip (n, block)", 0.0,
           {{128 * 64, 128}, {64 * 9, 64}, {32 * 5, 32}, {48, 16}, {0, 128}},
           [fp8](const Kernels& k, const Shape& s) {
-            Output x = hard_values(s.a, 17);
+            Output x = testing::hard_values(s.a, 17);
             (fp8 ? k.fp8_round_trip : k.fp4_round_trip)(x.data(), s.a, s.b);
             return x;
           },
@@ -249,7 +231,7 @@ Op store_kv_row() {
           {{448, 64, 40}, {64, 16, 9}, {0, 8, 3}, {512, 0, 5}, {128, 2, 7}},
           [](const Kernels& k, const Shape& s) {
             const kernels::KvRowFormat f{s.a, s.b};
-            const auto x = hard_values(s.c * f.dim(), 31);
+            const auto x = testing::hard_values(s.c * f.dim(), 31);
             std::vector<uint8_t> rows(s.c * f.bytes());
             for (int64_t r = 0; r < s.c; ++r) k.store_kv_row(&x[r * f.dim()], f, &rows[r * f.bytes()]);
             return Output(rows.begin(), rows.end());

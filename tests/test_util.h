@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <map>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -63,6 +64,27 @@ inline CliResult run_dsv4(const std::string& args, const std::string& env = "") 
 }
 
 // Greedy decoding of exactly max_tokens tokens (EOS does not stop it).
+// Values of every kind a rounding through FP8/FP4 meets: normals, e4m3
+// subnormals, exact ties, zeros of both signs, saturation, and blocks of
+// tiny values and of zeros.
+inline std::vector<float> hard_values(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<float> x(n);
+  for (int64_t i = 0; i < n; ++i) {
+    const int kind = static_cast<int>(i % 6);
+    const float r = std::ldexp(static_cast<float>(rng() % 4096) / 4096.0f, static_cast<int>(rng() % 40) - 30);
+    if (kind == 0) x[i] = r;
+    else if (kind == 1) x[i] = -r;
+    else if (kind == 2) x[i] = (static_cast<float>(rng() % 64) + 0.5f) * std::ldexp(1.0f, -9);  // ties near subnormals
+    else if (kind == 3) x[i] = (rng() % 2) ? 0.0f : -0.0f;
+    else if (kind == 4) x[i] = (static_cast<float>(rng() % 16) + 8.5f) * std::ldexp(1.0f, static_cast<int>(rng() % 8));
+    else x[i] = std::ldexp(static_cast<float>(rng() % 1000) - 500.0f, static_cast<int>(rng() % 20) - 10);
+  }
+  for (int64_t i = 0; i < 64 && 128 <= n; ++i) x[64 + i] = 1e-7f * static_cast<float>(i % 5);
+  for (int64_t i = 0; i < 128 && 384 <= n; ++i) x[128 + i] = 1e-7f * static_cast<float>(i % 5), x[256 + i] = 0.0f;
+  return x;
+}
+
 inline SamplingParams greedy(int64_t max_tokens) {
   SamplingParams p;
   p.temperature = 0.0f;
