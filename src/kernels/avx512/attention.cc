@@ -63,32 +63,33 @@ void decode_index_row(const uint8_t* row, int64_t dim, float* out) {
 }
 
 // Decodes key rows [j0, j0 + n) into tile rows; rows[s] points at slot
-// j0 + s's decoded row, or is null for a masked slot.
+// j0 + s's decoded row, or is null for a masked slot, whose tile row is
+// zeroed (the dot products run over every tile row without a branch).
 template <class Decode>
 void decode_tile(const uint8_t* const* keys, int64_t j0, int64_t n, int64_t dim, float* tile, const float** rows,
                  Decode decode) {
   for (int64_t s = 0; s < n; ++s) {
     rows[s] = keys[j0 + s] ? tile + s * dim : nullptr;
     if (rows[s]) decode(keys[j0 + s], tile + s * dim);
+    else fill_floats(tile + s * dim, dim, 0.0f);
   }
 }
 
 // dots[(j0 + s) * key_stride + h * head_stride] = (q[h] . k[s]) * scale for
-// the S decoded keys k and the heads in `lanes` (q transposed: qt[d][16]).
-// Null keys are skipped.
+// the S decoded keys (tile rows from `first`, dim apart) and the heads in
+// `lanes` (q transposed: qt[d][16]). Masked keys (null k[s]) are not stored.
 inline __m512 mul_add(bool fused, __m512 a, __m512 b, __m512 c) {
   return fused ? _mm512_fmadd_ps(a, b, c) : _mm512_add_ps(c, _mm512_mul_ps(a, b));
 }
 
 template <int S, bool Fused>
-void dot_slots(const float* qt, __mmask16 lanes, const float* const* k, int64_t j0, int64_t dim,
-                           float scale, float* dots, int64_t key_stride, int64_t head_stride) {
+void dot_slots(const float* qt, __mmask16 lanes, const float* first, const float* const* k, int64_t j0, int64_t dim,
+               float scale, float* dots, int64_t key_stride, int64_t head_stride) {
   __m512 acc[S];
   for (int s = 0; s < S; ++s) acc[s] = _mm512_setzero_ps();
   for (int64_t d = 0; d < dim; ++d) {
     const __m512 qd = _mm512_loadu_ps(qt + d * kPanel);
-    for (int s = 0; s < S; ++s)
-      if (k[s]) acc[s] = mul_add(Fused, qd, _mm512_set1_ps(k[s][d]), acc[s]);
+    for (int s = 0; s < S; ++s) acc[s] = mul_add(Fused, qd, _mm512_set1_ps(first[s * dim + d]), acc[s]);
   }
   alignas(64) float lane[kPanel];
   for (int s = 0; s < S; ++s) {
@@ -101,13 +102,14 @@ void dot_slots(const float* qt, __mmask16 lanes, const float* const* k, int64_t 
 
 // A tile's n decoded keys against one panel of up to 16 heads.
 template <bool Fused>
-void dot_tile(const float* qt, __mmask16 lanes, const float* const* rows, int64_t j0, int64_t n,
-                          int64_t dim, float scale, float* dots, int64_t key_stride, int64_t head_stride) {
+void dot_tile(const float* qt, __mmask16 lanes, const float* tile, const float* const* rows, int64_t j0, int64_t n,
+              int64_t dim, float scale, float* dots, int64_t key_stride, int64_t head_stride) {
   if (n == kKeyTile) {
-    dot_slots<kKeyTile, Fused>(qt, lanes, rows, j0, dim, scale, dots, key_stride, head_stride);
+    dot_slots<kKeyTile, Fused>(qt, lanes, tile, rows, j0, dim, scale, dots, key_stride, head_stride);
     return;
   }
-  for (int64_t s = 0; s < n; ++s) dot_slots<1, Fused>(qt, lanes, rows + s, j0 + s, dim, scale, dots, key_stride, head_stride);
+  for (int64_t s = 0; s < n; ++s)
+    dot_slots<1, Fused>(qt, lanes, tile + s * dim, rows + s, j0 + s, dim, scale, dots, key_stride, head_stride);
 }
 
 // Up to 16 heads of q [heads][dim] transposed to qt [dim][16], zero-padded.
@@ -117,6 +119,21 @@ void transpose_heads(const float* q, int64_t heads, int64_t dim, float* qt) {
 }
 
 __mmask16 lanes_of(int64_t heads) { return static_cast<__mmask16>((1u << heads) - 1); }
+
+// o[0, 16 V) += sum_s p[s] * rows[s][d0 + ...] over the tile's unmasked
+// slots, in slot order (V a constant: the sums stay in registers).
+template <int V, bool Fused>
+inline void add_weighted(const float* const* rows, int64_t n, const float* p, int64_t d0, float* o) {
+  __m512 acc[V];
+  for (int v = 0; v < V; ++v) acc[v] = _mm512_loadu_ps(o + v * kPanel);
+  for (int64_t s = 0; s < n; ++s) {
+    if (!rows[s]) continue;
+    const __m512 ps = _mm512_set1_ps(p[s]);
+    const float* k = rows[s] + d0;
+    for (int v = 0; v < V; ++v) acc[v] = mul_add(Fused, ps, _mm512_loadu_ps(k + v * kPanel), acc[v]);
+  }
+  for (int v = 0; v < V; ++v) _mm512_storeu_ps(o + v * kPanel, acc[v]);
+}
 
 inline __mmask16 tail_mask(int64_t left) {
   return left >= kPanel ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
@@ -163,7 +180,7 @@ void attend(const float* q, int64_t heads, const uint8_t* const* keys, int64_t n
   for (int64_t j = 0; j < num_slots; j += kKeyTile) {
     const int64_t n = lesser(kKeyTile, num_slots - j);
     decode_tile(keys, j, n, dim, tile, rows, decode);
-    dot_tile<Fused>(qt, lanes_of(heads), rows, j, n, dim, scale, scores, 1, num_slots);
+    dot_tile<Fused>(qt, lanes_of(heads), tile, rows, j, n, dim, scale, scores, 1, num_slots);
   }
   // Each slot's weight p = e / denominator, as the reference divides.
   for (int64_t h = 0; h < heads; ++h) {
@@ -181,17 +198,9 @@ void attend(const float* q, int64_t heads, const uint8_t* const* keys, int64_t n
       const float* ph = scores + h * num_slots + j;
       // 256 dimensions (16 vectors) per pass keep the sums in registers.
       for (int64_t d0 = 0; d0 < dim; d0 += 256) {
-        const int64_t vectors = lesser(16, (dim - d0) / kPanel);
-        float* o = out + h * dim + d0;
-        __m512 acc[16];
-        for (int v = 0; v < vectors; ++v) acc[v] = _mm512_loadu_ps(o + v * kPanel);
-        for (int64_t s = 0; s < n; ++s) {
-          if (!rows[s]) continue;
-          const __m512 p = _mm512_set1_ps(ph[s]);
-          const float* k = rows[s] + d0;
-          for (int v = 0; v < vectors; ++v) acc[v] = mul_add(Fused, p, _mm512_loadu_ps(k + v * kPanel), acc[v]);
-        }
-        for (int v = 0; v < vectors; ++v) _mm512_storeu_ps(o + v * kPanel, acc[v]);
+        if (dim - d0 >= 256) add_weighted<16, Fused>(rows, n, ph, d0, out + h * dim + d0);
+        else
+          for (int64_t d = d0; d < dim; d += kPanel) add_weighted<1, Fused>(rows, n, ph, d, out + h * dim + d);
       }
     }
   }
@@ -211,7 +220,7 @@ void dots_of_heads(const float* q, int64_t heads, const uint8_t* const* keys, in
     const int64_t n = lesser(kKeyTile, num_keys - j);
     decode_tile(keys, j, n, dim, tile, rows, decode);
     for (int64_t p = 0; p < panels; ++p)
-      dot_tile<Fused>(qt + p * kPanel * dim, lanes_of(lesser(kPanel, heads - p * kPanel)), rows, j, n, dim, 1.0f,
+      dot_tile<Fused>(qt + p * kPanel * dim, lanes_of(lesser(kPanel, heads - p * kPanel)), tile, rows, j, n, dim, 1.0f,
                       dots + p * kPanel, heads, 1);
   }
 }

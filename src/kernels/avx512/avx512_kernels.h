@@ -35,6 +35,14 @@ void head_dots(const float* q, int64_t heads, const uint8_t* const* keys, int64_
 
 // Fast numerics: fused multiply-adds, sums in any order of the output's own
 // data (dispatch.h).
+void matmul_f32_fast(const float* x, int64_t m, int64_t k, const float* packed, int64_t n, int64_t p_begin,
+                     int64_t p_end, float* y, int64_t ldy);
+void matmul_quantized_fast(const float* x, int64_t m, int64_t k, const QuantizedPanels& w, int64_t n, int64_t p_begin,
+                           int64_t p_end, float* y, int64_t ldy);
+void matmul_chunked_fast(const float* x, int64_t m, int64_t k, const QuantizedPanels& w, int64_t n, int64_t p_begin,
+                         int64_t p_end, float* y, int64_t ldy);
+void matmul_quantized_pairs_fast(const uint32_t* pairs, int64_t m, int64_t k, const QuantizedPanels& w, int64_t n,
+                                 int64_t p_begin, int64_t p_end, float* y, int64_t ldy);
 void sink_attention_heads_fast(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_slots,
                                const KvRowFormat& f, const float* sinks, float scale, float* scratch, float* out);
 void head_dots_fast(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_keys, int64_t dim,

@@ -1,8 +1,9 @@
 // The packed-panel GEMM on AVX-512: 16 output columns per vector, blocks of
 // up to 4 rows x 4 panels in registers, k in slices that stay in cache
 // (partial sums park in y between slices, so every output still adds its
-// products left to right: multiply, round, add, round; no FMA). BF16 panels
-// widen in registers; FP8 and FP4 panels are in chunked_matmul.cc.
+// products left to right: multiply, round, add, round; no FMA; the *_fast
+// bodies fuse them, in the same order). BF16 panels widen in registers; FP8
+// and FP4 panels are in chunked_matmul.cc.
 #include <immintrin.h>
 
 #include "kernels/avx512/avx512_kernels.h"
@@ -29,7 +30,7 @@ struct Bf16Source {
 };
 
 // Rows [i, i + R) x panels [p, p + P), k range [t0, t1); first: start from 0.
-template <int R, int P, class Source>
+template <int R, int P, class Source, bool Fused>
 void block(const float* x, int64_t k, const Source& src, int64_t n, int64_t i, int64_t p, int64_t t0, int64_t t1,
            bool first, float* y, int64_t ldy) {
   __m512 acc[R][P];
@@ -40,13 +41,14 @@ void block(const float* x, int64_t k, const Source& src, int64_t n, int64_t i, i
     for (int pp = 0; pp < P; ++pp) w[pp] = src.load(p + pp, t);
     for (int r = 0; r < R; ++r) {
       const __m512 xb = _mm512_set1_ps(x[(i + r) * k + t]);
-      for (int pp = 0; pp < P; ++pp) acc[r][pp] = _mm512_add_ps(acc[r][pp], _mm512_mul_ps(xb, w[pp]));
+      for (int pp = 0; pp < P; ++pp)
+        acc[r][pp] = Fused ? _mm512_fmadd_ps(xb, w[pp], acc[r][pp]) : _mm512_add_ps(acc[r][pp], _mm512_mul_ps(xb, w[pp]));
     }
   }
   finish_block<R, P>(acc, mask, i, p, y, ldy);
 }
 
-template <class Source>
+template <class Source, bool Fused = false>
 void run(const float* x, int64_t m, int64_t k, const Source& src, int64_t n, int64_t p_begin, int64_t p_end, float* y,
          int64_t ldy) {
   if (k == 0) return zero_outputs(m, n, kPanel, p_begin, p_end, y, ldy);
@@ -56,7 +58,7 @@ void run(const float* x, int64_t m, int64_t k, const Source& src, int64_t n, int
     for (int64_t p = p_begin; p < p_end; p += 4) {
       const int64_t np = lesser(4, p_end - p);
       for (int64_t i = 0; i < m; i += 4)
-        with_block(m - i, np, [&]<int R, int P>() { block<R, P, Source>(x, k, src, n, i, p, t0, t1, t0 == 0, y, ldy); });
+        with_block(m - i, np, [&]<int R, int P>() { block<R, P, Source, Fused>(x, k, src, n, i, p, t0, t1, t0 == 0, y, ldy); });
     }
   }
 }
@@ -72,6 +74,18 @@ void matmul_quantized(const float* x, int64_t m, int64_t k, const QuantizedPanel
                       int64_t p_end, float* y, int64_t ldy) {
   if (w.format == PanelFormat::kBf16) return run(x, m, k, Bf16Source{w.codes, k}, n, p_begin, p_end, y, ldy);
   matmul_chunked(x, m, k, w, n, p_begin, p_end, y, ldy);
+}
+
+void matmul_f32_fast(const float* x, int64_t m, int64_t k, const float* packed, int64_t n, int64_t p_begin,
+                     int64_t p_end, float* y, int64_t ldy) {
+  run<F32Source, true>(x, m, k, F32Source{packed, k}, n, p_begin, p_end, y, ldy);
+}
+
+void matmul_quantized_fast(const float* x, int64_t m, int64_t k, const QuantizedPanels& w, int64_t n, int64_t p_begin,
+                           int64_t p_end, float* y, int64_t ldy) {
+  if (w.format == PanelFormat::kBf16)
+    return run<Bf16Source, true>(x, m, k, Bf16Source{w.codes, k}, n, p_begin, p_end, y, ldy);
+  matmul_chunked_fast(x, m, k, w, n, p_begin, p_end, y, ldy);
 }
 
 }  // namespace dsv4::kernels::avx512

@@ -24,6 +24,9 @@ void set_exact(Kernels* k) {
 void register_kernels(Kernels* exact, Kernels* fast) {
   set_exact(exact);
   set_exact(fast);
+  fast->matmul_f32 = &matmul_f32_fast;
+  fast->matmul_quantized = &matmul_quantized_fast;
+  fast->matmul_quantized_pairs = &matmul_quantized_pairs_fast;
   fast->sink_attention_heads = &sink_attention_heads_fast;
   fast->head_dots = &head_dots_fast;
 }
