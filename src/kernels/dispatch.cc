@@ -1,5 +1,7 @@
 #include "kernels/dispatch.h"
 
+#include <cpuid.h>
+
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -9,6 +11,47 @@
 
 namespace dsv4::kernels {
 namespace {
+
+// What the CPU and the OS support, from CPUID and XGETBV (the compilers'
+// __builtin_cpu_supports do not all know every feature name used here).
+struct CpuFeatures {
+  bool avx2 = false, bmi2 = false, fma = false, f16c = false;
+  bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
+  bool avx512vbmi = false, avx512bf16 = false, avx512vnni = false;
+};
+
+CpuFeatures detect_features() {
+  CpuFeatures f;
+  unsigned a, b, c, d;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
+  const bool osxsave = c >> 27 & 1;
+  f.fma = c >> 12 & 1;
+  f.f16c = c >> 29 & 1;
+  if (!osxsave) return CpuFeatures{};
+  unsigned xcr0_lo, xcr0_hi;
+  asm volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+  const bool ymm = (xcr0_lo & 0x6) == 0x6;     // SSE and AVX state
+  const bool zmm = (xcr0_lo & 0xE6) == 0xE6;   // + opmask, ZMM_Hi256, Hi16_ZMM
+  if (!ymm) return CpuFeatures{};
+  if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) {
+    f.avx2 = b >> 5 & 1;
+    f.bmi2 = b >> 8 & 1;
+    f.avx512f = zmm && (b >> 16 & 1);
+    f.avx512dq = zmm && (b >> 17 & 1);
+    f.avx512bw = zmm && (b >> 30 & 1);
+    f.avx512vl = zmm && (b >> 31 & 1);
+    f.avx512vbmi = zmm && (c >> 1 & 1);
+    f.avx512vnni = zmm && (c >> 11 & 1);
+    const unsigned max_sub = a;
+    if (max_sub >= 1 && __get_cpuid_count(7, 1, &a, &b, &c, &d)) f.avx512bf16 = zmm && (a >> 5 & 1);
+  }
+  return f;
+}
+
+const CpuFeatures& cpu_features() {
+  static const CpuFeatures f = detect_features();
+  return f;
+}
 
 Isa detect() {
   if (const char* env = std::getenv("DSV4_ISA")) {
@@ -63,17 +106,15 @@ struct IsaTables {
 }  // namespace
 
 bool isa_supported(Isa isa) {
+  const CpuFeatures& f = cpu_features();
   switch (isa) {
     case Isa::kGeneric: return true;
-    case Isa::kAvx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    case Isa::kAvx2: return f.avx2 && f.bmi2 && f.fma && f.f16c;
     // The FP8/FP4 kernels decode with VBMI byte permutes and add with BF16
     // dot products; W8A8 uses VNNI.
     case Isa::kAvx512:
-      return isa_supported(Isa::kAvx2) && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-             __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512bf16") &&
-             __builtin_cpu_supports("avx512vnni");
+      return isa_supported(Isa::kAvx2) && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512vbmi &&
+             f.avx512bf16 && f.avx512vnni;
   }
   return false;
 }
