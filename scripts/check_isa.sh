@@ -18,6 +18,10 @@ objdump -d -C "$binary" 2>/dev/null | awk '
   /^ *[0-9a-f]+:\t/ {
     n = split($0, field, "\t")
     if (n < 3) next
+    # Bytes objdump cannot decode are data inside the text (e.g. the
+    # signature clang'"'"'s -fsanitize=function puts before a function), not
+    # instructions.
+    if (field[3] ~ /\(bad\)/) next
     split(field[2], byte, " ")
     i = 1
     while (byte[i] ~ /^(2e|3e|26|36|64|65|66|67|f0|f2|f3)$/) i++  # legacy prefixes
