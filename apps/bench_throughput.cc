@@ -4,6 +4,8 @@
 // side by side, next to what this machine can do: memory read bandwidth and
 // the GEMM kernels' peak, measured in the same run; and where a decode step
 // and a prefill chunk spend their time, by phase of the model.
+#include "bench_throughput.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "base/phase_timer.h"
+#include "bench_peer.h"
 #include "base/thread_pool.h"
 #include "kernels/dispatch.h"
 #include "kernels/kernels.h"
@@ -204,6 +207,58 @@ StatusOr<Run> run_rows(DeepseekV4& m, kernels::Numerics numerics, const std::vec
   return run;
 }
 
+// What a row is measured against: prefill's linear FLOP/s against the GEMM
+// peak, decode at batch 1 against the memory roofline.
+struct Limits {
+  double prefill_flops = 0, gemm_peak = 0, roofline_tok_s = 0;
+  double of(const std::string& phase, int64_t batch, double tok_s) const {
+    if (phase == "prefill") return tok_s * prefill_flops / gemm_peak;
+    return batch == 1 ? tok_s / roofline_tok_s : 0.0;
+  }
+};
+
+// llama.cpp's rows next to ours (the same contexts, batches, steps and
+// threads); false when the peer could not run.
+bool print_peer(const ThroughputOptions& o, const Run& ours, const Limits& limits) {
+  PeerOptions p;
+  p.harness = o.peer_harness.empty() ? default_peer_harness() : o.peer_harness;
+  p.gguf = o.peer_gguf;
+  p.contexts = o.contexts;
+  p.batches = o.batches;
+  p.gen = o.gen;
+  p.threads = ThreadPool::global().num_threads();
+  std::printf("llama.cpp on the same weights (%s, %d threads, same rows):\n", p.gguf.c_str(), p.threads);
+  auto rows = run_llamacpp_peer(p);
+  if (!rows.ok()) {
+    std::printf("  not run: %s\n", rows.status().message().c_str());
+    return false;
+  }
+  const char* mode = kernels::numerics_name(ours.numerics);
+  std::printf("  %-8s %6s %14s %16s %8s %12s %-5s %16s\n", "phase", "batch", "context", "llama.cpp tok/s",
+              "vs limit", "dsv4 tok/s", mode, "dsv4 / llama.cpp");
+  for (const PeerRow& r : *rows) {
+    const Row* mine = nullptr;
+    for (const Row& m : ours.rows)
+      if (m.phase == r.phase && m.batch == r.batch && m.ctx_from == r.ctx_from) mine = &m;
+    char pct[32] = "";
+    if (limits.of(r.phase, r.batch, r.tok_s()) > 0)
+      std::snprintf(pct, sizeof pct, "%.1f%%", 100.0 * limits.of(r.phase, r.batch, r.tok_s()));
+    const std::string ctx = std::to_string(r.ctx_from) + "-" + std::to_string(r.ctx_to);
+    std::printf("  %-8s %6lld %14s %16.1f %8s %18.1f", r.phase.c_str(), static_cast<long long>(r.batch), ctx.c_str(),
+                r.tok_s(), pct, mine ? mine->tok_s() : 0.0);
+    if (mine) std::printf(" %15.2fx", mine->tok_s() / r.tok_s());
+    std::printf("\n");
+  }
+  for (const PeerRow& r : *rows) {
+    if (r.phase != "decode" || r.batch == 1) continue;
+    for (const PeerRow& one : *rows)
+      if (one.phase == "decode" && one.batch == 1 && one.ctx_from == r.ctx_from)
+        std::printf("llama.cpp: decode batch %lld at context %lld: %.2fx the tokens/s of batch 1\n",
+                    static_cast<long long>(r.batch), static_cast<long long>(r.ctx_from), r.tok_s() / one.tok_s());
+  }
+  return true;
+}
+
 // A step's phases as shares of its time.
 void print_phases(const char* what, const std::array<double, kNumPhases>& seconds) {
   double total = 0;
@@ -239,10 +294,13 @@ void print_kv_bytes_per_token(const ModelConfig& model) {
 
 }  // namespace
 
-int bench_throughput(DeepseekV4& m, const std::string& name, const std::vector<kernels::Numerics>& numerics,
-                     const std::vector<int64_t>& contexts, const std::vector<int64_t>& batches, int64_t gen,
-                     const std::string& csv) {
+int bench_throughput(DeepseekV4& m, const ThroughputOptions& o) {
   const ModelConfig& c = m.config();
+  const std::vector<int64_t>& contexts = o.contexts;
+  const std::vector<int64_t>& batches = o.batches;
+  const std::vector<kernels::Numerics>& numerics = o.numerics;
+  const int64_t gen = o.gen;
+  const std::string& csv = o.csv;
   for (int64_t L : contexts)
     if (L < 1 || L + gen + 1 > c.max_position_embeddings) {
       std::fprintf(stderr, "dsv4 bench: context %lld + %lld decode steps exceeds the model's %d positions\n",
@@ -251,7 +309,7 @@ int bench_throughput(DeepseekV4& m, const std::string& name, const std::vector<k
     }
   std::string modes;
   for (kernels::Numerics n : numerics) modes += std::string(modes.empty() ? "" : " and ") + kernels::numerics_name(n);
-  std::printf("dsv4 bench: %s (%s), kernels %s, numerics %s, %d threads\n", name.c_str(), c.summary().c_str(),
+  std::printf("dsv4 bench: %s (%s), kernels %s, numerics %s, %d threads\n", o.name.c_str(), c.summary().c_str(),
               kernels::isa_name(kernels::active_isa()), modes.c_str(), ThreadPool::global().num_threads());
   double bandwidth = read_bandwidth();
   std::vector<double> peaks;
@@ -289,11 +347,8 @@ int bench_throughput(DeepseekV4& m, const std::string& name, const std::vector<k
   bandwidth = std::max(bandwidth, bandwidth_after);
   // Prefill rows against the GEMM peak of their numerics, decode rows at
   // batch 1 against the memory roofline.
-  auto ratio = [&](const Row& r, size_t run) {
-    if (r.phase == "prefill") return r.tok_s() * prefill_flops / peaks[run];
-    if (r.batch == 1) return r.tok_s() / (bandwidth / per_token_bytes);
-    return 0.0;
-  };
+  auto limits = [&](size_t run) { return Limits{prefill_flops, peaks[run], bandwidth / per_token_bytes}; };
+  auto ratio = [&](const Row& r, size_t run) { return limits(run).of(r.phase, r.batch, r.tok_s()); };
   std::printf("  %-8s %6s %14s %10s", "phase", "batch", "context", "tokens");
   for (const Run& run : runs) std::printf(" %10s tok/s %8s", kernels::numerics_name(run.numerics), "vs limit");
   if (runs.size() == 2) std::printf(" %10s", "fast/exact");
@@ -332,6 +387,7 @@ int bench_throughput(DeepseekV4& m, const std::string& name, const std::vector<k
                       static_cast<long long>(r.batch), static_cast<long long>(r.ctx_from), r.tok_s() / one.tok_s());
     }
   }
+  const bool peer_ok = o.peer_gguf.empty() || print_peer(o, runs.back(), limits(runs.size() - 1));
   std::printf("time by phase (one prefill chunk from context 0, one decode step at context %lld):\n",
               static_cast<long long>(contexts.front()));
   for (const Run& run : runs) {
@@ -354,7 +410,7 @@ int bench_throughput(DeepseekV4& m, const std::string& name, const std::vector<k
           << peaks[k] / 1e9 << ',' << ratio(r, k) << '\n';
     std::printf("CSV written to %s\n", csv.c_str());
   }
-  return 0;
+  return peer_ok ? 0 : 1;
 }
 
 }  // namespace dsv4::app

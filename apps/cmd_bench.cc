@@ -10,6 +10,7 @@
 #include <string>
 
 #include "args.h"
+#include "bench_throughput.h"
 #include "engine_args.h"
 #include "model_source.h"
 #include "runtime/engine.h"
@@ -20,6 +21,7 @@ namespace {
 
 const char* kHelp =
     "usage: dsv4 bench [--model DIR] [--ctx 1024,4096] [--batch 1,16] [--gen N] [--numerics M] [--csv FILE]\n"
+    "                  [--peer-gguf FILE [--peer-harness PATH]]\n"
     "       dsv4 bench --topology [--model DIR] [--tp N --dp N --ep N] [--prompt-len N]\n"
     "                  [--flashcomm1-sp-min-token-num N]\n"
     "       dsv4 bench --serving [--model DIR] [--ctx 4096] [--gen N] [--k 1,3,7] [--csv FILE]\n"
@@ -34,6 +36,9 @@ const char* kHelp =
     "  --ctx L1,L2,...    context lengths (default 1024,4096; at most the model's positions)\n"
     "  --batch B1,B2,...  decode batch sizes (default 1,16)\n"
     "  --gen N            decode steps timed per row (default 16)\n"
+    "  --peer-gguf FILE   also time llama.cpp on the same weights, same rows and threads, and print\n"
+    "                     dsv4 / llama.cpp ratios: FILE from dsv4 convert --to gguf --model DIR;\n"
+    "                     the harness (default build/peer/llamacpp_bench) from peer/setup_llamacpp.sh\n"
     "  --topology         per-rank resident weights and communication per step of the layout\n"
     "  --serving          MTP speculative decoding at each --k (mean accepted length, decode speed-up,\n"
     "                     same greedy tokens) and time to first token at --ctx cold and after a\n"
@@ -119,10 +124,6 @@ std::vector<int64_t> int_list(const std::string& s) {
 
 }  // namespace
 
-int bench_throughput(DeepseekV4& model, const std::string& name, const std::vector<kernels::Numerics>& numerics,
-                     const std::vector<int64_t>& contexts, const std::vector<int64_t>& batches, int64_t gen,
-                     const std::string& csv);  // bench_throughput.cc
-
 int bench_serving(const DeepseekV4& model, const std::string& name, int64_t ctx, int64_t gen,
                   const std::vector<int64_t>& ks, const std::string& csv);  // bench_serving.cc
 
@@ -130,7 +131,8 @@ int bench_soak(const std::string& host, int port, double duration_s, int clients
 
 int cmd_bench(int argc, char** argv) {
   std::set<std::string> valued = {"model", "prompt-len", "ctx", "batch", "gen", "csv", "k",
-                                  "host", "port", "duration", "clients", "seed", "numerics"};
+                                  "host", "port", "duration", "clients", "seed", "numerics",
+                                  "peer-gguf", "peer-harness"};
   for (const auto& k : parallel_option_names()) valued.insert(k);
   Args args(argc, argv, 2, valued, {"help", "topology", "serving", "soak"});
   if (args.has("help")) {
@@ -191,10 +193,17 @@ int cmd_bench(int argc, char** argv) {
     return bench_serving(**one, model_name(args.get("model")), args.get_int("ctx", 4096), args.get_int("gen", 64), ks,
                          args.get("csv"));
   if (!args.has("topology")) {
-    const std::vector<kernels::Numerics> numerics =
-        both ? std::vector<kernels::Numerics>{kernels::Numerics::kExact, kernels::Numerics::kFast}
-             : std::vector<kernels::Numerics>{mo.numerics};
-    return bench_throughput(**one, model_name(args.get("model")), numerics, contexts, batches, gen, args.get("csv"));
+    ThroughputOptions t;
+    t.name = model_name(args.get("model"));
+    t.numerics = both ? std::vector<kernels::Numerics>{kernels::Numerics::kExact, kernels::Numerics::kFast}
+                      : std::vector<kernels::Numerics>{mo.numerics};
+    t.contexts = contexts;
+    t.batches = batches;
+    t.gen = gen;
+    t.csv = args.get("csv");
+    t.peer_gguf = args.get("peer-gguf");
+    t.peer_harness = args.get("peer-harness");
+    return bench_throughput(**one, t);
   }
 
   // Weights: every rank's against the ideal share.

@@ -30,6 +30,10 @@ if [ ! -d tests/js/node_modules ] || [ tests/js/package-lock.json -nt tests/js/n
   npm ci --prefix tests/js --no-audit --no-fund --loglevel=error >/dev/null
 fi
 
+# llama.cpp as node-llama-cpp ships it, and the C harness that times it on
+# the same weights (dsv4 bench --peer-gguf; the converter's tests).
+./peer/setup_llamacpp.sh
+
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 # Two cores: one build job per core.
 cmake --build build -j"$(nproc)"

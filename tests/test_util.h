@@ -50,10 +50,9 @@ struct CliResult {
   std::string output;  // stdout and stderr together
 };
 
-// Runs `dsv4 <args>` (a shell command line) and collects its output; env:
-// assignments put in front of the command (e.g. "DSV4_ISA=generic").
-inline CliResult run_dsv4(const std::string& args, const std::string& env = "") {
-  const std::string cmd = env + (env.empty() ? "" : " ") + std::string(DSV4_BINARY) + " " + args + " 2>&1";
+// Runs a shell command line and collects its output.
+inline CliResult run_command(const std::string& command) {
+  const std::string cmd = command + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   CliResult r;
   std::array<char, 4096> buf;
@@ -61,6 +60,12 @@ inline CliResult run_dsv4(const std::string& args, const std::string& env = "") 
   const int status = pclose(p);
   r.code = WEXITSTATUS(status);
   return r;
+}
+
+// Runs `dsv4 <args>` (a shell command line) and collects its output; env:
+// assignments put in front of the command (e.g. "DSV4_ISA=generic").
+inline CliResult run_dsv4(const std::string& args, const std::string& env = "") {
+  return run_command(env + (env.empty() ? "" : " ") + std::string(DSV4_BINARY) + " " + args);
 }
 
 // Greedy decoding of exactly max_tokens tokens (EOS does not stop it).

@@ -65,6 +65,21 @@ float f16_to_f32(uint16_t v) {
   return sign ? -mag : mag;
 }
 
+uint16_t f32_to_f16(float v) {
+  const uint32_t bits = std::bit_cast<uint32_t>(v);
+  const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000);
+  if (std::isnan(v)) return sign | 0x7E00;
+  const float mag = std::fabs(v);
+  if (mag >= 65520.0f) return sign | 0x7C00;  // rounds past the largest half (65504)
+  if (mag < 6.103515625e-05f) {               // subnormal: a multiple of 2^-24
+    return sign | static_cast<uint16_t>(std::nearbyint(std::ldexp(mag, 24)));
+  }
+  // Normal: keep 10 of the 23 mantissa bits, ties to even.
+  const uint32_t m = bits & 0x7FFFFFFF;
+  const uint32_t rounded = m + 0xFFF + ((m >> 13) & 1);
+  return sign | static_cast<uint16_t>((rounded >> 13) - ((127 - 15) << 10));
+}
+
 float e4m3_to_f32(uint8_t v) {
   uint32_t sign = v >> 7, exp = (v >> 3) & 0xF, mant = v & 7;
   float mag;

@@ -18,6 +18,7 @@ bool dtype_from_name(const std::string& name, DType* out);
 float bf16_to_f32(uint16_t v);
 uint16_t f32_to_bf16(float v);  // round to nearest even
 float f16_to_f32(uint16_t v);
+uint16_t f32_to_f16(float v);  // round to nearest even, overflow to infinity
 float e4m3_to_f32(uint8_t v);
 uint8_t f32_to_e4m3(float v);  // round to nearest even, saturating at +-448
 float e8m0_to_f32(uint8_t v);  // 2^(v-127); 0xFF is NaN

@@ -12,6 +12,7 @@
 #include "base/dtype.h"
 #include "base/thread_pool.h"
 #include "model/checkpoint.h"
+#include "model/released_linear.h"
 #include "model/safetensors_writer.h"
 #include "model/weights.h"
 
@@ -20,73 +21,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-// A released FP8 (e4m3, 128x128 block scales) or FP4 (e2m1 pairs in I8/U8,
-// per-32 scales) linear: weight and scale tensors.
-struct QuantizedLinear {
-  const TensorInfo* weight;
-  const TensorInfo* scale;
-  bool fp4;
-  int64_t out, in;
-};
-
-float scale_at(const TensorInfo* s, int64_t i) {
-  switch (s->dtype) {
-    case DType::kF8E8M0: return e8m0_to_f32(s->data[i]);
-    case DType::kF32: {
-      float v;
-      std::memcpy(&v, s->data + 4 * i, 4);
-      return v;
-    }
-    case DType::kBF16: {
-      uint16_t v;
-      std::memcpy(&v, s->data + 2 * i, 2);
-      return bf16_to_f32(v);
-    }
-    default: return NAN;
-  }
-}
-
-// Null when `name` is not the weight of a quantized linear.
-StatusOr<std::optional<QuantizedLinear>> quantized_linear(const Checkpoint& ckpt, const std::string& name) {
-  if (!ends_with(name, ".weight")) return std::optional<QuantizedLinear>();
-  const std::string prefix = name.substr(0, name.size() - 7);
-  const TensorInfo* w = ckpt.find(name);
-  const TensorInfo* s = ckpt.find(prefix + ".scale");
-  if (!w || !s || w->shape.size() != 2) return std::optional<QuantizedLinear>();
-  const bool fp8 = w->dtype == DType::kF8E4M3, fp4 = w->dtype == DType::kI8 || w->dtype == DType::kU8;
-  if (!fp8 && !fp4) return std::optional<QuantizedLinear>();
-  QuantizedLinear q{w, s, fp4, w->shape[0], w->shape[1] * (fp4 ? 2 : 1)};
-  const int64_t want = fp4 ? q.out * (q.in / 32) : ((q.out + 127) / 128) * ((q.in + 127) / 128);
-  if (s->numel() != want || (fp4 && q.in % 32))
-    return data_loss("tensor '" + prefix + ".scale' in " + *s->file + " has shape " + s->shape_string() +
-                     ", which does not fit weight " + w->shape_string());
-  if (s->dtype != DType::kF8E8M0 && s->dtype != DType::kF32 && s->dtype != DType::kBF16)
-    return data_loss("tensor '" + prefix + ".scale' in " + *s->file + " is " + dtype_name(s->dtype) +
-                     ", expected F8_E8M0, F32 or BF16");
-  return std::optional<QuantizedLinear>(q);
-}
-
-// Row r of the linear, dequantized.
-void dequantize_row(const QuantizedLinear& q, int64_t r, float* row) {
-  if (q.fp4) {
-    for (int64_t c = 0; c < q.in; ++c) {
-      const uint8_t byte = q.weight->data[r * (q.in / 2) + c / 2];
-      row[c] = e2m1_to_f32((c & 1) ? byte >> 4 : byte & 0xF) * scale_at(q.scale, r * (q.in / 32) + c / 32);
-    }
-    return;
-  }
-  const int64_t sc = (q.in + 127) / 128;
-  for (int64_t c = 0; c < q.in; ++c)
-    row[c] = e4m3_to_f32(q.weight->data[r * q.in + c]) * scale_at(q.scale, (r / 128) * sc + c / 128);
-}
-
 // int8 codes [out, in] then f32 scales [out]: symmetric per channel,
 // scale = amax / 127, codes rounded to nearest even.
-void quantize_int8(const QuantizedLinear& q, std::vector<int8_t>* codes, std::vector<float>* scales) {
+void quantize_int8(const ReleasedLinear& q, std::vector<int8_t>* codes, std::vector<float>* scales) {
   codes->resize(q.out * q.in);
   scales->resize(q.out);
   parallel_for(q.out, 16, [&](int64_t r0, int64_t r1) {
@@ -145,13 +82,13 @@ StatusOr<ConvertReport> convert_to_w8a8(const ConvertOptions& opt) {
   // Plan every shard first (names and sizes come from the headers alone).
   struct Plan {
     const SafetensorsFile* shard;
-    std::vector<std::pair<std::string, std::optional<QuantizedLinear>>> tensors;
+    std::vector<std::pair<std::string, std::optional<ReleasedLinear>>> tensors;
   };
   std::vector<Plan> plans;
   for (const SafetensorsFile* shard : ckpt->shards()) {
     Plan plan{shard, {}};
     for (const auto& [name, info] : shard->tensors()) {
-      DSV4_ASSIGN_OR_RETURN(auto q, quantized_linear(*ckpt, name));
+      DSV4_ASSIGN_OR_RETURN(auto q, released_linear(*ckpt, name));
       const std::string prefix = q ? name.substr(0, name.size() - 7) : "";
       if (q && !reference_rounds_input(prefix)) {
         ignored.push_back(prefix);
@@ -180,7 +117,7 @@ StatusOr<ConvertReport> convert_to_w8a8(const ConvertOptions& opt) {
       // The int8 codes and their scales, computed once when the weight is
       // written; the scale tensor follows it.
       auto scales = std::make_shared<std::vector<float>>();
-      const QuantizedLinear ql = *q;
+      const ReleasedLinear ql = *q;
       writer.add_produced(name, DType::kI8, {ql.out, ql.in}, [ql, scales](std::vector<uint8_t>& scratch) {
         std::vector<int8_t> codes;
         quantize_int8(ql, &codes, scales.get());
