@@ -62,6 +62,27 @@ TEST(DType, Bf16RoundsToNearestEven) {
   EXPECT_EQ(f16_to_f32(0xC000), -2.0f);
 }
 
+// The Q8_0 scale of the GGUF converter: every half round-trips, a value
+// halfway between two halves goes to the even one, past 65504 to infinity.
+TEST(DType, F16RoundsToNearestEven) {
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    const float v = f16_to_f32(static_cast<uint16_t>(h));
+    if (std::isnan(v)) continue;
+    ASSERT_EQ(f32_to_f16(v), h) << std::hex << h;
+    if ((h & 0x7FFF) >= 0x7BFF) continue;  // the next half up is infinity
+    const float next = f16_to_f32(static_cast<uint16_t>(h + 1));
+    const uint16_t even = (h & 1) ? static_cast<uint16_t>(h + 1) : static_cast<uint16_t>(h);
+    ASSERT_EQ(f32_to_f16((v + next) / 2), even) << std::hex << h;  // the midpoint is exact in f32
+  }
+  EXPECT_EQ(f32_to_f16(65504.0f), 0x7BFF);
+  EXPECT_EQ(f32_to_f16(65519.0f), 0x7BFF);
+  EXPECT_EQ(f32_to_f16(65520.0f), 0x7C00);
+  EXPECT_EQ(f32_to_f16(-1e9f), 0xFC00);
+  EXPECT_EQ(f32_to_f16(1e-9f), 0x0000);
+  EXPECT_EQ(f32_to_f16(0x1p-25f), 0x0000);            // a tie between 0 and the least subnormal: even
+  EXPECT_EQ(f32_to_f16(0x1.8p-24f), 0x0002);          // a tie between 1 and 2 subnormal steps: even
+}
+
 TEST(DType, Pow2Ceil) {
   EXPECT_EQ(pow2_ceil(1.0f), 1.0f);
   EXPECT_EQ(pow2_ceil(1.01f), 2.0f);
