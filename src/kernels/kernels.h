@@ -83,9 +83,10 @@ void pack_panels(const float* w, int64_t n, int64_t k, float* packed);
 //
 // Layout, per panel of kPanel columns: BF16 codes [k][16] x 2 bytes. FP8 and
 // FP4 codes in 64-byte chunks of 4 (FP8) or 8 (FP4) input steps, arranged so
-// that byte-table lookups and one byte interleave turn a chunk into BF16
-// pair vectors: 32 words, column c's steps (t, t + 1) in words (2c + 1, 2c)
-// (code_position says where each code lives). Scales [k / block][16] bytes.
+// that table lookups turn a chunk into BF16 pair vectors (FP8: a byte
+// permute and one byte interleave; FP4: a word permute per nibble): 32
+// words, column c's steps (t, t + 1) in words (2c + 1, 2c) (code_position
+// says where each code lives). Scales [k / block][16] bytes.
 enum class PanelFormat { kF32, kBf16, kFp8, kFp4 };
 inline constexpr int64_t kChunkBytes = 64;
 int64_t panel_block(PanelFormat f);  // input values per scale: 128 (FP8), 32 (FP4)

@@ -1,7 +1,7 @@
 // FP8 e4m3 and FP4 e2m1 panel chunks (kernels.h: 64 bytes of codes, 4 or
 // 8 input steps of 16 columns) decoded to BF16 pair vectors on AVX-512, by
-// byte-table lookups (VBMI's 128-entry permute for e4m3, a 16-entry shuffle
-// for e2m1 nibbles) and one byte interleave; optionally with the e8m0 scale
+// table lookups (VBMI's 128-entry byte permute and one byte interleave for
+// e4m3, a word permute per nibble for e2m1); optionally with the e8m0 scale
 // added to the BF16 exponent of every nonzero weight (a code times a power
 // of two: exact). For the AVX-512 translation units only (internal linkage).
 #pragma once
@@ -15,21 +15,18 @@
 namespace dsv4::kernels::avx512 {
 namespace {
 
-// The BF16 bits of every e4m3 magnitude and e2m1 code, as high and low
-// bytes (the FP4 ones repeated in each 128-bit lane for the byte shuffle).
+// The BF16 bits of every e4m3 magnitude, as high and low bytes, and of
+// every e2m1 code as words (twice over: 32 entries for the word permute).
 struct ByteTables {
-  alignas(64) uint8_t fp8_high[128], fp8_low[128], fp4_high[64], fp4_low[64];
+  alignas(64) uint8_t fp8_high[128], fp8_low[128];
+  alignas(64) uint16_t fp4_words[32];
   ByteTables() {
     for (int i = 0; i < 128; ++i) {
       const uint16_t b = f32_to_bf16(e4m3_to_f32(static_cast<uint8_t>(i)));
       fp8_high[i] = static_cast<uint8_t>(b >> 8);
       fp8_low[i] = static_cast<uint8_t>(b & 0xFF);
     }
-    for (int i = 0; i < 64; ++i) {
-      const uint16_t b = f32_to_bf16(e2m1_to_f32(static_cast<uint8_t>(i % 16)));
-      fp4_high[i] = static_cast<uint8_t>(b >> 8);
-      fp4_low[i] = static_cast<uint8_t>(b & 0xFF);
-    }
+    for (int i = 0; i < 32; ++i) fp4_words[i] = f32_to_bf16(e2m1_to_f32(static_cast<uint8_t>(i % 16)));
   }
 };
 
@@ -62,18 +59,17 @@ struct Fp8Chunks {
 struct Fp4Chunks {
   static constexpr int kGroups = 4;
   static constexpr int64_t kSteps = 8, kBlock = 32;
-  __m512i high, low;  // BF16 bytes of the 16 codes, in every 128-bit lane
-  explicit Fp4Chunks(const ByteTables& t)
-      : high(_mm512_load_si512(t.fp4_high)), low(_mm512_load_si512(t.fp4_low)) {}
+  __m512i words;  // the BF16 bits of code i % 16 in word i
+  explicit Fp4Chunks(const ByteTables& t) : words(_mm512_load_si512(t.fp4_words)) {}
+  // Group g is nibble g of every word (code_position): the word permute
+  // reads index bits 0..4, and the table repeats after 16 entries, so the
+  // next nibble's low bit does not matter.
   void decode(const uint8_t* chunk, __m512i* groups) const {
-    const __m512i codes = _mm512_loadu_si512(chunk), nibble = _mm512_set1_epi8(0x0F);
-    const __m512i lo = _mm512_and_si512(codes, nibble), hi = _mm512_and_si512(_mm512_srli_epi16(codes, 4), nibble);
-    const __m512i lo_h = _mm512_shuffle_epi8(high, lo), lo_l = _mm512_shuffle_epi8(low, lo);
-    const __m512i hi_h = _mm512_shuffle_epi8(high, hi), hi_l = _mm512_shuffle_epi8(low, hi);
-    groups[0] = _mm512_unpacklo_epi8(lo_l, lo_h);
-    groups[1] = _mm512_unpackhi_epi8(lo_l, lo_h);
-    groups[2] = _mm512_unpacklo_epi8(hi_l, hi_h);
-    groups[3] = _mm512_unpackhi_epi8(hi_l, hi_h);
+    const __m512i codes = _mm512_loadu_si512(chunk);
+    groups[0] = _mm512_permutexvar_epi16(codes, words);
+    groups[1] = _mm512_permutexvar_epi16(_mm512_srli_epi16(codes, 4), words);
+    groups[2] = _mm512_permutexvar_epi16(_mm512_srli_epi16(codes, 8), words);
+    groups[3] = _mm512_permutexvar_epi16(_mm512_srli_epi16(codes, 12), words);
   }
 };
 

@@ -52,13 +52,18 @@ int64_t chunk_steps(PanelFormat f) { return f == PanelFormat::kFp8 ? 4 : f == Pa
 CodePosition code_position(PanelFormat f, int64_t k, int64_t p, int64_t t, int64_t c) {
   if (f == PanelFormat::kBf16) return {((p * k + t) * kPanel + c) * 2, 0};
   // Pair group g of the chunk: word 2c + 1 holds step 2g (added first by
-  // the dot product), word 2c step 2g + 1; words 8L..8L+7 come from bytes
-  // 16L..16L+7 (even groups) or 16L+8..16L+15 (odd groups) of the chunk,
-  // the order in which byte unpacking interleaves 128-bit lanes.
+  // the dot product), word 2c step 2g + 1.
   const int64_t steps = chunk_steps(f), in_chunk = t % steps, group = in_chunk / 2;
-  const int64_t word = 2 * c + (in_chunk % 2 == 0 ? 1 : 0);
-  const int64_t byte = 16 * (word / 8) + 8 * (group % 2) + word % 8;
-  return {(p * k + t - in_chunk) / steps * kChunkBytes + byte, static_cast<int>(group / 2)};
+  const int64_t word = 2 * c + (in_chunk % 2 == 0 ? 1 : 0), chunk = (p * k + t - in_chunk) / steps * kChunkBytes;
+  if (f == PanelFormat::kFp4) {
+    // Group g's codes are nibble g of the 32 words (bits 4g..4g+3), so one
+    // 16-bit table permute per group decodes them in place.
+    return {chunk + 2 * word + group / 2, static_cast<int>(group % 2)};
+  }
+  // FP8: words 8L..8L+7 come from bytes 16L..16L+7 (group 0) or
+  // 16L+8..16L+15 (group 1) of the chunk, the order in which byte
+  // unpacking interleaves 128-bit lanes.
+  return {chunk + 16 * (word / 8) + 8 * (group % 2) + word % 8, 0};
 }
 
 namespace {
