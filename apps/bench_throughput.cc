@@ -22,7 +22,7 @@
 #include "kernels/kernels.h"
 #include "kv/kv_cache_manager.h"
 #include "model/deepseek_v4.h"
-#include "model/released_configs.h"
+#include "checkpoint/released_configs.h"
 #include "ops/linear.h"
 
 namespace dsv4::app {

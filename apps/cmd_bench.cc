@@ -9,12 +9,14 @@
 #include <random>
 #include <string>
 
+#include "checkpoint/model_loader.h"
 #include "args.h"
 #include "bench_throughput.h"
 #include "engine_args.h"
 #include "model_source.h"
 #include "runtime/engine.h"
 #include "runtime/local_executor.h"
+#include "checkpoint/config_json.h"
 
 namespace dsv4::app {
 namespace {
@@ -73,7 +75,7 @@ StatusOr<StepTraffic> measure(const std::string& dir, const ParallelOptions& p, 
   eo.scheduler.max_num_seqs = 4;
   eo.scheduler.max_num_batched_tokens = prompt_len;
   eo.cache.memory_bytes = int64_t{256} << 20;
-  DSV4_ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::load(dir + "/config.json"));
+  DSV4_ASSIGN_OR_RETURN(ModelConfig config, load_model_config(dir + "/config.json"));
   if (prompt_len + 2 > config.max_position_embeddings)
     return invalid_argument("--prompt-len must be below the model's " + std::to_string(config.max_position_embeddings) +
                             " positions");
@@ -183,7 +185,7 @@ int cmd_bench(int argc, char** argv) {
       return 2;
     }
   }
-  auto one = DeepseekV4::load(dir->path(), mo);
+  auto one = load_deepseek_v4(dir->path(), mo);
   if (!one.ok()) {
     std::fprintf(stderr, "dsv4 bench: %s\n", one.status().message().c_str());
     return 2;

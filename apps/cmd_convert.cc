@@ -2,8 +2,8 @@
 #include <cstdio>
 
 #include "args.h"
-#include "model/gguf_convert.h"
-#include "model/w8a8_convert.h"
+#include "tools/gguf_convert.h"
+#include "tools/w8a8_convert.h"
 
 namespace dsv4::app {
 namespace {

@@ -2,7 +2,7 @@
 #include <cstdio>
 
 #include "args.h"
-#include "model/synthetic.h"
+#include "tools/synthetic.h"
 
 namespace dsv4::app {
 namespace {

@@ -3,12 +3,13 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "checkpoint/model_loader.h"
 #include "args.h"
 #include "engine_args.h"
 #include "kernels/dispatch.h"
 #include "model/deepseek_v4.h"
-#include "model/golden_verify.h"
-#include "runtime/parallel_verify.h"
+#include "tools/golden_verify.h"
+#include "tools/parallel_verify.h"
 
 namespace dsv4::app {
 
@@ -83,7 +84,7 @@ int cmd_verify(int argc, char** argv) {
   auto t0 = std::chrono::steady_clock::now();
   ModelOptions mo;
   mo.numerics = par.numerics;
-  auto model = DeepseekV4::load(dir, mo);
+  auto model = load_deepseek_v4(dir, mo);
   if (!model.ok()) {
     std::fprintf(stderr, "dsv4 verify: cannot load model: %s\n", model.status().message().c_str());
     return 2;

@@ -7,8 +7,8 @@
 
 #include "dist/mpi_communicator.h"
 #include "model/deepseek_v4.h"
-#include "model/golden_verify.h"
-#include "runtime/parallel_verify.h"
+#include "tools/golden_verify.h"
+#include "tools/parallel_verify.h"
 
 namespace dsv4::app {
 

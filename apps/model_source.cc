@@ -1,3 +1,4 @@
+#include "checkpoint/model_loader.h"
 #include "model_source.h"
 
 #include <malloc.h>
@@ -10,7 +11,8 @@
 #include <cstring>
 #include <filesystem>
 
-#include "model/synthetic.h"
+#include "tools/synthetic.h"
+#include "checkpoint/config_json.h"
 
 namespace dsv4::app {
 namespace {
@@ -58,7 +60,7 @@ StatusOr<std::unique_ptr<DeepseekV4>> load_model(const std::string& dir, kernels
   options.numerics = numerics;
   if (progress_bar && isatty(STDERR_FILENO)) options.on_progress = progress_printer();
   DSV4_ASSIGN_OR_RETURN(ModelDir source, ModelDir::open(dir));
-  auto model = DeepseekV4::load(source.path(), options);
+  auto model = load_deepseek_v4(source.path(), options);
   if (model.ok()) keep_step_memory();
   return model;
 }
@@ -70,7 +72,7 @@ StatusOr<std::unique_ptr<Engine>> load_engine(const std::string& dir, const Engi
   options.numerics = numerics;
   if (progress_bar && isatty(STDERR_FILENO)) options.on_progress = progress_printer();
   DSV4_ASSIGN_OR_RETURN(ModelDir source, ModelDir::open(dir));
-  DSV4_ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::load(source.path() + "/config.json"));
+  DSV4_ASSIGN_OR_RETURN(ModelConfig config, load_model_config(source.path() + "/config.json"));
   DSV4_ASSIGN_OR_RETURN(KvCacheOptions cache, Engine::cache_options(config, engine));
   DSV4_ASSIGN_OR_RETURN(auto executor, LocalExecutor::create(source.path(), options, parallel, cache));
   keep_step_memory();

@@ -10,8 +10,9 @@
 
 #include "kv/page_layout.h"
 #include "model/cache_geometry.h"
+#include "checkpoint/config_json.h"
 #include "model/config.h"
-#include "model/safetensors.h"
+#include "checkpoint/safetensors.h"
 #include "server/openai_request.h"
 #include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/byte_tokenizer.h"
@@ -37,7 +38,7 @@ void check_safetensors(const uint8_t* data, size_t size) {
 // cache geometry and page layout can be built for.
 void check_config(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
-  auto config = ModelConfig::from_json_text(text, "fuzz");
+  auto config = parse_model_config(text, "fuzz");
   if (!config.ok()) return;
   if (config->summary().empty()) std::abort();
   (void)PageLayout::of(CacheGeometry::of(*config), 32);

@@ -9,10 +9,11 @@
 #include <fstream>
 #include <string>
 
-#include "model/checkpoint.h"
+#include "checkpoint/model_loader.h"
+#include "checkpoint/checkpoint.h"
 #include "model/deepseek_v4.h"
-#include "model/safetensors_writer.h"
-#include "model/synthetic.h"
+#include "checkpoint/safetensors_writer.h"
+#include "tools/synthetic.h"
 #include "temp_dir.h"
 #include "test_util.h"
 
@@ -136,7 +137,7 @@ TEST(Mkmodel, Fp8CheckpointRoundTripsThroughTheLoader) {
   ASSERT_NE(q, nullptr);
   EXPECT_EQ(q->dtype, DType::kF8E4M3);
   // The FP8/FP4 model loads and runs, and prefill in chunks gives the same logits.
-  auto model = DeepseekV4::load(dir);
+  auto model = load_deepseek_v4(dir);
   ASSERT_TRUE(model.ok()) << model.status().message();
   std::vector<int32_t> prompt(40);
   for (int i = 0; i < 40; ++i) prompt[i] = (i * 13 + 7) % (*model)->config().vocab_size;

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "model/contiguous_cache.h"
-#include "model/safetensors.h"
+#include "checkpoint/safetensors.h"
 #include "runtime/engine.h"
 #include "test_util.h"
 

@@ -21,12 +21,13 @@
 #include <vector>
 
 #include "base/dtype.h"
-#include "model/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 #include "model/config.h"
-#include "model/released_linear.h"
-#include "model/safetensors.h"
+#include "checkpoint/released_linear.h"
+#include "checkpoint/safetensors.h"
 #include "temp_dir.h"
 #include "test_util.h"
+#include "checkpoint/config_json.h"
 
 namespace dsv4 {
 namespace {
@@ -185,7 +186,7 @@ TEST_F(GgufConvert, MetadataIsWhatTheDeepseek4LoaderReads) {
   EXPECT_EQ(g.u("deepseek4.hyper_connection.count"), 4u);
   EXPECT_EQ(g.u("deepseek4.attention.head_count_kv"), 1u);
   EXPECT_TRUE(std::get<bool>(g.kv.at("deepseek4.expert_weights_norm")));
-  auto config = ModelConfig::load(model_ + "/config.json");
+  auto config = load_model_config(model_ + "/config.json");
   ASSERT_TRUE(config.ok());
   EXPECT_EQ(g.u("deepseek4.vocab_size"), static_cast<uint64_t>(config->vocab_size));
   EXPECT_EQ(g.u("deepseek4.embedding_length"), static_cast<uint64_t>(config->dim));
@@ -200,7 +201,7 @@ TEST_F(GgufConvert, MetadataIsWhatTheDeepseek4LoaderReads) {
 
 TEST_F(GgufConvert, EveryRequiredTensorAlignedAndInsideTheFile) {
   const GgufFile& g = *gguf_;
-  auto config = ModelConfig::load(model_ + "/config.json");
+  auto config = load_model_config(model_ + "/config.json");
   ASSERT_TRUE(config.ok());
   std::vector<std::string> want = {"token_embd.weight", "output_norm.weight", "output.weight", "output_hc_fn.weight",
                                    "output_hc_base.weight", "output_hc_scale.weight"};

@@ -12,8 +12,8 @@
 #include <string>
 
 #include "model/deepseek_v4.h"
-#include "model/golden_verify.h"
-#include "runtime/parallel_verify.h"
+#include "tools/golden_verify.h"
+#include "tools/parallel_verify.h"
 #include "test_util.h"
 
 namespace dsv4 {

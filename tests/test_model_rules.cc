@@ -14,6 +14,7 @@
 #include "model/indexer.h"
 #include "model/rope.h"
 #include "ops/topk.h"
+#include "checkpoint/config_json.h"
 
 namespace dsv4 {
 namespace {
@@ -212,7 +213,7 @@ TEST(Config, BadConfigsNameTheProblem) {
     "q_lora_rank": 32, "head_dim": 128, "qk_rope_head_dim": 64, "o_groups": 2, "o_lora_rank": 16,
     "sliding_window": 8, "compress_ratios": [0, 4, 0], "index_n_heads": 2, "index_head_dim": 128,
     "index_topk": 4, "hc_mult": 2, "max_position_embeddings": 256})";
-  ASSERT_TRUE(ModelConfig::from_json_text(good, "c").ok());
+  ASSERT_TRUE(parse_model_config(good, "c").ok());
   struct Case {
     std::string from, to, expect;
   };
@@ -249,11 +250,11 @@ TEST(Config, BadConfigsNameTheProblem) {
   for (const auto& c : cases) {
     std::string text = good;
     text.replace(text.find(c.from), c.from.size(), c.to);
-    auto r = ModelConfig::from_json_text(text, "cfg.json");
+    auto r = parse_model_config(text, "cfg.json");
     ASSERT_FALSE(r.ok()) << c.expect;
     EXPECT_NE(r.status().message().find(c.expect), std::string::npos) << r.status().message();
   }
-  EXPECT_FALSE(ModelConfig::from_json_text("{nope", "c").ok());
+  EXPECT_FALSE(parse_model_config("{nope", "c").ok());
 
   // What the reference runs loads too: an indexer head of only RoPE dims, a
   // longer ratio list (the extra entries unused), ratio 1, hash routing
@@ -271,7 +272,7 @@ TEST(Config, BadConfigsNameTheProblem) {
   for (const auto& c : accepted) {
     std::string text = good;
     text.replace(text.find(c.from), c.from.size(), c.to);
-    auto r = ModelConfig::from_json_text(text, "cfg.json");
+    auto r = parse_model_config(text, "cfg.json");
     EXPECT_TRUE(r.ok()) << c.to << ": " << r.status().message();
     if (r.ok()) {
       EXPECT_EQ(r->compress_ratios.size(), 3u);

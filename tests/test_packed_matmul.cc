@@ -113,6 +113,41 @@ TEST(PackedMatmul, QuantizedPanelsEqualTheDequantizedOracle) {
   }
 }
 
+// The loader packs rows straight from the checkpoint's layout (FP4 two codes
+// a byte), a panel-aligned piece at a time: the same bytes as the per-code
+// oracle packing all rows at once.
+TEST(PackedMatmul, StoredCodesPackLikeThePerCodeOracleInPieces) {
+  using kernels::PanelFormat;
+  std::mt19937 rng(11);
+  for (PanelFormat f : {PanelFormat::kBf16, PanelFormat::kFp8, PanelFormat::kFp4}) {
+    for (int64_t n : {1, 16, 37, 100}) {
+      const int64_t k = 256, blocks = f == PanelFormat::kBf16 ? 0 : k / kernels::panel_block(f);
+      const int64_t code_bytes = f == PanelFormat::kBf16 ? 2 : 1;
+      std::vector<uint8_t> codes(n * k * code_bytes), scales(n * blocks);
+      for (auto& c : codes) c = static_cast<uint8_t>(rng() % (f == PanelFormat::kFp4 ? 16 : 256));
+      for (auto& sc : scales) sc = static_cast<uint8_t>(100 + rng() % 40);
+      std::vector<uint8_t> stored(codes);
+      if (f == PanelFormat::kFp4) {  // two codes a byte, low nibble first
+        stored.assign(n * k / 2, 0);
+        for (int64_t i = 0; i < n * k; ++i) stored[i / 2] |= static_cast<uint8_t>(codes[i] << (4 * (i % 2)));
+      }
+      std::vector<uint8_t> want_codes(kernels::packed_code_bytes(f, n, k)), want_scales(kernels::packed_scale_bytes(f, n, k));
+      kernels::pack_quantized_panels(f, codes.data(), scales.data(), n, k, want_codes.data(), want_scales.data());
+      std::vector<uint8_t> got_codes(want_codes.size(), 0xAB), got_scales(want_scales.size(), 0xAB);
+      const int64_t row_bytes = static_cast<int64_t>(stored.size()) / n, piece = 32;
+      for (int64_t r = 0; r < n; r += piece) {
+        const int64_t m = std::min(piece, n - r);
+        kernels::pack_stored_codes(f, stored.data() + r * row_bytes, m, k,
+                                   got_codes.data() + r / kernels::kPanel * kernels::packed_code_bytes(f, 16, k));
+        kernels::pack_row_scales(f, scales.data() + r * blocks, m, k,
+                                 got_scales.data() + r / kernels::kPanel * kernels::packed_scale_bytes(f, 16, k));
+      }
+      EXPECT_EQ(got_codes, want_codes) << "format " << static_cast<int>(f) << " n " << n;
+      EXPECT_EQ(got_scales, want_scales) << "format " << static_cast<int>(f) << " n " << n;
+    }
+  }
+}
+
 TEST(PackedMatmul, IsaIsChosenOnceAndOverridable) {
   const Isa best = kernels::isa_supported(Isa::kAvx512) ? Isa::kAvx512
                    : kernels::isa_supported(Isa::kAvx2) ? Isa::kAvx2

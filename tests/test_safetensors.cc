@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "model/safetensors.h"
-#include "model/safetensors_writer.h"
+#include "checkpoint/safetensors.h"
+#include "checkpoint/safetensors_writer.h"
 #include "temp_dir.h"
 
 namespace dsv4 {

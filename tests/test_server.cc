@@ -14,7 +14,7 @@
 
 #include <filesystem>
 
-#include "model/synthetic.h"
+#include "tools/synthetic.h"
 #include "server_process.h"
 #include "temp_dir.h"
 #include "test_util.h"

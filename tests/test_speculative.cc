@@ -13,8 +13,9 @@
 #include <map>
 #include <vector>
 
-#include "model/safetensors.h"
-#include "model/synthetic.h"
+#include "checkpoint/model_loader.h"
+#include "checkpoint/safetensors.h"
+#include "tools/synthetic.h"
 #include "runtime/engine.h"
 #include "runtime/local_executor.h"
 #include "temp_dir.h"
@@ -157,7 +158,7 @@ const std::string& copied_mtp_dir() {
 
 TEST(Speculative, AcceptedRunsStopWhereTheRequestEndsAndChangeNothing) {
   const std::string dir = copied_mtp_dir();
-  auto model = DeepseekV4::load(dir);
+  auto model = load_deepseek_v4(dir);
   ASSERT_TRUE(model.ok());
   const int64_t vocab = (*model)->config().vocab_size;
   auto prompt = [&](int64_t len, int seed) {
@@ -187,7 +188,7 @@ TEST(Speculative, AcceptedRunsStopWhereTheRequestEndsAndChangeNothing) {
 
 TEST(Speculative, RanksAsThreadsGiveTheSameTokens) {
   const std::string dir = copied_mtp_dir();
-  auto model = DeepseekV4::load(dir);
+  auto model = load_deepseek_v4(dir);
   ASSERT_TRUE(model.ok());
   std::vector<Job> jobs;
   for (int i = 0; i < 4; ++i) {
@@ -231,7 +232,7 @@ double chi2_critical(int df) {
 class SpeculativeSampling : public ::testing::TestWithParam<bool> {};
 
 TEST_P(SpeculativeSampling, OutputKeepsItsDistribution) {
-  auto model = DeepseekV4::load(GetParam() ? copied_mtp_dir() : synthetic_dir(false));
+  auto model = load_deepseek_v4(GetParam() ? copied_mtp_dir() : synthetic_dir(false));
   ASSERT_TRUE(model.ok());
   const int n = 1500;
   std::vector<Job> jobs;

@@ -15,9 +15,10 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/model_loader.h"
 #include "model/deepseek_v4.h"
-#include "model/safetensors.h"
-#include "model/safetensors_writer.h"
+#include "checkpoint/safetensors.h"
+#include "checkpoint/safetensors_writer.h"
 #include "sched/sampling_params.h"
 
 namespace dsv4::testing {
@@ -35,7 +36,7 @@ inline const DeepseekV4& golden_model(const std::string& name,
   if (!slot) {
     ModelOptions options;
     options.numerics = numerics;
-    auto m = DeepseekV4::load(golden_dir() + "/" + name, options);
+    auto m = load_deepseek_v4(golden_dir() + "/" + name, options);
     if (!m.ok()) {
       ADD_FAILURE() << m.status().message();
       std::abort();

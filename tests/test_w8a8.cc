@@ -15,7 +15,7 @@
 
 #include "kernels/dispatch.h"
 #include "kernels/kernels.h"
-#include "model/safetensors.h"
+#include "checkpoint/safetensors.h"
 #include "temp_dir.h"
 #include "test_util.h"
 

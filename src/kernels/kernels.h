@@ -105,6 +105,14 @@ int64_t packed_scale_bytes(PanelFormat f, int64_t n, int64_t k);
 // two bytes, little-endian); scales: [n, k / block] e8m0 (none for BF16).
 void pack_quantized_panels(PanelFormat f, const uint8_t* codes, const uint8_t* scales, int64_t n, int64_t k,
                            uint8_t* packed_codes, uint8_t* packed_scales);
+// The same panels straight from the checkpoint's layout, what the loader
+// uses as it reads rows (pack_quantized_panels is the per-code oracle):
+// stored codes [n, k] bytes (FP8), [n, k / 2] two per byte, low nibble
+// first (FP4), or [n, k] little-endian halves (BF16); scales [n, k / block]
+// e8m0. n rows fill panels from the first, so rows [16 i, 16 i + n) pack
+// into the panels of index i onward.
+void pack_stored_codes(PanelFormat f, const uint8_t* stored, int64_t n, int64_t k, uint8_t* packed_codes);
+void pack_row_scales(PanelFormat f, const uint8_t* scales, int64_t n, int64_t k, uint8_t* packed_scales);
 struct QuantizedPanels {
   PanelFormat format;
   const uint8_t* codes;

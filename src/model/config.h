@@ -1,11 +1,10 @@
-// Model hyperparameters, read from a released checkpoint's config.json
-// (HuggingFace key names) and validated before any weight is touched.
+// Model hyperparameters (checkpoint/config_json.h reads them from a
+// released checkpoint's config.json).
 #pragma once
 
 #include <string>
 #include <vector>
 
-#include "base/status.h"
 
 namespace dsv4 {
 
@@ -49,10 +48,6 @@ struct ModelConfig {
   int max_position_embeddings = 0;
   int bos_token_id = -1;
   int eos_token_id = -1;
-
-  static StatusOr<ModelConfig> from_json_text(const std::string& text, const std::string& source);
-  static StatusOr<ModelConfig> load(const std::string& path);
-  std::string to_json_text() const;  // the released key names, for mkmodel
 
   int nope_head_dim() const { return head_dim - rope_head_dim; }
   int mix_hc() const { return (2 + hc_mult) * hc_mult; }

@@ -8,7 +8,6 @@
 #include "base/thread_pool.h"
 #include "kernels/kernels.h"
 #include "model/attention.h"
-#include "model/checkpoint.h"
 #include "model/forward_scope.h"
 #include "model/hyper_connection.h"
 #include "model/moe.h"
@@ -41,13 +40,6 @@ void rms_norm_rows(const std::vector<float>& weight, float eps, float* x, int64_
 }
 
 }  // namespace
-
-StatusOr<std::unique_ptr<DeepseekV4>> DeepseekV4::load(const std::string& dir, const ModelOptions& options) {
-  DSV4_ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::load(dir + "/config.json"));
-  DSV4_ASSIGN_OR_RETURN(auto ckpt, Checkpoint::open(dir));
-  DSV4_ASSIGN_OR_RETURN(auto weights, ModelWeights::load(config, *ckpt, options.on_progress, options.experts, options.heads));
-  return std::make_unique<DeepseekV4>(std::move(config), std::move(weights), options);
-}
 
 DeepseekV4::DeepseekV4(ModelConfig config, std::unique_ptr<ModelWeights> weights, const ModelOptions& options)
     : config_(std::move(config)),

@@ -32,8 +32,7 @@ struct ModelOptions {
 
 class DeepseekV4 {
  public:
-  // Reads DIR/config.json and the checkpoint's weights.
-  static StatusOr<std::unique_ptr<DeepseekV4>> load(const std::string& dir, const ModelOptions& options = {});
+  // checkpoint/model_loader.h reads one from a checkpoint directory.
   DeepseekV4(ModelConfig config, std::unique_ptr<ModelWeights> weights, const ModelOptions& options = {});
 
   const ModelConfig& config() const { return config_; }

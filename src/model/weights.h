@@ -8,7 +8,7 @@
 #include <optional>
 #include <vector>
 
-#include "base/status.h"
+#include "base/weight_buffer.h"
 #include "model/collectives.h"
 #include "model/config.h"
 #include "ops/linear.h"
@@ -20,11 +20,9 @@ namespace dsv4 {
 // to the input as it is.
 bool reference_rounds_input(const std::string& prefix);
 
-// Called as tensors load: bytes read so far, bytes in the checkpoint.
+// Called as weights load (checkpoint/weight_loader.h): bytes read so far,
+// bytes to read.
 using LoadProgress = std::function<void(uint64_t loaded, uint64_t total)>;
-
-
-class Checkpoint;
 
 struct CompressorWeights {  // attn.compressor / attn.indexer.compressor
   int ratio = 0;
@@ -101,10 +99,9 @@ struct MtpWeights {  // mtp.N
 // BF16; a row is widened to f32 exactly when looked up).
 struct EmbeddingTable {
   int64_t rows = 0, dim = 0;
-  std::vector<float> f32;      // [rows, dim], or
-  std::vector<uint16_t> bf16;  // [rows, dim]
+  WeightBuffer<float> f32;      // [rows, dim], or
+  WeightBuffer<uint16_t> bf16;  // [rows, dim]
   void row(int64_t r, float* out) const;
-  void keep_rows(int64_t begin, int64_t count);  // this rank's vocabulary
   int64_t resident_bytes() const { return static_cast<int64_t>(4 * f32.size() + 2 * bf16.size()); }
 };
 
@@ -121,16 +118,8 @@ struct ModelWeights {
   HcHeadWeights hc_head;
   std::vector<MtpWeights> mtp;
 
-  // Loads and checks every tensor the config implies; errors name the tensor
-  // and its file.
-  // Routed experts outside `experts` are not loaded (left empty).
-  // With `heads`, only that rank's attention heads, output groups and
-  // indexer heads are kept.
-  static StatusOr<std::unique_ptr<ModelWeights>> load(const ModelConfig& config, const Checkpoint& ckpt,
-                                                     const LoadProgress& progress = {},
-                                                     const ExpertShard& experts = {}, const TensorShard& heads = {});
-
-  // Moves every linear into the forward's packed layout (after slicing).
+  // Moves every linear still held as stored into the forward's packed
+  // layout (checkpoint/weight_loader.h loads straight into it).
   void pack();
   void for_each_linear(const std::function<void(const Linear&, LinearKind)>& fn) const;
 

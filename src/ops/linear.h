@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "base/weight_buffer.h"
+
 namespace dsv4 {
 
 namespace kernels {
@@ -29,8 +31,8 @@ struct Linear {
   std::vector<float> w;
   std::vector<uint8_t> codes, scales;
   std::vector<float> channel_scales;
-  std::vector<float> panels;
-  std::vector<uint8_t> code_panels, scale_panels;
+  WeightBuffer<float> panels;
+  WeightBuffer<uint8_t> code_panels, scale_panels;
   WeightFormat format = WeightFormat::kDense;  // how the checkpoint stored it
   // FP8/FP4 linears round their input through FP8 e4m3 per 128 values
   // first, as the reference's act_quant does (a few it uses dequantized);

@@ -1,3 +1,4 @@
+#include "checkpoint/model_loader.h"
 #include "runtime/distributed_executor.h"
 
 #include <unistd.h>
@@ -5,6 +6,7 @@
 #include <chrono>
 
 #include "base/logging.h"
+#include "checkpoint/config_json.h"
 
 namespace dsv4 {
 namespace {
@@ -79,7 +81,7 @@ std::vector<char> execute(RankSetup& s, Communicator& world, const StepPlan& pla
 StatusOr<RankSetup> RankSetup::create(Communicator& world, const DistributedOptions& o) {
   RankSetup s;
   const int rank = world.rank();
-  StatusOr<ModelConfig> config = ModelConfig::load(o.model_dir + "/config.json");
+  StatusOr<ModelConfig> config = load_model_config(o.model_dir + "/config.json");
   StatusOr<Topology> topo = config.ok() ? Topology::make(o.parallel.topology, *config, world.size()) : config.status();
   if (!all_ok(world, topo.ok()))
     return topo.ok() ? internal_error("another rank rejected the topology") : topo.status();
@@ -111,7 +113,7 @@ StatusOr<RankSetup> RankSetup::create(Communicator& world, const DistributedOpti
   mo.heads = {s.topology.tp_rank(rank), s.topology.tp};
   mo.flashcomm = o.parallel.flashcomm;
   if (rank) mo.on_progress = nullptr;
-  StatusOr<std::unique_ptr<DeepseekV4>> model = DeepseekV4::load(o.model_dir, mo);
+  StatusOr<std::unique_ptr<DeepseekV4>> model = load_deepseek_v4(o.model_dir, mo);
   if (!all_ok(world, model.ok()))
     return model.ok() ? internal_error("another rank could not load its share of the model") : model.status();
   s.model = std::move(*model);

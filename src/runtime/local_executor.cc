@@ -1,6 +1,8 @@
+#include "checkpoint/model_loader.h"
 #include "runtime/local_executor.h"
 
 #include "dist/local_communicator.h"
+#include "checkpoint/config_json.h"
 
 namespace dsv4 {
 
@@ -18,7 +20,7 @@ StatusOr<std::unique_ptr<LocalExecutor>> LocalExecutor::single(const DeepseekV4*
 StatusOr<std::unique_ptr<LocalExecutor>> LocalExecutor::create(const std::string& dir, const ModelOptions& base,
                                                                 const ParallelOptions& p, const KvCacheOptions& cache) {
   std::unique_ptr<LocalExecutor> e(new LocalExecutor());
-  DSV4_ASSIGN_OR_RETURN(e->config_, ModelConfig::load(dir + "/config.json"));
+  DSV4_ASSIGN_OR_RETURN(e->config_, load_model_config(dir + "/config.json"));
   DSV4_ASSIGN_OR_RETURN(e->topology_, Topology::make(p.topology, e->config_));
   const Topology& t = e->topology_;
   // The budget is the process's: every rank here holds a copy of its
@@ -47,7 +49,7 @@ StatusOr<std::unique_ptr<LocalExecutor>> LocalExecutor::create(const std::string
     mo.heads = {t.tp_rank(r), t.tp};
     mo.flashcomm = p.flashcomm;
     if (r) mo.on_progress = nullptr;
-    DSV4_ASSIGN_OR_RETURN(rank.model, DeepseekV4::load(dir, mo));
+    DSV4_ASSIGN_OR_RETURN(rank.model, load_deepseek_v4(dir, mo));
     if (t.tp > 1) rank.model->set_tensor_group(rank.groups.tp.get());
     if (t.ep > 1) rank.model->set_expert_group(rank.groups.ep.get());
     const int g = t.dp_rank(r);

@@ -103,7 +103,6 @@ bool scale_in_kernel_range(uint8_t e8m0) {
 
 void pack_quantized_panels(PanelFormat f, const uint8_t* codes, const uint8_t* scales, int64_t n, int64_t k,
                            uint8_t* packed_codes, uint8_t* packed_scales) {
-  const int64_t blocks = scale_blocks(f, k);
   std::fill_n(packed_codes, packed_code_bytes(f, n, k), 0);  // padding columns: +0
   for (int64_t p = 0; p < panel_count(n); ++p) {
     for (int64_t c = 0; c < kPanel; ++c) {
@@ -116,12 +115,78 @@ void pack_quantized_panels(PanelFormat f, const uint8_t* codes, const uint8_t* s
         else packed_codes[at.byte] |= static_cast<uint8_t>((codes[j * k + t] & 0xF) << (4 * at.nibble));
       }
     }
+  }
+  pack_row_scales(f, scales, n, k, packed_scales);
+}
+
+namespace {
+
+uint32_t load_u32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+void store_u16(uint8_t* p, uint32_t v) {
+  const uint16_t h = static_cast<uint16_t>(v);
+  std::memcpy(p, &h, 2);
+}
+
+// Nibbles 0, 2, 4 and 6 of x as one 16-bit word, nibble 0 lowest.
+uint32_t even_nibbles(uint32_t x) {
+  uint32_t v = x & 0x0F0F0F0Fu;
+  v = (v | (v >> 4)) & 0x00FF00FFu;
+  return (v | (v >> 8)) & 0xFFFFu;
+}
+
+}  // namespace
+
+void pack_stored_codes(PanelFormat f, const uint8_t* stored, int64_t n, int64_t k, uint8_t* packed_codes) {
+  const int64_t panels = panel_count(n), panel_bytes = packed_code_bytes(f, kPanel, k);
+  if (n % kPanel) std::fill_n(packed_codes + (panels - 1) * panel_bytes, panel_bytes, 0);  // padding columns: +0
+  for (int64_t p = 0; p < panels; ++p) {
+    const int64_t cols = std::min(kPanel, n - p * kPanel);
+    if (f == PanelFormat::kBf16) {
+      uint8_t* dst = packed_codes + p * k * kPanel * 2;
+      for (int64_t c = 0; c < cols; ++c) {
+        const uint8_t* row = stored + (p * kPanel + c) * k * 2;
+        for (int64_t t = 0; t < k; ++t) std::memcpy(dst + (t * kPanel + c) * 2, row + 2 * t, 2);
+      }
+    } else if (f == PanelFormat::kFp8) {
+      // Column c's steps (s0..s3) of a chunk: words (s1, s0) and (s3, s2) of
+      // lane c / 4 (code_position).
+      for (int64_t t = 0; t < k; t += 4) {
+        uint8_t* chunk = packed_codes + (p * k + t) / 4 * kChunkBytes;
+        for (int64_t c = 0; c < cols; ++c) {
+          const uint32_t x = load_u32(stored + (p * kPanel + c) * k + t);
+          uint8_t* at = chunk + 16 * (c / 4) + 2 * (c % 4);
+          store_u16(at, ((x >> 8) & 0xFF) | ((x & 0xFF) << 8));
+          store_u16(at + 8, ((x >> 24) & 0xFF) | (((x >> 16) & 0xFF) << 8));
+        }
+      }
+    } else if (f == PanelFormat::kFp4) {
+      // Column c's 8 steps of a chunk: its even steps in word 2c + 1, its odd
+      // ones in word 2c, step 2g (or 2g + 1) in nibble g (code_position).
+      for (int64_t t = 0; t < k; t += 8) {
+        uint8_t* chunk = packed_codes + (p * k + t) / 8 * kChunkBytes;
+        for (int64_t c = 0; c < cols; ++c) {
+          const uint32_t x = load_u32(stored + (p * kPanel + c) * (k / 2) + t / 2);
+          store_u16(chunk + 2 * (2 * c + 1), even_nibbles(x));
+          store_u16(chunk + 2 * (2 * c), even_nibbles(x >> 4));
+        }
+      }
+    }
+  }
+}
+
+void pack_row_scales(PanelFormat f, const uint8_t* scales, int64_t n, int64_t k, uint8_t* packed_scales) {
+  const int64_t blocks = scale_blocks(f, k);
+  for (int64_t p = 0; p < panel_count(n); ++p)
     for (int64_t b = 0; b < blocks; ++b)
       for (int64_t c = 0; c < kPanel; ++c) {
         const int64_t j = p * kPanel + c;
         packed_scales[(p * blocks + b) * kPanel + c] = j < n ? scales[j * blocks + b] : 127;  // padding: 1.0
       }
-  }
 }
 
 void generic::matmul_quantized(const float* x, int64_t m, int64_t k, const QuantizedPanels& w, int64_t n,

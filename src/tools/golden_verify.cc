@@ -1,4 +1,4 @@
-#include "model/golden_verify.h"
+#include "tools/golden_verify.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,8 +10,8 @@
 #include <sstream>
 
 #include "model/deepseek_v4.h"
-#include "model/safetensors.h"
-#include "model/safetensors_writer.h"
+#include "checkpoint/safetensors.h"
+#include "checkpoint/safetensors_writer.h"
 
 namespace dsv4 {
 namespace {

@@ -11,7 +11,7 @@
 #include "dist/communicator.h"
 #include "dist/topology.h"
 #include "model/forward_scope.h"
-#include "model/golden_verify.h"
+#include "tools/golden_verify.h"
 
 namespace dsv4 {
 

@@ -1,4 +1,4 @@
-#include "model/safetensors_writer.h"
+#include "checkpoint/safetensors_writer.h"
 
 #include <cstdio>
 #include <cstring>

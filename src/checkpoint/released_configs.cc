@@ -1,4 +1,5 @@
-#include "model/released_configs.h"
+#include "checkpoint/released_configs.h"
+#include "checkpoint/config_json.h"
 
 #include <nlohmann/json.hpp>
 
@@ -45,7 +46,7 @@ std::string released_config_json(const std::string& name) {
 StatusOr<ModelConfig> released_config(const std::string& name) {
   const std::string json = released_config_json(name);
   if (json.empty()) return invalid_argument("unknown released model '" + name + "' (known: flash, pro)");
-  return ModelConfig::from_json_text(json, "DeepSeek-V4-" + std::string(name == "flash" ? "Flash" : "Pro"));
+  return parse_model_config(json, "DeepSeek-V4-" + std::string(name == "flash" ? "Flash" : "Pro"));
 }
 
 }  // namespace dsv4

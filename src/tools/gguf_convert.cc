@@ -1,4 +1,4 @@
-#include "model/gguf_convert.h"
+#include "tools/gguf_convert.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,10 +8,11 @@
 
 #include "base/dtype.h"
 #include "base/thread_pool.h"
-#include "model/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 #include "model/config.h"
-#include "model/gguf_writer.h"
-#include "model/released_linear.h"
+#include "tools/gguf_writer.h"
+#include "checkpoint/released_linear.h"
+#include "checkpoint/config_json.h"
 
 namespace dsv4 {
 namespace {
@@ -300,7 +301,7 @@ Status add_tensors(const ModelConfig& c, Converter& cv) {
 
 StatusOr<GgufConvertReport> convert_to_gguf(const GgufConvertOptions& opt) {
   DSV4_ASSIGN_OR_RETURN(auto ckpt, Checkpoint::open(opt.input_dir));
-  DSV4_ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::load(opt.input_dir + "/config.json"));
+  DSV4_ASSIGN_OR_RETURN(ModelConfig config, load_model_config(opt.input_dir + "/config.json"));
   GgufConvertReport report;
   GgufWriter writer;
   DSV4_RETURN_IF_ERROR(write_metadata(config, writer));

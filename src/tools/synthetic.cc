@@ -1,4 +1,4 @@
-#include "model/synthetic.h"
+#include "tools/synthetic.h"
 
 #include <algorithm>
 #include <cmath>
@@ -11,7 +11,8 @@
 
 #include "base/dtype.h"
 #include "base/thread_pool.h"
-#include "model/safetensors_writer.h"
+#include "checkpoint/safetensors_writer.h"
+#include "checkpoint/config_json.h"
 
 namespace dsv4 {
 namespace {
@@ -354,7 +355,7 @@ StatusOr<ModelConfig> synthetic_config(const std::string& preset, const std::str
     if (!o.is_object()) return invalid_argument("--config must be a JSON object of config.json fields");
     j.merge_patch(o);
   }
-  return ModelConfig::from_json_text(j.dump(), "preset '" + preset + "'");
+  return parse_model_config(j.dump(), "preset '" + preset + "'");
 }
 
 Status write_synthetic_checkpoint(const ModelConfig& c, const SyntheticOptions& opt, const std::string& dir) {
@@ -387,7 +388,7 @@ Status write_synthetic_checkpoint(const ModelConfig& c, const SyntheticOptions& 
   }
   DSV4_RETURN_IF_ERROR(out.write(dir));
   std::ofstream cfg(dir + "/config.json");
-  cfg << c.to_json_text() << "\n";
+  cfg << model_config_json(c) << "\n";
   if (!cfg) return internal_error("cannot write " + dir + "/config.json");
   return Status::Ok();
 }

@@ -1,4 +1,4 @@
-#include "model/gguf_writer.h"
+#include "tools/gguf_writer.h"
 
 #include <cstdio>
 #include <cstring>

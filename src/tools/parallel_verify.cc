@@ -1,16 +1,18 @@
-#include "runtime/parallel_verify.h"
+#include "checkpoint/model_loader.h"
+#include "tools/parallel_verify.h"
 
 #include <algorithm>
 #include <thread>
 
 #include "dist/local_communicator.h"
 #include "model/deepseek_v4.h"
+#include "checkpoint/config_json.h"
 
 namespace dsv4 {
 
 StatusOr<RankVerify> verify_golden_on_rank(const std::string& dir, const VerifyOptions& options,
                                            const ParallelVerifyOptions& p, Communicator& world) {
-  DSV4_ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::load(dir + "/config.json"));
+  DSV4_ASSIGN_OR_RETURN(ModelConfig config, load_model_config(dir + "/config.json"));
   DSV4_ASSIGN_OR_RETURN(Topology topo, Topology::make(p.topology, config, world.size()));
   RankGroups groups = RankGroups::split(world, topo);
   const int rank = world.rank();
@@ -19,7 +21,7 @@ StatusOr<RankVerify> verify_golden_on_rank(const std::string& dir, const VerifyO
   mo.heads = {topo.tp_rank(rank), topo.tp};
   mo.flashcomm = p.flashcomm;
   mo.numerics = p.numerics;
-  auto model = DeepseekV4::load(dir, mo);
+  auto model = load_deepseek_v4(dir, mo);
   // Every rank must get this far before any of them steps into the forward.
   int loaded = model.ok(), all_loaded = 1;
   std::vector<int> flags(world.size());
@@ -51,7 +53,7 @@ StatusOr<RankVerify> verify_golden_on_rank(const std::string& dir, const VerifyO
 
 StatusOr<ParallelVerify> verify_golden_parallel(const std::string& dir, const VerifyOptions& options,
                                                 const ParallelVerifyOptions& p) {
-  DSV4_ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::load(dir + "/config.json"));
+  DSV4_ASSIGN_OR_RETURN(ModelConfig config, load_model_config(dir + "/config.json"));
   DSV4_ASSIGN_OR_RETURN(Topology topo, Topology::make(p.topology, config));
   auto comms = LocalCommunicator::create(topo.world);
   std::vector<StatusOr<RankVerify>> runs(topo.world, Status(StatusCode::kInternal, "not run"));
@@ -70,7 +72,7 @@ StatusOr<ParallelVerify> verify_golden_parallel(const std::string& dir, const Ve
     out.weight_bytes_per_rank = std::max(out.weight_bytes_per_rank, runs[r]->weight_bytes);
     out.flashcomm_forwards += runs[r]->flashcomm_forwards;
   }
-  DSV4_ASSIGN_OR_RETURN(auto single, DeepseekV4::load(dir));
+  DSV4_ASSIGN_OR_RETURN(auto single, load_deepseek_v4(dir));
   out.weight_bytes_single = single->weights().resident_bytes();
   return out;
 }

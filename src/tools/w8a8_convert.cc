@@ -1,4 +1,4 @@
-#include "model/w8a8_convert.h"
+#include "tools/w8a8_convert.h"
 
 #include <algorithm>
 #include <cmath>
@@ -11,9 +11,9 @@
 
 #include "base/dtype.h"
 #include "base/thread_pool.h"
-#include "model/checkpoint.h"
-#include "model/released_linear.h"
-#include "model/safetensors_writer.h"
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/released_linear.h"
+#include "checkpoint/safetensors_writer.h"
 #include "model/weights.h"
 
 namespace dsv4 {

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "base/status.h"
-#include "model/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 
 namespace dsv4 {
 

@@ -1,4 +1,4 @@
-#include "model/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 
 #include <algorithm>
 #include <filesystem>

@@ -1,4 +1,4 @@
-#include "model/released_linear.h"
+#include "checkpoint/released_linear.h"
 
 #include <cmath>
 #include <cstring>

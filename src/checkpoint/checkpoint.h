@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "base/status.h"
-#include "model/safetensors.h"
+#include "checkpoint/safetensors.h"
 
 namespace dsv4 {
 
