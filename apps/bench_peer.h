@@ -21,7 +21,7 @@ struct PeerOptions {
 };
 
 struct PeerRow {
-  std::string phase;  // "prefill" or "decode"
+  std::string phase;  // "prefill", "decode", or "load" (seconds: model and context)
   int64_t batch = 0, ctx_from = 0, ctx_to = 0, tokens = 0;
   double seconds = 0;
   double tok_s() const { return seconds > 0 ? tokens / seconds : 0.0; }

@@ -237,6 +237,13 @@ bool print_peer(const ThroughputOptions& o, const Run& ours, const Limits& limit
   std::printf("  %-8s %6s %14s %16s %8s %12s %-5s %16s\n", "phase", "batch", "context", "llama.cpp tok/s",
               "vs limit", "dsv4 tok/s", mode, "dsv4 / llama.cpp");
   for (const PeerRow& r : *rows) {
+    if (r.phase != "load") continue;
+    std::printf("  load: llama.cpp %.2f s (model and context; it maps the file and reads weights as first used), "
+                "dsv4 %.2f s (every weight read and packed)\n",
+                r.seconds, o.load_seconds);
+  }
+  for (const PeerRow& r : *rows) {
+    if (r.phase == "load") continue;
     const Row* mine = nullptr;
     for (const Row& m : ours.rows)
       if (m.phase == r.phase && m.batch == r.batch && m.ctx_from == r.ctx_from) mine = &m;

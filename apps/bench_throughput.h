@@ -17,6 +17,7 @@ struct ThroughputOptions {
   int64_t gen = 16;
   std::string csv;                          // empty: no CSV
   std::string peer_gguf, peer_harness;      // llama.cpp on the same weights (empty gguf: none)
+  double load_seconds = 0;                  // how long our model took to load
 };
 
 int bench_throughput(DeepseekV4& model, const ThroughputOptions& options);

@@ -4,6 +4,7 @@
 // bytes the ranks send in one prefill step and one decode step, with and
 // without FlashComm1.
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -185,7 +186,9 @@ int cmd_bench(int argc, char** argv) {
       return 2;
     }
   }
+  const auto load_start = std::chrono::steady_clock::now();
   auto one = load_deepseek_v4(dir->path(), mo);
+  const double load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
   if (!one.ok()) {
     std::fprintf(stderr, "dsv4 bench: %s\n", one.status().message().c_str());
     return 2;
@@ -205,6 +208,7 @@ int cmd_bench(int argc, char** argv) {
     t.csv = args.get("csv");
     t.peer_gguf = args.get("peer-gguf");
     t.peer_harness = args.get("peer-harness");
+    t.load_seconds = load_seconds;
     return bench_throughput(**one, t);
   }
 

@@ -7,12 +7,17 @@
 namespace dsv4::app {
 namespace {
 const char* kHelp =
-    "usage: dsv4 mkmodel --out DIR [--preset default|small|bench] [--config JSON] [--weights bf16|fp8]\n"
+    "usage: dsv4 mkmodel --out DIR [--preset default|small|bench|flash|pro] [--config JSON]\n"
+    "                    [--layers N] [--experts E] [--vocab V] [--weights bf16|fp8]\n"
     "                    [--seed S] [--shards N] [--mtp-copies-last-block]\n"
-    "  --preset   base configuration (default: the embedded default model; bench: Flash shapes scaled\n"
-    "             down, about 4 GB with --weights fp8)\n"
+    "  --preset   base configuration (default: the embedded default model; small: the golden cases'\n"
+    "             shapes; bench: Flash shapes scaled down, about 4 GB with --weights fp8; flash, pro:\n"
+    "             the released DeepSeek-V4-Flash / -Pro configs, every layer at its released shape)\n"
     "  --config   JSON object of config.json fields merged over the preset\n"
-    "  --weights  bf16 (default) or fp8: FP8 128x128 blocks, FP4 routed experts\n"
+    "  --layers, --experts, --vocab  keep only the first N layers (and the MTP layer), E routed\n"
+    "             experts, a V-token vocabulary: a real-shape model that fits a small machine\n"
+    "  --weights  bf16 or fp8: FP8 128x128 blocks, FP4 routed experts, BF16 embedding and head\n"
+    "             (default: fp8 for flash and pro, as released; bf16 otherwise)\n"
     "  --seed     random seed (default 0)\n"
     "  --shards   number of safetensors files (default 2, with an index)\n"
     "  --mtp-copies-last-block  the MTP block copies the last main block (and the main head), e_proj\n"
@@ -21,7 +26,7 @@ const char* kHelp =
 }
 
 int cmd_mkmodel(int argc, char** argv) {
-  Args args(argc, argv, 2, {"out", "preset", "config", "weights", "seed", "shards"},
+  Args args(argc, argv, 2, {"out", "preset", "config", "weights", "seed", "shards", "layers", "experts", "vocab"},
             {"help", "mtp-copies-last-block"});
   long seed = args.get_int("seed", 0), shards = args.get_int("shards", 2);
   if (args.has("help")) {
@@ -32,12 +37,18 @@ int cmd_mkmodel(int argc, char** argv) {
     std::fprintf(stderr, "dsv4 mkmodel: %s\n%s", args.ok() ? "--out is required" : args.error().c_str(), kHelp);
     return 2;
   }
-  const std::string weights = args.get("weights", "bf16");
+  const std::string preset = args.get("preset", "default");
+  const bool released = preset == "flash" || preset == "pro";
+  const std::string weights = args.get("weights", released ? "fp8" : "bf16");
   if ((weights != "bf16" && weights != "fp8") || shards < 1 || seed < 0) {
     std::fprintf(stderr, "dsv4 mkmodel: --weights must be bf16 or fp8, --shards >= 1, --seed >= 0\n");
     return 2;
   }
-  auto config = synthetic_config(args.get("preset", "default"), args.get("config"));
+  PresetCounts counts;
+  counts.layers = static_cast<int>(args.get_int("layers", 0));
+  counts.experts = static_cast<int>(args.get_int("experts", 0));
+  counts.vocab = static_cast<int>(args.get_int("vocab", 0));
+  auto config = synthetic_config(preset, args.get("config"), counts);
   if (!config.ok()) {
     std::fprintf(stderr, "dsv4 mkmodel: %s\n", config.status().message().c_str());
     return 2;

@@ -100,15 +100,18 @@ int cmd_run(int argc, char** argv) {
   std::vector<bool> ended(prompts.size(), false);
   size_t live = 0;
   size_t printed = 0;  // bytes of text[live] already on the terminal
+  bool tag_shown = false;  // "[live] " is on the terminal (its text may still be empty)
   auto show = [&] {
     while (live < prompts.size()) {
-      if (printed == 0 && tagged) std::printf("[%zu] ", live);
+      if (!tag_shown && tagged) std::printf("[%zu] ", live);
+      tag_shown = true;
       std::fputs(text[live].c_str() + printed, stdout);
       printed = text[live].size();
       if (!ended[live]) break;
       std::printf("\n");
       ++live;
       printed = 0;
+      tag_shown = false;
     }
     std::fflush(stdout);
   };

@@ -13,7 +13,7 @@
 
 namespace dsv4::app {
 
-int self_check(const std::string& dir, int chunk, kernels::Numerics numerics);  // cmd_verify_self.cc
+int self_check(const std::string& dir, int chunk, long prompt_len, kernels::Numerics numerics);  // cmd_verify_self.cc
 // cmd_verify_mpi.cc: the same over MPI processes
 int verify_over_mpi(int argc, char** argv, const std::string& dir, const std::string& golden, int chunk,
                     const ParallelVerifyOptions& parallel);
@@ -38,9 +38,12 @@ const char* kHelp =
     "                 exact (default): every tensor must match the reference bit for bit;\n"
     "                 fast: within the case's bounds for any correct implementation\n"
     "                 (case.json); DSV4_NUMERICS sets the default\n"
-    "  --self-check   no golden: whole-prompt prefill of two packed prompts against\n"
+    "  --self-check   no golden: whole-prompt prefill of three packed prompts against\n"
     "                 chunked (1, 7, 64 or --chunk) and token-by-token prefill, then greedy\n"
-    "                 decoding; the model's own results must agree bit for bit\n"
+    "                 decoding (the shortest across the sliding window); the model's own\n"
+    "                 results must agree bit for bit\n"
+    "  --prompt-len N the self-check's longest prompt (default: past the window and two\n"
+    "                 windows of the largest compress ratio)\n"
     "Without --model: that self-check on the embedded default model.\n"
     "Exit code 0: every bound holds; 1: a bound is broken; 2: bad input.\n";
 
@@ -48,9 +51,10 @@ const char* kHelp =
 
 int cmd_verify(int argc, char** argv) {
   Args args(argc, argv, 2,
-            {"model", "golden", "chunk", "dump", "ep", "tp", "dp", "dist", "flashcomm1-sp-min-token-num", "numerics"},
+            {"model", "golden", "chunk", "dump", "ep", "tp", "dp", "dist", "flashcomm1-sp-min-token-num", "numerics",
+             "prompt-len"},
             {"help", "enable-flashcomm1", "self-check"});
-  long chunk = args.get_int("chunk", 0);
+  long chunk = args.get_int("chunk", 0), prompt_len = args.get_int("prompt-len", 0);
   ParallelVerifyOptions par;
   par.topology.tp = static_cast<int>(args.get_int("tp", 1));
   par.topology.dp = static_cast<int>(args.get_int("dp", 1));
@@ -62,16 +66,16 @@ int cmd_verify(int argc, char** argv) {
     std::fputs(kHelp, stdout);
     return 0;
   }
-  if (!args.ok() || chunk < 0 || par.flashcomm.min_tokens < 1) {
+  if (!args.ok() || chunk < 0 || prompt_len < 0 || par.flashcomm.min_tokens < 1) {
     std::fprintf(stderr, "dsv4 verify: %s\n%s",
                  !args.ok() ? args.error().c_str()
-                 : chunk < 0 ? "--chunk must be >= 0"
+                 : chunk < 0 || prompt_len < 0 ? "--chunk and --prompt-len must be >= 0"
                              : "--flashcomm1-sp-min-token-num must be at least 1",
                  kHelp);
     return 2;
   }
   if (!args.has("model") || args.has("self-check"))
-    return self_check(args.get("model"), static_cast<int>(chunk), par.numerics);
+    return self_check(args.get("model"), static_cast<int>(chunk), prompt_len, par.numerics);
   const std::string dist = args.get("dist", "local");
   if (dist != "local" && dist != "mpi") {
     std::fprintf(stderr, "dsv4 verify: --dist must be local or mpi, got '%s'\n", dist.c_str());

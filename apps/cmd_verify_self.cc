@@ -60,7 +60,7 @@ StatusOr<Run> run(const DeepseekV4& model, const std::vector<std::vector<int32_t
 
 }  // namespace
 
-int self_check(const std::string& dir, int chunk_option, kernels::Numerics numerics) {
+int self_check(const std::string& dir, int chunk_option, long prompt_len, kernels::Numerics numerics) {
   auto model = load_model(dir, numerics, /*progress_bar=*/false);
   if (!model.ok()) {
     std::fprintf(stderr, "dsv4 verify: %s\n", model.status().message().c_str());
@@ -69,22 +69,29 @@ int self_check(const std::string& dir, int chunk_option, kernels::Numerics numer
   const ModelConfig* config = &(*model)->config();
   std::printf("dsv4 verify: %s (%s), numerics %s\n", model_name(dir).c_str(), (*model)->config().summary().c_str(),
               kernels::numerics_name(numerics));
-  // Two prompts of different lengths, long enough to cross the window and
-  // two windows of the largest compress ratio (83 and 50 tokens at least).
+  // Three prompts of different lengths: the longest past the window and
+  // two windows of the largest compress ratio (83 tokens at least), or
+  // --prompt-len; one 3/5 of it; one ending just before the window fills, so
+  // that greedy decoding crosses it.
   const int steps = 12;
   int max_ratio = 0;
   for (int r : config->compress_ratios) max_ratio = std::max(max_ratio, r);
   const int64_t longest = config->max_position_embeddings - steps - 1;
-  const int64_t len0 = std::min<int64_t>(longest, std::max<int64_t>(83, config->window_size + 2 * max_ratio + 27));
-  const int64_t len1 = std::min<int64_t>(longest, std::max<int64_t>(50, len0 * 3 / 5));
+  const int64_t len0 = std::min<int64_t>(
+      longest, prompt_len > 0 ? prompt_len : std::max<int64_t>(83, config->window_size + 2 * max_ratio + 27));
+  const int64_t len1 = std::min<int64_t>(longest, std::max<int64_t>(std::min<int64_t>(50, len0), len0 * 3 / 5));
+  const int64_t len2 = std::min<int64_t>(longest, std::max<int64_t>(1, config->window_size - steps / 2));
   if (len1 < 1) {
     std::fprintf(stderr, "dsv4 verify: the model's %d positions leave no room for a self-check\n",
                  config->max_position_embeddings);
     return 2;
   }
-  std::vector<std::vector<int32_t>> prompts(2);
+  std::vector<std::vector<int32_t>> prompts(3);
   for (int64_t i = 0; i < len0; ++i) prompts[0].push_back(static_cast<int32_t>((i * 37 + 11) % config->vocab_size));
   for (int64_t i = 0; i < len1; ++i) prompts[1].push_back(static_cast<int32_t>((i * 101 + 5) % config->vocab_size));
+  for (int64_t i = 0; i < len2; ++i) prompts[2].push_back(static_cast<int32_t>((i * 13 + 7) % config->vocab_size));
+  std::printf("  prompts of %lld, %lld and %lld tokens, then %d greedy steps\n", static_cast<long long>(len0),
+              static_cast<long long>(len1), static_cast<long long>(len2), steps);
   auto ref = run(**model, prompts, 0, steps);
   if (!ref.ok()) {
     std::fprintf(stderr, "dsv4 verify: %s\n", ref.status().message().c_str());

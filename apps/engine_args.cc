@@ -4,21 +4,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tools/capacity_plan.h"
+
 namespace dsv4::app {
 namespace {
 
-// 123, 64K, 512M, 2G (powers of 1024).
+// 123, 64K, 512M, 2G (powers of 1024); -1 when it is not a size.
 int64_t parse_bytes(Args& args, const std::string& key) {
-  const std::string v = args.get(key);
-  char* end = nullptr;
-  double n = std::strtod(v.c_str(), &end);
-  std::string unit = end ? end : "";
-  double mult = 1;
-  if (unit == "K" || unit == "k") mult = 1024.0;
-  else if (unit == "M" || unit == "m") mult = 1024.0 * 1024;
-  else if (unit == "G" || unit == "g") mult = 1024.0 * 1024 * 1024;
-  else if (!unit.empty() || v.empty() || n <= 0) return -1;
-  return static_cast<int64_t>(n * mult);
+  auto v = parse_byte_size(args.get(key));
+  return v.ok() && *v > 0 ? *v : -1;
 }
 
 double parse_double(Args& args, const std::string& key, double def, bool* bad) {

@@ -12,6 +12,7 @@ int cmd_run(int argc, char** argv);
 int cmd_serve(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
 int cmd_convert(int argc, char** argv);
+int cmd_plan(int argc, char** argv);
 }  // namespace dsv4::app
 
 namespace {
@@ -26,7 +27,8 @@ void usage() {
                "  run      generate text for prompts through the serving engine\n"
                "  bench    measure a layout (--topology: per-rank weights, communication per step)\n"
                "  mkmodel  write a synthetic DeepSeek-V4 checkpoint\n"
-               "  convert  rewrite a checkpoint as W8A8 (int8 weights and activations)\n"
+               "  convert  rewrite a checkpoint as W8A8 (int8 weights and activations) or GGUF\n"
+               "  plan     what a model needs on a layout, from its config.json alone\n"
                "run 'dsv4 <command> --help' for its options\n");
 }
 
@@ -50,6 +52,7 @@ int main(int argc, char** argv) {
   if (cmd == "serve") return dsv4::app::cmd_serve(argc, argv);
   if (cmd == "bench") return dsv4::app::cmd_bench(argc, argv);
   if (cmd == "convert") return dsv4::app::cmd_convert(argc, argv);
+  if (cmd == "plan") return dsv4::app::cmd_plan(argc, argv);
   std::fprintf(stderr, "dsv4: unknown command '%s'\n", cmd.c_str());
   usage();
   return 2;

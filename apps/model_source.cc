@@ -11,26 +11,69 @@
 #include <cstring>
 #include <filesystem>
 
+#include "base/logging.h"
+#include "base/process_memory.h"
 #include "tools/synthetic.h"
 #include "checkpoint/config_json.h"
 
 namespace dsv4::app {
 namespace {
 
-// "loading [#####.....]  45%  1.2/2.6 GiB" redrawn in place.
-LoadProgress progress_printer() {
-  auto last = std::make_shared<int>(-1);
-  return [last](uint64_t done, uint64_t total) {
+// Bytes read across every load of one command (the ranks of a process
+// load one after another), the rate, and the bar drawn on a terminal:
+// "loading [#####.....]  45%  1.2/2.6 GiB  1.4 GB/s  ETA 1 s".
+class LoadMeter {
+ public:
+  explicit LoadMeter(bool bar)
+      : bar_(bar), start_(std::chrono::steady_clock::now()), resident_before_(process_memory().resident) {}
+
+  LoadProgress progress() {
+    return [this](uint64_t done, uint64_t total) { update(done, total); };
+  }
+
+  // "loaded 4.24 GB of weights in 3.1 s (1.37 GB/s): 4.20 GB resident, peak RSS 4.47 GB (0.01 GB before)"
+  std::string summary(int64_t resident_weights) const {
+    const double gb = (finished_ + current_) / 1e9, s = seconds();
+    char line[200];
+    std::snprintf(line, sizeof line,
+                  "loaded %.2f GB of weights in %.1f s (%.2f GB/s): %.2f GB resident, peak RSS %.2f GB (%.2f GB before)",
+                  gb, s, s > 0 ? gb / s : 0.0, resident_weights / 1e9, process_memory().peak_resident / 1e9,
+                  resident_before_ / 1e9);
+    return line;
+  }
+
+ private:
+  double seconds() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+
+  void update(uint64_t done, uint64_t total) {
+    if (done < current_) finished_ += current_total_;  // the next rank's load began
+    current_ = done;
+    current_total_ = total;
+    if (!bar_) return;
+    const double s = seconds();
     const int pct = total ? static_cast<int>(100.0 * done / total) : 100;
-    if (pct == *last) return;
-    *last = pct;
+    if (pct == last_pct_ && s - last_draw_ < 0.25) return;
+    last_pct_ = pct;
+    last_draw_ = s;
+    const double rate = s > 0 ? (finished_ + done) / s : 0.0;
+    const double eta = rate > 0 ? (total - done) / rate : 0.0;
     const int width = 30, fill = pct * width / 100;
-    std::fprintf(stderr, "\rloading [%.*s%.*s] %3d%%  %.2f/%.2f GiB", fill, "##############################",
-                 width - fill, "..............................", pct, done / 1073741824.0, total / 1073741824.0);
-    if (pct == 100) std::fprintf(stderr, "\n");
+    std::fprintf(stderr, "\rloading [%.*s%.*s] %3d%%  %.2f/%.2f GiB  %.2f GB/s  ETA %.0f s   ", fill,
+                 "##############################", width - fill, "..............................", pct,
+                 done / 1073741824.0, total / 1073741824.0, rate / 1e9, eta);
+    if (done == total) std::fprintf(stderr, "\n");
     std::fflush(stderr);
-  };
-}
+  }
+
+  const bool bar_;
+  const std::chrono::steady_clock::time_point start_;
+  const int64_t resident_before_;
+  uint64_t finished_ = 0, current_ = 0, current_total_ = 0;
+  int last_pct_ = -1;
+  double last_draw_ = 0;
+};
 
 }  // namespace
 
@@ -58,10 +101,13 @@ ModelDir::~ModelDir() {
 StatusOr<std::unique_ptr<DeepseekV4>> load_model(const std::string& dir, kernels::Numerics numerics, bool progress_bar) {
   ModelOptions options;
   options.numerics = numerics;
-  if (progress_bar && isatty(STDERR_FILENO)) options.on_progress = progress_printer();
+  LoadMeter meter(progress_bar && isatty(STDERR_FILENO));
+  options.on_progress = meter.progress();
   DSV4_ASSIGN_OR_RETURN(ModelDir source, ModelDir::open(dir));
   auto model = load_deepseek_v4(source.path(), options);
-  if (model.ok()) keep_step_memory();
+  if (!model.ok()) return model;
+  if (progress_bar) log_info(meter.summary((*model)->weights().resident_bytes()));
+  keep_step_memory();
   return model;
 }
 
@@ -70,11 +116,17 @@ StatusOr<std::unique_ptr<Engine>> load_engine(const std::string& dir, const Engi
                                               bool progress_bar) {
   ModelOptions options;
   options.numerics = numerics;
-  if (progress_bar && isatty(STDERR_FILENO)) options.on_progress = progress_printer();
+  LoadMeter meter(progress_bar && isatty(STDERR_FILENO));
+  options.on_progress = meter.progress();
   DSV4_ASSIGN_OR_RETURN(ModelDir source, ModelDir::open(dir));
   DSV4_ASSIGN_OR_RETURN(ModelConfig config, load_model_config(source.path() + "/config.json"));
   DSV4_ASSIGN_OR_RETURN(KvCacheOptions cache, Engine::cache_options(config, engine));
   DSV4_ASSIGN_OR_RETURN(auto executor, LocalExecutor::create(source.path(), options, parallel, cache));
+  if (progress_bar) {
+    int64_t resident = 0;
+    for (int r = 0; r < executor->topology().world; ++r) resident += executor->model(r).weights().resident_bytes();
+    log_info(meter.summary(resident));
+  }
   keep_step_memory();
   return Engine::create(std::move(executor), engine.scheduler);
 }

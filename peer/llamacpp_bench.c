@@ -11,7 +11,8 @@
  *
  * Tokens are random ids (the GGUF carries no tokenizer). Output: one line
  * per row, "row <phase> <batch> <ctx_from> <ctx_to> <tokens> <seconds>",
- * which dsv4 bench reads.
+ * which dsv4 bench reads, and first "row load 0 0 0 0 <seconds>": the time
+ * to load the model and create its context.
  *
  * With --prompt-file IDS --logits-out FILE it instead prefills the token ids
  * in IDS (whitespace-separated) and writes the last position's logits as raw
@@ -161,6 +162,7 @@ int main(int argc, char** argv) {
   else ggml_backend_load_all();
   llama_backend_init();
 
+  const double load_start = now_s();
   struct llama_model_params mp = llama_model_default_params();
   mp.n_gpu_layers = 0;
   struct llama_model* model = llama_model_load_from_file(model_path, mp);
@@ -187,6 +189,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   llama_memory_t mem = llama_get_memory(ctx);
+  /* The model and its context, as "row load": llama.cpp maps the file, so
+   * this is the time until it can start, not until it has read every weight. */
+  printf("row load 0 0 0 0 %.6f\n", now_s() - load_start);
   printf("info llama.cpp %s, %d threads, n_ubatch %u, vocab %d\n", llama_print_system_info(), (int)threads,
          cp.n_ubatch, n_vocab);
 

@@ -353,7 +353,7 @@ TEST_F(GgufConvert, LlamaCppRunsTheBenchRowsOnIt) {
   std::istringstream lines(r.output);
   for (std::string line; std::getline(lines, line);)
     if (line.rfind("row ", 0) == 0) rows.push_back(line.substr(0, line.rfind(' ')));  // without the seconds
-  EXPECT_EQ(rows, (std::vector<std::string>{"row prefill 1 0 40 40", "row decode 1 40 44 3", "row decode 3 40 44 9",
+  EXPECT_EQ(rows, (std::vector<std::string>{"row load 0 0 0 0", "row prefill 1 0 40 40", "row decode 1 40 44 3", "row decode 3 40 44 9",
                                             "row prefill 1 40 100 60", "row decode 1 100 104 3",
                                             "row decode 3 100 104 9"}))
       << r.output;

@@ -32,7 +32,7 @@ TEST(ParallelCli, RunOnTp2Dp2PrintsWhatOneRankPrints) {
     std::istringstream in(out);
     std::string all;
     for (std::string line; std::getline(in, line);)
-      if (!line.empty() && line[0] == '[') all += line + "\n";
+      if (std::regex_search(line, std::regex(R"(^\[[0-9]+\] )"))) all += line + "\n";
     return all;
   };
   const auto one = run_dsv4(args);

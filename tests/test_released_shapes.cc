@@ -1,15 +1,22 @@
-// Configurations the reference runs, run here: the released DeepSeek-V4-Pro
-// layer shapes (few layers and experts) and the corner cases config.json
-// validation used to reject, each written by dsv4 mkmodel and checked by
-// dsv4 verify --self-check (whole-prompt prefill against chunked and
-// token-by-token prefill, then greedy decoding, bit for bit) and served by
-// dsv4 run on the paged cache.
+// Configurations the reference runs, run here: the released DeepSeek-V4
+// Flash and Pro layer shapes (few layers and experts) and the corner cases
+// config.json validation used to reject, each written by dsv4 mkmodel and
+// checked by dsv4 verify --self-check (whole-prompt prefill against chunked
+// and token-by-token prefill, then greedy decoding, bit for bit) and served
+// by dsv4 run on the paged cache; at the Flash shapes also the parallel
+// layouts, the memory a load takes and the capacity planner.
 #include <gtest/gtest.h>
 
+#include <regex>
+#include <sstream>
 #include <string>
 
+#include "checkpoint/config_json.h"
+#include "checkpoint/model_loader.h"
+#include "runtime/local_executor.h"
 #include "temp_dir.h"
 #include "test_util.h"
+#include "tools/capacity_plan.h"
 
 namespace dsv4 {
 namespace {
@@ -55,6 +62,111 @@ TEST(ReleasedShapes, ProShapedCheckpointPassesTheSelfCheck) {
       R"( "compress_ratios": [128, 128, 4, 0], "index_n_heads": 64, "index_head_dim": 128, "index_topk": 1024,)"
       R"( "hc_mult": 4, "max_position_embeddings": 4096}')",
       "Pro shapes");
+}
+
+// The generated text of `dsv4 run`: the lines tagged [i] (not the log's
+// "[I ...]").
+std::string generated_texts(const std::string& out) {
+  std::istringstream in(out);
+  std::string all;
+  for (std::string line; std::getline(in, line);)
+    if (std::regex_search(line, std::regex(R"(^\[[0-9]+\] )"))) all += line + "\n";
+  return all;
+}
+
+// DeepSeek-V4-Flash's layers as released (hidden 4096, 64 heads of 512, q
+// LoRA 1024, 8 output groups, experts 2048 wide, index 64 heads of 128 with
+// top-512, FP8 attention, FP4 experts, BF16 embedding and head): the first
+// four (two sliding-window, ratio 4 with the indexer, ratio 128) and the MTP
+// layer, 8 routed experts, a 4096-token vocabulary. The longest prompt
+// (2304 tokens: 576 compressed rows) makes the indexer's top-512 choose,
+// the shortest decodes across the 128-token window; the tensor- and
+// expert-parallel layouts print what one rank prints on a prompt past the
+// top-k too.
+TEST(ReleasedShapes, FlashShapedCheckpointPassesTheSelfCheckAndEveryLayout) {
+  const testing::TempDir tmp;
+  const std::string dir = tmp.file("flash");
+  const auto made = run_dsv4("mkmodel --out " + dir + " --preset flash --layers 4 --experts 8 --vocab 4096");
+  ASSERT_EQ(made.code, 0) << made.output;
+  ASSERT_NE(made.output.find("hidden 4096, 64 heads x 512, 8 experts top-6"), std::string::npos) << made.output;
+  const auto check = run_dsv4("verify --self-check --model " + dir + " --prompt-len 2304 --chunk 256");
+  EXPECT_EQ(check.code, 0) << check.output;
+  EXPECT_NE(check.output.find("prompts of 2304, 1382 and 122 tokens"), std::string::npos) << check.output;
+  EXPECT_NE(check.output.find("PASS"), std::string::npos) << check.output;
+
+  std::string prompt;
+  for (int i = 0; prompt.size() < 2200; ++i) prompt += "w" + std::to_string(i * 7919 % 1000) + " ";
+  const std::string args = "run --model " + dir + " --numerics exact --prompt '" + prompt +
+                           "' --prompt 'short' --max-tokens 6 --temperature 0 --ignore-eos --max-num-seqs 4 "
+                           "--kv-cache-memory 1G";
+  const auto one = run_dsv4(args);
+  ASSERT_EQ(one.code, 0) << one.output;
+  EXPECT_NE(generated_texts(one.output).find("[1] "), std::string::npos) << one.output;
+  for (const char* layout : {"--tp 2", "--dp 2 --ep 2"}) {
+    const auto many = run_dsv4(args + " " + layout);
+    ASSERT_EQ(many.code, 0) << layout << "\n" << many.output;
+    EXPECT_EQ(generated_texts(many.output), generated_texts(one.output)) << layout;
+  }
+}
+
+// Loading a Flash-shaped checkpoint holds at most its weights and 512 MiB
+// more at the peak (the file is read in bounded pieces straight into the
+// packed panels), and dsv4 plan's numbers from config.json alone are the
+// engine's: resident weights per rank, KV bytes per token, the tokens a
+// budget holds, the bytes a decode token reads.
+TEST(ReleasedShapes, FlashShapedLoadStaysWithinItsWeightsAndThePlannerAgrees) {
+  const testing::TempDir tmp;
+  const std::string dir = tmp.file("flash");
+  const auto made = run_dsv4("mkmodel --out " + dir + " --preset flash --layers 3 --experts 8 --vocab 2048");
+  ASSERT_EQ(made.code, 0) << made.output;
+
+  const auto run = run_dsv4("run --model " + dir + " --prompt hi --max-tokens 1 --max-num-seqs 4 --kv-cache-memory 512M");
+  ASSERT_EQ(run.code, 0) << run.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(run.output, m,
+                                std::regex(R"(([0-9.]+) GB resident, peak RSS ([0-9.]+) GB \(([0-9.]+) GB before\))")))
+      << run.output;
+  const double resident = std::stod(m[1]), peak = std::stod(m[2]), before = std::stod(m[3]);
+  EXPECT_GT(resident, 0.9) << run.output;
+  EXPECT_LE(peak - before, resident + 512.0 * 1048576 / 1e9) << run.output;
+
+  auto config = load_model_config(dir + "/config.json");
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  auto within = [](double got, double want) { return std::abs(got - want) <= 0.01 * std::abs(want); };
+  for (const TopologyOptions& layout : {TopologyOptions{1, 1, 0}, TopologyOptions{2, 1, 2}}) {
+    SCOPED_TRACE("tp " + std::to_string(layout.tp) + " ep " + std::to_string(layout.ep));
+    ParallelOptions parallel;
+    parallel.topology = layout;
+    KvCacheOptions cache;
+    cache.memory_bytes = int64_t{1} << 30;
+    cache.max_num_seqs = 8;
+    cache.max_num_batched_tokens = 512;
+    auto engine = LocalExecutor::create(dir, ModelOptions{}, parallel, cache);
+    ASSERT_TRUE(engine.ok()) << engine.status().message();
+    PlanOptions o;
+    o.topology = layout;
+    o.cache = cache;
+    o.kv_cache_bytes = cache.memory_bytes;
+    o.max_model_len = 8192;
+    auto plan = plan_capacity(*config, o);
+    ASSERT_TRUE(plan.ok()) << plan.status().message();
+    const ModelWeights& w = (*engine)->model(0).weights();
+    EXPECT_TRUE(within(plan->rank_weight_bytes, w.resident_bytes())) << plan->rank_weight_bytes << " vs " << w.resident_bytes();
+    const KvCacheManager& kv = *(*engine)->cache(0);
+    EXPECT_TRUE(within(plan->kv.bytes, kv.bytes())) << plan->kv.bytes << " vs " << kv.bytes();
+    EXPECT_TRUE(within(plan->tokens_per_group, kv.token_capacity())) << plan->tokens_per_group << " vs " << kv.token_capacity();
+    EXPECT_TRUE(within(plan->kv_bytes_per_token, kv.bytes_per_token(8192)));
+    if (layout.tp == 1) {  // what dsv4 bench's roofline divides the bandwidth by
+      const ModelConfig& c = *config;
+      double decode = 0;
+      w.for_each_linear([&](const Linear& l, LinearKind kind) {
+        if (kind == LinearKind::kMain || kind == LinearKind::kHead) decode += l.resident_bytes();
+        if (kind == LinearKind::kRoutedExpert)
+          decode += static_cast<double>(l.resident_bytes()) * c.n_activated_experts / c.n_routed_experts;
+      });
+      EXPECT_TRUE(within(plan->decode_bytes_per_token, decode)) << plan->decode_bytes_per_token << " vs " << decode;
+    }
+  }
 }
 
 }  // namespace

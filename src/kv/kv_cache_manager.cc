@@ -95,10 +95,33 @@ StatusOr<int64_t> KvCacheManager::budget_for(const CacheGeometry& geometry, cons
   return c.fixed_bytes + compressed_pages * c.per_compressed_page;
 }
 
+StatusOr<KvCachePlan> KvCacheManager::plan(const CacheGeometry& geometry, const KvCacheOptions& o, int64_t budget) {
+  DSV4_ASSIGN_OR_RETURN(PageLayout layout, PageLayout::of(geometry, o.block_size));
+  if (o.max_num_seqs <= 0) return invalid_argument("max-num-seqs must be positive");
+  auto pf = [&](CacheFamily f) { return layout.family(f).page_bytes; };
+  const FixedCost cost = fixed_cost(layout, o);
+  const int64_t min_bytes = cost.fixed_bytes + o.max_num_seqs * cost.per_compressed_page;
+  if (budget < min_bytes)
+    return invalid_argument("KV cache budget of " + gib(budget) + " is too small: " + std::to_string(o.max_num_seqs) +
+                            " requests need at least " + gib(min_bytes));
+  const int64_t compressed_pages = cost.per_compressed_page ? (budget - cost.fixed_bytes) / cost.per_compressed_page : 0;
+  KvCachePlan plan;
+  for (CacheFamily f : kAllFamilies) {
+    int64_t n = 0;
+    if (pf(f) == 0) n = 0;
+    else if (f == CacheFamily::kOri) n = cost.ring_pages + compressed_pages * cost.cached_ori_per_compressed_page_x4 / 4;
+    else if (is_state(f)) n = o.max_num_seqs;
+    else n = compressed_pages;
+    plan.pages[static_cast<int>(f)] = n;
+    plan.bytes += n * pf(f);
+  }
+  plan.token_capacity = cost.per_compressed_page ? compressed_pages * kCompressedPageTokens : -1;
+  return plan;
+}
+
 StatusOr<std::unique_ptr<KvCacheManager>> KvCacheManager::create(const CacheGeometry& geometry,
                                                                   const KvCacheOptions& o, int copies) {
   DSV4_ASSIGN_OR_RETURN(PageLayout layout, PageLayout::of(geometry, o.block_size));
-  if (o.max_num_seqs <= 0) return invalid_argument("max-num-seqs must be positive");
   if (o.enable_prefix_caching && kBlockTokens % o.block_size != 0)
     return invalid_argument("prefix caching needs a block size dividing " + std::to_string(kBlockTokens) + ", got " +
                             std::to_string(o.block_size));
@@ -106,28 +129,14 @@ StatusOr<std::unique_ptr<KvCacheManager>> KvCacheManager::create(const CacheGeom
   auto pf = [&](CacheFamily f) { return layout.family(f).page_bytes; };
   const FixedCost cost = fixed_cost(layout, o);
   const int64_t min_bytes = cost.fixed_bytes + o.max_num_seqs * cost.per_compressed_page;
-  if (budget < min_bytes)
-    return invalid_argument("KV cache budget of " + gib(budget) + " is too small: " + std::to_string(o.max_num_seqs) +
-                            " requests need at least " + gib(min_bytes));
-
   for (;;) {
-    const int64_t compressed_pages =
-        cost.per_compressed_page ? (budget - cost.fixed_bytes) / cost.per_compressed_page : 0;
+    DSV4_ASSIGN_OR_RETURN(KvCachePlan plan, KvCacheManager::plan(geometry, o, budget));
     std::unique_ptr<KvCacheManager> kv(new KvCacheManager(layout, o));
-    std::array<int64_t, kNumCacheFamilies> counts{};
-    for (CacheFamily f : kAllFamilies) {
-      int64_t n = 0;
-      if (pf(f) == 0) n = 0;
-      else if (f == CacheFamily::kOri) n = cost.ring_pages + compressed_pages * cost.cached_ori_per_compressed_page_x4 / 4;
-      else if (is_state(f)) n = o.max_num_seqs;
-      else n = compressed_pages;
-      counts[static_cast<int>(f)] = n;
-    }
     try {
       // The stores first: they are the memory that may not be there.
-      for (int i = 0; i < copies; ++i) kv->stores_.push_back(std::make_unique<PageStore>(layout, counts));
+      for (int i = 0; i < copies; ++i) kv->stores_.push_back(std::make_unique<PageStore>(layout, plan.pages));
       for (CacheFamily f : kAllFamilies)
-        kv->pools_[static_cast<int>(f)] = PagePool(family_name(f), pf(f), counts[static_cast<int>(f)]);
+        kv->pools_[static_cast<int>(f)] = PagePool(family_name(f), pf(f), plan.pages[static_cast<int>(f)]);
     } catch (const std::bad_alloc&) {
       const int64_t smaller = std::max(min_bytes, budget / 2);
       if (smaller == budget) return resource_exhausted("cannot allocate the minimal KV cache of " + gib(budget));
@@ -135,7 +144,7 @@ StatusOr<std::unique_ptr<KvCacheManager>> KvCacheManager::create(const CacheGeom
       budget = smaller;
       continue;
     }
-    kv->token_capacity_ = cost.per_compressed_page ? compressed_pages * kCompressedPageTokens : -1;
+    kv->token_capacity_ = plan.token_capacity;
     if (o.enable_prefix_caching) kv->prefix_ = std::make_unique<PrefixCache>(&kv->layout_, &kv->pools_);
     return kv;
   }

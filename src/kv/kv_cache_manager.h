@@ -34,6 +34,14 @@ struct KvCacheOptions {
   bool enable_prefix_caching = true;
 };
 
+// What KvCacheManager::create gives for a budget (per copy), computed
+// without allocating (the capacity planner's numbers are the engine's).
+struct KvCachePlan {
+  std::array<int64_t, kNumCacheFamilies> pages{};  // per family
+  int64_t bytes = 0;           // of one copy
+  int64_t token_capacity = 0;  // compressed history in tokens; -1 with no compressed layers
+};
+
 class KvCacheManager {
  public:
   // Sizes the pools from the budget (per copy) and allocates `copies` page
@@ -62,6 +70,9 @@ class KvCacheManager {
   // The bytes options ask for: memory_bytes, or memory_fraction of the
   // memory available now.
   static StatusOr<int64_t> budget_of(const KvCacheOptions& options);
+
+  // The pools a budget buys; an error when it cannot serve max_num_seqs.
+  static StatusOr<KvCachePlan> plan(const CacheGeometry& geometry, const KvCacheOptions& options, int64_t budget);
 
   // The budget that gives exactly `compressed_pages` pages to each
   // compressed family (the rest is the fixed ring and state part).

@@ -137,19 +137,32 @@ int64_t ModelWeights::resident_bytes() const {
     lin(b.ffn.shared.w3);
     vec(b.attn_norm);
     vec(b.ffn_norm);
-    lin(b.hc_attn.fn);
-    lin(b.hc_ffn.fn);
+    n += 4 * static_cast<int64_t>(b.ffn.tid2eid.size());
+    for (const HyperConnWeights* h : {&b.hc_attn, &b.hc_ffn}) {
+      lin(h->fn);
+      vec(h->base);
+      vec(h->scale);
+    }
+  };
+  auto hc_head = [&](const HcHeadWeights& h) {
+    lin(h.fn);
+    vec(h.base);
+    vec(h.scale);
   };
   const ModelWeights& w = *this;
   n += w.embed.resident_bytes();
   vec(w.norm);
   lin(w.head);
-  lin(w.hc_head.fn);
+  hc_head(w.hc_head);
   for (const BlockWeights& b : w.blocks) block(b);
   for (const MtpWeights& t : w.mtp) {
     block(t.block);
     lin(t.e_proj);
     lin(t.h_proj);
+    vec(t.enorm);
+    vec(t.hnorm);
+    vec(t.norm);
+    hc_head(t.hc_head);
   }
   return n;
 }

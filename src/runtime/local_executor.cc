@@ -48,7 +48,6 @@ StatusOr<std::unique_ptr<LocalExecutor>> LocalExecutor::create(const std::string
     mo.experts = {t.ep_rank(r), t.ep};
     mo.heads = {t.tp_rank(r), t.tp};
     mo.flashcomm = p.flashcomm;
-    if (r) mo.on_progress = nullptr;
     DSV4_ASSIGN_OR_RETURN(rank.model, load_deepseek_v4(dir, mo));
     if (t.tp > 1) rank.model->set_tensor_group(rank.groups.tp.get());
     if (t.ep > 1) rank.model->set_expert_group(rank.groups.ep.get());

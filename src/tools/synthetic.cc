@@ -11,8 +11,9 @@
 
 #include "base/dtype.h"
 #include "base/thread_pool.h"
-#include "checkpoint/safetensors_writer.h"
 #include "checkpoint/config_json.h"
+#include "checkpoint/released_configs.h"
+#include "checkpoint/safetensors_writer.h"
 
 namespace dsv4 {
 namespace {
@@ -339,12 +340,18 @@ const char* kBenchPresetPatch = R"({
 
 }  // namespace
 
-StatusOr<ModelConfig> synthetic_config(const std::string& preset, const std::string& overrides_json) {
-  if (preset != "default" && preset != "small" && preset != "bench")
-    return invalid_argument("unknown preset '" + preset + "' (known: default, small, bench)");
-  nlohmann::json j = nlohmann::json::parse(kDefaultPreset);
-  if (preset == "small") j.merge_patch(nlohmann::json::parse(kSmallPresetPatch));
-  if (preset == "bench") j.merge_patch(nlohmann::json::parse(kBenchPresetPatch));
+StatusOr<ModelConfig> synthetic_config(const std::string& preset, const std::string& overrides_json,
+                                       const PresetCounts& counts) {
+  nlohmann::json j;
+  if (preset == "flash" || preset == "pro") {
+    j = nlohmann::json::parse(released_config_json(preset));
+  } else if (preset == "default" || preset == "small" || preset == "bench") {
+    j = nlohmann::json::parse(kDefaultPreset);
+    if (preset == "small") j.merge_patch(nlohmann::json::parse(kSmallPresetPatch));
+    if (preset == "bench") j.merge_patch(nlohmann::json::parse(kBenchPresetPatch));
+  } else {
+    return invalid_argument("unknown preset '" + preset + "' (known: default, small, bench, flash, pro)");
+  }
   if (!overrides_json.empty()) {
     nlohmann::json o;
     try {
@@ -354,6 +361,29 @@ StatusOr<ModelConfig> synthetic_config(const std::string& preset, const std::str
     }
     if (!o.is_object()) return invalid_argument("--config must be a JSON object of config.json fields");
     j.merge_patch(o);
+  }
+  if (counts.layers < 0 || counts.experts < 0 || counts.vocab < 0)
+    return invalid_argument("layer, expert and vocabulary counts must be positive");
+  try {
+    if (counts.layers > 0) {
+      // The first layers keep their ratios; the MTP layers keep theirs (the
+      // list's last entries).
+      const int old_layers = j.at("num_hidden_layers").get<int>(), mtp = j.value("num_nextn_predict_layers", 0);
+      const auto ratios = j.at("compress_ratios").get<std::vector<int>>();
+      if (counts.layers > old_layers) return invalid_argument("--layers can only shrink the preset's " + std::to_string(old_layers) + " layers");
+      std::vector<int> kept(ratios.begin(), ratios.begin() + std::min<size_t>(counts.layers, ratios.size()));
+      for (int i = 0; i < mtp && old_layers + i < static_cast<int>(ratios.size()); ++i) kept.push_back(ratios[old_layers + i]);
+      j["num_hidden_layers"] = counts.layers;
+      j["compress_ratios"] = kept;
+      j["num_hash_layers"] = std::min(counts.layers, j.value("num_hash_layers", 0));
+    }
+    if (counts.experts > 0) {
+      j["n_routed_experts"] = counts.experts;
+      j["num_experts_per_tok"] = std::min(counts.experts, j.at("num_experts_per_tok").get<int>());
+    }
+    if (counts.vocab > 0) j["vocab_size"] = counts.vocab;
+  } catch (const nlohmann::json::exception& e) {
+    return invalid_argument(std::string("preset '") + preset + "': " + e.what());
   }
   return parse_model_config(j.dump(), "preset '" + preset + "'");
 }

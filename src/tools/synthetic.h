@@ -25,9 +25,19 @@ struct SyntheticOptions {
   bool mtp_copies_last_block = false;
 };
 
-// A preset's config ("default": the embedded model, "small"), with a JSON
-// object of config.json fields merged over it.
-StatusOr<ModelConfig> synthetic_config(const std::string& preset, const std::string& overrides_json = "");
+// Counts a preset can be shrunk to while every layer keeps its shape (0:
+// the preset's own): the first `layers` layers (and the MTP layers),
+// `experts` routed experts, a `vocab`-token vocabulary.
+struct PresetCounts {
+  int layers = 0, experts = 0, vocab = 0;
+};
+
+// A preset's config ("default": the embedded model, "small": the golden
+// cases' shapes, "bench": Flash scaled down, "flash" / "pro": the released
+// configs), with a JSON object of config.json fields merged over it, then
+// the counts.
+StatusOr<ModelConfig> synthetic_config(const std::string& preset, const std::string& overrides_json = "",
+                                       const PresetCounts& counts = {});
 
 Status write_synthetic_checkpoint(const ModelConfig& config, const SyntheticOptions& options, const std::string& dir);
 

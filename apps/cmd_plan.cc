@@ -1,0 +1,98 @@
+// dsv4 plan: will it fit, and how fast can it decode? From config.json alone.
+#include <cstdio>
+#include <filesystem>
+
+#include "args.h"
+#include "checkpoint/config_json.h"
+#include "checkpoint/released_configs.h"
+#include "engine_args.h"
+#include "tools/capacity_plan.h"
+
+namespace dsv4::app {
+namespace {
+
+const char* kHelp =
+    "usage: dsv4 plan --config PATH_OR_DIR|flash|pro [--tp N --dp N --ep N] [--memory 512G]\n"
+    "                 [--max-model-len N] [--bandwidth 400G] [--weights released|bf16] [engine options]\n"
+    "Prints, before anything is downloaded, what the model needs on a layout: per-rank resident\n"
+    "weights by format (as dsv4 loads them), the KV cache's bytes per token, how many tokens of\n"
+    "history and how many requests of max-model-len fit in the memory left, and the batch-1\n"
+    "decode roofline for a memory bandwidth. The numbers are the ones the engine computes.\n"
+    "  --config          a config.json, a checkpoint directory holding one, or flash / pro (the\n"
+    "                    released DeepSeek-V4-Flash / -Pro configs)\n"
+    "  --memory          the machine's memory (K, M, G, T: powers of 1024); the KV budget is what\n"
+    "                    the weights and a headroom of 5% (at least 2 GiB) leave, or --kv-cache-memory\n"
+    "  --bandwidth       memory read bandwidth, bytes/s (G = 10^9: 400G is 400 GB/s)\n"
+    "  --weights         released (FP8 blocks, FP4 experts, BF16 embedding and head; default) or\n"
+    "                    bf16 (every linear in BF16, as dsv4 mkmodel writes by default)\n"
+    "  --max-num-seqs, --max-num-batched-tokens, --max-model-len, --block-size,\n"
+    "  --kv-cache-memory, --[no-]enable-prefix-caching, --speculative-config: as dsv4 serve\n";
+
+StatusOr<ModelConfig> config_from(const std::string& where) {
+  if (where == "flash" || where == "pro") return released_config(where);
+  std::string path = where;
+  if (std::filesystem::is_directory(path)) path += "/config.json";
+  return load_model_config(path);
+}
+
+}  // namespace
+
+int cmd_plan(int argc, char** argv) {
+  std::set<std::string> valued = engine_option_names();
+  for (const auto& n : parallel_option_names()) valued.insert(n);
+  for (const char* n : {"config", "memory", "bandwidth", "weights"}) valued.insert(n);
+  std::set<std::string> flags = engine_flag_names();
+  flags.insert("help");
+  Args args(argc, argv, 2, valued, flags);
+  if (args.has("help")) {
+    std::fputs(kHelp, stdout);
+    return 0;
+  }
+  EngineOptions engine = engine_options(args);
+  const ParallelOptions parallel = parallel_options(args);
+  PlanOptions o;
+  o.topology = parallel.topology;
+  const std::string weights = args.get("weights", "released");
+  if (weights != "released" && weights != "bf16") args.set_error("--weights must be released or bf16");
+  o.weights = weights == "bf16" ? PlanWeights::kBf16 : PlanWeights::kReleased;
+  if (!args.ok() || !args.has("config")) {
+    std::fprintf(stderr, "dsv4 plan: %s\n%s", args.ok() ? "--config is required" : args.error().c_str(), kHelp);
+    return 2;
+  }
+  auto size = [&](const char* key, bool decimal) -> int64_t {
+    if (!args.has(key)) return 0;
+    auto v = parse_byte_size(args.get(key), decimal);
+    if (!v.ok()) {
+      std::fprintf(stderr, "dsv4 plan: --%s: %s\n", key, v.status().message().c_str());
+      return -1;
+    }
+    return *v;
+  };
+  o.memory_bytes = size("memory", false);
+  o.bandwidth = static_cast<double>(size("bandwidth", true));
+  if (o.memory_bytes < 0 || o.bandwidth < 0) return 2;
+  auto config = config_from(args.get("config"));
+  if (!config.ok()) {
+    std::fprintf(stderr, "dsv4 plan: %s\n", config.status().message().c_str());
+    return 2;
+  }
+  auto cache = Engine::cache_options(*config, engine);
+  if (!cache.ok()) {
+    std::fprintf(stderr, "dsv4 plan: %s\n", cache.status().message().c_str());
+    return 2;
+  }
+  o.cache = *cache;
+  o.kv_cache_bytes = cache->memory_bytes;
+  o.max_model_len = engine.scheduler.max_model_len;
+  auto plan = plan_capacity(*config, o);
+  if (!plan.ok()) {
+    std::fprintf(stderr, "dsv4 plan: %s\n", plan.status().message().c_str());
+    return 2;
+  }
+  std::printf("dsv4 plan: %s%s\n", args.get("config").c_str(),
+              o.memory_bytes ? (" on " + std::to_string(o.memory_bytes >> 30) + " GiB").c_str() : "");
+  std::fputs(plan->report().c_str(), stdout);
+  return 0;
+}
+
+}  // namespace dsv4::app
