@@ -9,9 +9,15 @@
 #include "checkpoint/safetensors.h"
 
 namespace dsv4 {
+namespace {
+
+// Tasks read ahead of the one being packed (about 64 MiB of file).
+constexpr size_t kReadAhead = 16;
+
+}  // namespace
 
 void LoadTasks::add(const TensorInfo& t, uint64_t begin, uint64_t bytes, Body body) {
-  tasks_.push_back({t.file, t.offset + begin, bytes, std::move(body)});
+  tasks_.push_back({t.source, t.file, t.offset + begin, bytes, std::move(body)});
   total_bytes_ += bytes;
 }
 
@@ -25,6 +31,8 @@ Status LoadTasks::run(const LoadProgress& progress) {
   std::atomic<bool> failed{false};
   std::atomic<uint64_t> done{0};
   std::atomic<size_t> next{0};
+  for (size_t i = 0; i < std::min(kReadAhead, tasks_.size()); ++i)
+    if (tasks_[i].source) tasks_[i].source->prefetch(tasks_[i].offset, tasks_[i].bytes);
   // Each thread claims the next task in file order, so the reads of all
   // threads together move through the files front to back.
   parallel_for(ThreadPool::global().num_threads(), 1, [&](int64_t w0, int64_t w1) {
@@ -39,6 +47,10 @@ Status LoadTasks::run(const LoadProgress& progress) {
       }
       if (!scratch) scratch = std::make_unique<LoadScratch>();
       for (size_t i = next++; i < tasks_.size() && !failed.load(std::memory_order_relaxed); i = next++) {
+        // Keep the file read ahead of the packing: the task kReadAhead
+        // places on starts reading now.
+        if (i + kReadAhead < tasks_.size() && tasks_[i + kReadAhead].source)
+          tasks_[i + kReadAhead].source->prefetch(tasks_[i + kReadAhead].offset, tasks_[i + kReadAhead].bytes);
         Status st = tasks_[i].body(*scratch);
         std::lock_guard<std::mutex> lock(mu);
         if (!st.ok()) {

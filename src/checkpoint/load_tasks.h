@@ -16,6 +16,7 @@
 namespace dsv4 {
 
 struct TensorInfo;
+class SafetensorsFile;
 
 // A thread's scratch while it runs a task; buffers grow to the largest
 // task's needs and are reused.
@@ -40,6 +41,7 @@ class LoadTasks {
 
  private:
   struct Task {
+    const SafetensorsFile* source;
     const std::string* file;
     uint64_t offset, bytes;
     Body body;

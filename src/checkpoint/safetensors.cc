@@ -67,6 +67,10 @@ SafetensorsFile::~SafetensorsFile() {
   if (fd_ >= 0) ::close(fd_);
 }
 
+void SafetensorsFile::prefetch(uint64_t offset, uint64_t size) const {
+  if (fd_ >= 0) posix_fadvise(fd_, static_cast<off_t>(offset), static_cast<off_t>(size), POSIX_FADV_WILLNEED);
+}
+
 Status SafetensorsFile::read(const TensorInfo& t, uint64_t begin, uint64_t size, void* dst) const {
   if (begin > t.nbytes || size > t.nbytes - begin)
     return internal_error(path_ + ": tensor '" + t.name + "': read of bytes [" + std::to_string(begin) + ", " +

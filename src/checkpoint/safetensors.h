@@ -50,6 +50,9 @@ class SafetensorsFile {
   // Copies bytes [begin, begin + size) of tensor t (one of this file's) to
   // dst with pread, safe from any thread; errors name file and tensor.
   Status read(const TensorInfo& t, uint64_t begin, uint64_t size, void* dst) const;
+  // Asks the kernel to start reading bytes [offset, offset + size) of the
+  // file into the page cache (a cold load's reads then overlap packing).
+  void prefetch(uint64_t offset, uint64_t size) const;
 
  private:
   SafetensorsFile() = default;
