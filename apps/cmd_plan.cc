@@ -18,6 +18,7 @@ const char* kHelp =
     "weights by format (as dsv4 loads them), the KV cache's bytes per token, how many tokens of\n"
     "history and how many requests of max-model-len fit in the memory left, and the batch-1\n"
     "decode roofline for a memory bandwidth. The numbers are the ones the engine computes.\n"
+    "Exit code 0: it fits; 1: the weights do not fit in --memory; 2: bad input.\n"
     "  --config          a config.json, a checkpoint directory holding one, or flash / pro (the\n"
     "                    released DeepSeek-V4-Flash / -Pro configs)\n"
     "  --memory          the machine's memory (K, M, G, T: powers of 1024); the KV budget is what\n"
@@ -92,7 +93,7 @@ int cmd_plan(int argc, char** argv) {
   std::printf("dsv4 plan: %s%s\n", args.get("config").c_str(),
               o.memory_bytes ? (" on " + std::to_string(o.memory_bytes >> 30) + " GiB").c_str() : "");
   std::fputs(plan->report().c_str(), stdout);
-  return 0;
+  return plan->fits ? 0 : 1;
 }
 
 }  // namespace dsv4::app

@@ -141,3 +141,26 @@ TEST(WeightLoader, ByteSizesParseAsMemoryOrBandwidth) {
 
 }  // namespace
 }  // namespace dsv4
+
+namespace dsv4 {
+namespace {
+
+// dsv4 plan on the released configs: Flash fits a 384 GiB machine on the
+// canonical layout; Pro's FP4 experts alone outgrow 768 GiB (exit 1).
+TEST(PlanCli, ReleasedConfigsOnBigMachines) {
+  auto flash = testing::run_dsv4("plan --config flash --memory 384G --tp 4 --dp 4 --ep 16 --max-model-len 65536 "
+                                 "--bandwidth 400G");
+  EXPECT_EQ(flash.code, 0) << flash.output;
+  EXPECT_NE(flash.output.find("16 ranks: TP4 x DP4, EP16"), std::string::npos) << flash.output;
+  EXPECT_NE(flash.output.find("requests of 65536 tokens at once"), std::string::npos) << flash.output;
+  EXPECT_NE(flash.output.find("tok/s per sequence at 400 GB/s"), std::string::npos) << flash.output;
+  auto pro = testing::run_dsv4("plan --config pro --memory 768G");
+  EXPECT_EQ(pro.code, 1) << pro.output;
+  EXPECT_NE(pro.output.find("DOES NOT FIT"), std::string::npos) << pro.output;
+  auto bad = testing::run_dsv4("plan --config flash --memory lots");
+  EXPECT_EQ(bad.code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("--memory"), std::string::npos) << bad.output;
+}
+
+}  // namespace
+}  // namespace dsv4

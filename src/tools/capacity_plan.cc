@@ -181,10 +181,12 @@ StatusOr<CapacityPlan> plan_capacity(const ModelConfig& c, const PlanOptions& o)
     // Activations, scratch and the runtime besides weights and KV: 5% of
     // the memory, at least 2 GiB.
     p.headroom_bytes = std::max<int64_t>(int64_t{2} << 30, o.memory_bytes / 20);
+    p.memory_bytes = o.memory_bytes;
     p.kv_budget_bytes = o.memory_bytes - p.total_weight_bytes - p.headroom_bytes;
-    if (p.kv_budget_bytes <= 0)
-      return invalid_argument("the weights (" + gib(p.total_weight_bytes) + " on " + t.describe() + ") and " +
-                              gib(p.headroom_bytes) + " of headroom do not fit in " + gib(o.memory_bytes));
+    if (p.kv_budget_bytes <= 0) {
+      p.fits = false;
+      p.kv_budget_bytes = 0;
+    }
   }
   if (p.kv_budget_bytes > 0) {
     DSV4_ASSIGN_OR_RETURN(p.kv, KvCacheManager::plan(geometry, cache, p.kv_budget_bytes / t.world));
@@ -210,6 +212,9 @@ std::string CapacityPlan::report() const {
   std::snprintf(line, sizeof line, "KV cache: %.0f bytes per token at %lld tokens of context (%.0f at 4K), per DP group\n",
                 kv_bytes_per_token, static_cast<long long>(max_model_len), kv_bytes_per_token_4k);
   s << line;
+  if (!fits)
+    s << "  DOES NOT FIT: the weights (" << gib(total_weight_bytes) << ") and " << gib(headroom_bytes)
+      << " of headroom exceed the " << gib(memory_bytes) << " of memory\n";
   if (kv_budget_bytes > 0) {
     s << "  budget " << gib(kv_budget_bytes);
     if (headroom_bytes) s << " (memory - weights - " << gib(headroom_bytes) << " headroom)";
