@@ -12,6 +12,7 @@
 #include <string>
 
 #include "base/dtype.h"
+#include "base/weight_buffer.h"
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/config_json.h"
 #include "checkpoint/model_loader.h"
@@ -160,6 +161,33 @@ TEST(PlanCli, ReleasedConfigsOnBigMachines) {
   auto bad = testing::run_dsv4("plan --config flash --memory lots");
   EXPECT_EQ(bad.code, 2) << bad.output;
   EXPECT_NE(bad.output.find("--memory"), std::string::npos) << bad.output;
+}
+
+}  // namespace
+}  // namespace dsv4
+
+namespace dsv4 {
+namespace {
+
+int64_t mapping_count() {
+  std::ifstream maps("/proc/self/maps");
+  int64_t n = 0;
+  for (std::string line; std::getline(maps, line);) ++n;
+  return n;
+}
+
+// Weight buffers share large mappings: the released Pro's 70K expert
+// matrices as one mapping each would pass the kernel's limit of 65530.
+TEST(WeightBuffers, ThousandsOfMatricesTakeAFewMappingsAndGiveThemBack) {
+  const int64_t before = mapping_count();
+  {
+    std::vector<WeightBuffer<uint8_t>> matrices(3000);
+    for (auto& m : matrices) m.resize(size_t{4} << 20);  // 12 GiB of address space, never touched
+    for (size_t i = 0; i < matrices.size(); i += 97) matrices[i][i] = 1;  // a few pages used
+    EXPECT_LT(mapping_count() - before, 40);
+    for (const auto& m : matrices) EXPECT_EQ(reinterpret_cast<uintptr_t>(m.data()) % 64, 0u);
+  }
+  EXPECT_LE(mapping_count() - before, 2);  // every region unmapped again
 }
 
 }  // namespace

@@ -39,6 +39,13 @@ struct Linear {
   // W8A8 linears quantize it to int8 per row.
   bool round_input = false;
   bool quantizes_input() const { return round_input; }
+  // Moved, never copied: the loader's pending reads hold pointers into the
+  // panel buffers, which a move keeps and a copy would not.
+  Linear() = default;
+  Linear(Linear&&) noexcept = default;
+  Linear& operator=(Linear&&) noexcept = default;
+  Linear(const Linear&) = delete;
+  Linear& operator=(const Linear&) = delete;
   void pack();
   // An f32 [out, in] weight (kDense), as held before pack().
   static Linear dense(std::vector<float> weights, int64_t out, int64_t in) {
