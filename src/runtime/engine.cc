@@ -56,13 +56,18 @@ Engine::Engine(std::unique_ptr<StepExecutor> executor, const SchedulerOptions& o
   scheduler_ = std::make_unique<Scheduler>(options, parts);
 }
 
-StatusOr<int64_t> Engine::add_request(std::vector<int32_t> prompt, const SamplingParams& params) {
+Status Engine::check_request(const std::vector<int32_t>& prompt, const SamplingParams& params) const {
   const int64_t vocab = config().vocab_size;
   DSV4_RETURN_IF_ERROR(params.validate(vocab));
   for (int32_t t : prompt)
     if (t < 0 || t >= vocab)
       return invalid_argument("prompt token " + std::to_string(t) + " is outside the vocabulary of " +
                               std::to_string(vocab));
+  return scheduler_->check(prompt, params.max_tokens);
+}
+
+StatusOr<int64_t> Engine::add_request(std::vector<int32_t> prompt, const SamplingParams& params) {
+  DSV4_RETURN_IF_ERROR(check_request(prompt, params));
   auto r = std::make_unique<Request>();
   r->id = next_id_;
   r->prompt = std::move(prompt);
@@ -139,6 +144,8 @@ StepPlan Engine::plan_step(const SchedulerOutput& schedule) const {
     // recomputed after a preemption (see ReferenceRows).
     p.prefill_len = static_cast<int64_t>(r->prompt.size());
     p.samples = c.samples;
+    // Scoring the prompt: every row of a chunk with prompt positions.
+    p.all_logits = r->params.prompt_logprobs && c.start < static_cast<int64_t>(r->prompt.size()) - 1;
     p.draft_rows = static_cast<int32_t>(c.draft_rows);
     p.reset_states = c.start == r->resumed_from;
     p.cached_until = r->cached_tokens;
@@ -147,7 +154,7 @@ StepPlan Engine::plan_step(const SchedulerOutput& schedule) const {
     for (int64_t i = 0; i < known; ++i) p.tokens[i] = r->token(c.start + i);
     for (int64_t i = 0; i < c.draft_rows; ++i) p.tokens[known + i] = r->draft[i];
     p.pages = r->pages;
-    if (c.samples && !r->params.argmax_only()) plan.argmax_only[c.partition] = 0;
+    if ((c.samples && !r->params.argmax_only()) || p.all_logits) plan.argmax_only[c.partition] = 0;
     plan.chunks.push_back(std::move(p));
   }
   return plan;
@@ -164,6 +171,10 @@ int64_t Engine::sample_chunk(const ScheduledChunk& c, const SampledLogits* rows,
     o->finish_reason = take_token(r, t);
     return o->finish_reason == FinishReason::kNone;
   };
+  if (r->params.max_tokens == 0) {  // only the prompt's scores were wanted
+    o->finish_reason = FinishReason::kLength;
+    return 0;
+  }
   const int64_t first = c.start + c.num_tokens - c.draft_rows - 1;  // position of logit row 0
   // Row i verifies draft i: kept, the next row's logits go on; rejected,
   // the target's own token ends the run. All kept: the last row adds one.
@@ -197,6 +208,20 @@ int64_t Engine::sample_chunk(const ScheduledChunk& c, const SampledLogits* rows,
   return kept;
 }
 
+void Engine::score_prompt(const ScheduledChunk& c, const SampledLogits* rows, RequestOutput* o) {
+  PhaseTimer::Scope time(Phase::kSampling);
+  Request* r = c.request;
+  const int64_t prompt = static_cast<int64_t>(r->prompt.size());
+  // Row i (position c.start + i) predicts the token at c.start + i + 1.
+  const int64_t from = std::max(r->prompt_scored, c.start + 1);
+  const int64_t to = std::min(prompt, c.start + c.num_tokens);
+  o->prompt_from = from;
+  for (int64_t pos = from; pos < to; ++pos)
+    o->prompt_logprobs.push_back(score_token(rows[pos - 1 - c.start].logits.data(), config().vocab_size,
+                                             r->prompt[pos], *r->params.prompt_logprobs));
+  r->prompt_scored = std::max(r->prompt_scored, to);
+}
+
 std::vector<RequestOutput> Engine::step() {
   std::vector<RequestOutput> outputs;
   SchedulerOutput schedule = scheduler_->schedule();
@@ -227,16 +252,21 @@ std::vector<RequestOutput> Engine::step() {
   std::vector<uint8_t> finished(schedule.chunks.size(), 0);
   for (size_t ci = 0; ci < schedule.chunks.size(); ++ci) {
     const ScheduledChunk& c = schedule.chunks[ci];
+    const PlannedChunk& planned = plan.chunks[ci];
     Request* r = c.request;
+    const SampledLogits* rows = sampled->data() + next;
+    next += static_cast<size_t>(planned.logit_rows());
     committed[ci] = c.num_tokens - c.draft_rows;
-    if (!c.samples) {
-      scheduler_->commit(c, committed[ci], !speculative());
-      continue;
-    }
     RequestOutput o;
     o.id = r->id;
-    committed[ci] += sample_chunk(c, &(*sampled)[next], &o);
-    next += static_cast<size_t>(1 + c.draft_rows);
+    if (planned.all_logits) score_prompt(c, rows, &o);
+    if (!c.samples) {
+      scheduler_->commit(c, committed[ci], !speculative());
+      if (!o.prompt_logprobs.empty()) outputs.push_back(std::move(o));
+      continue;
+    }
+    // The sampling rows are the chunk's last.
+    committed[ci] += sample_chunk(c, rows + planned.logit_rows() - (1 + c.draft_rows), &o);
     scheduler_->commit(c, committed[ci], !speculative());
     o.prompt_tokens = static_cast<int64_t>(r->prompt.size());
     o.completion_tokens = static_cast<int64_t>(r->output.size());

@@ -30,6 +30,10 @@ struct RequestOutput {
   int64_t id = 0;
   std::vector<int32_t> new_tokens;           // produced this step
   std::vector<SampledToken> new_logprobs;    // with the tokens, when the request asked for logprobs
+  // prompt_logprobs: the scores of prompt positions [prompt_from,
+  // prompt_from + size) computed this step (position 0 has none).
+  int64_t prompt_from = 0;
+  std::vector<SampledToken> prompt_logprobs;
   bool finished = false;
   FinishReason finish_reason = FinishReason::kNone;
   std::string error;                         // why the engine had to give up on it
@@ -68,7 +72,10 @@ class Engine {
   // for max_num_seqs requests).
   static StatusOr<KvCacheOptions> cache_options(const ModelConfig& config, EngineOptions options);
 
-  // Validates the parameters and the prompt (token ids, length) and queues it.
+  // Whether add_request would take it: the parameters and the prompt (token
+  // ids, length). Reads only options, so any thread may ask.
+  Status check_request(const std::vector<int32_t>& prompt, const SamplingParams& params) const;
+  // check_request, then queues it.
   StatusOr<int64_t> add_request(std::vector<int32_t> prompt, const SamplingParams& params);
   // One scheduler step; outputs of the requests that produced tokens or ended.
   std::vector<RequestOutput> step();
@@ -114,6 +121,8 @@ class Engine {
   // Chooses a sampling chunk's tokens from its logit rows (verifying its
   // drafts) into o; returns how many drafts were kept.
   int64_t sample_chunk(const ScheduledChunk& c, const SampledLogits* rows, RequestOutput* o);
+  // prompt_logprobs: scores the prompt tokens a chunk's logit rows predict.
+  void score_prompt(const ScheduledChunk& c, const SampledLogits* rows, RequestOutput* o);
   // Runs the MTP block over the rows the step committed and drafts the next
   // step's tokens of the decoding requests.
   void draft(const SchedulerOutput& schedule, const std::vector<int64_t>& committed,

@@ -21,6 +21,7 @@ std::vector<float> log_softmax(const float* logits, int64_t n) {
 
 void apply_penalties(std::vector<float>& l, const SamplingParams& p, const std::vector<int32_t>& prompt,
                      const std::vector<int32_t>& output) {
+  for (const auto& [token, bias] : p.logit_bias) l[token] += bias;
   if (p.repetition_penalty != 1.0f) {
     std::vector<uint8_t> seen(l.size(), 0);
     for (int32_t t : prompt) seen[t] = 1;
@@ -97,17 +98,26 @@ int32_t draw(const Candidates& c, std::mt19937_64* rng) {
 
 void add_logprobs(const float* logits, int64_t vocab, const SamplingParams& p, SampledToken* out) {
   if (!p.logprobs) return;
-  const std::vector<float> lp = log_softmax(logits, vocab);
-  out->logprob = lp[out->token];
-  std::vector<int32_t> idx(vocab);
-  std::iota(idx.begin(), idx.end(), 0);
-  const int64_t n = std::min<int64_t>(*p.logprobs, vocab);
-  std::partial_sort(idx.begin(), idx.begin() + n, idx.end(),
-                    [&](int32_t a, int32_t b) { return lp[a] > lp[b] || (lp[a] == lp[b] && a < b); });
-  for (int64_t i = 0; i < n; ++i) out->top.emplace_back(idx[i], lp[idx[i]]);
+  SampledToken scored = score_token(logits, vocab, out->token, *p.logprobs);
+  out->logprob = scored.logprob;
+  out->top = std::move(scored.top);
 }
 
 }  // namespace
+
+SampledToken score_token(const float* logits, int64_t vocab, int32_t token, int top_n) {
+  const std::vector<float> lp = log_softmax(logits, vocab);
+  SampledToken out;
+  out.token = token;
+  out.logprob = lp[token];
+  std::vector<int32_t> idx(vocab);
+  std::iota(idx.begin(), idx.end(), 0);
+  const int64_t n = std::min<int64_t>(top_n, vocab);
+  std::partial_sort(idx.begin(), idx.begin() + n, idx.end(),
+                    [&](int32_t a, int32_t b) { return lp[a] > lp[b] || (lp[a] == lp[b] && a < b); });
+  for (int64_t i = 0; i < n; ++i) out.top.emplace_back(idx[i], lp[idx[i]]);
+  return out;
+}
 
 SampledToken sample_token(const float* logits, int64_t vocab, const SamplingParams& p,
                           const std::vector<int32_t>& prompt, const std::vector<int32_t>& output, std::mt19937_64* rng) {

@@ -1,4 +1,4 @@
-// Chooses a request's next token from its logits: penalties, then greedy
+// Chooses a request's next token from its logits: logit bias and penalties, then greedy
 // argmax or temperature / top-k / top-p / min-p sampling with the request's
 // own random stream (so a seeded request draws the same tokens whatever
 // else is in the batch).
@@ -18,6 +18,10 @@ struct SampledToken {
   float logprob = 0.0f;                           // of the model's raw distribution
   std::vector<std::pair<int32_t, float>> top;     // top-n (token, logprob), best first
 };
+
+// The logprob of `token` under raw logits [vocab], with the top-n
+// alternatives (ties to the lower id).
+SampledToken score_token(const float* logits, int64_t vocab, int32_t token, int top_n);
 
 // logits: [vocab], the model's raw output for the request's next position;
 // context: the request's prompt and output so far (for the penalties).

@@ -76,6 +76,7 @@ std::vector<char> serialize(const StepPlan& plan) {
     w.put(c.start);
     w.put(c.prefill_len);
     w.put<uint8_t>(c.samples);
+    w.put<uint8_t>(c.all_logits);
     w.put(c.draft_rows);
     w.put<uint8_t>(c.reset_states);
     w.put(c.cached_until);
@@ -102,13 +103,15 @@ StatusOr<StepPlan> deserialize_plan(const std::vector<char>& bytes) {
   for (uint64_t i = 0; ok && i < n; ++i) {
     PlannedChunk c;
     int32_t group = 0;
-    uint8_t samples = 0, reset = 0;
-    ok = r.get(&group) && r.get(&c.start) && r.get(&c.prefill_len) && r.get(&samples) && r.get(&c.draft_rows) &&
+    uint8_t samples = 0, all_logits = 0, reset = 0;
+    ok = r.get(&group) && r.get(&c.start) && r.get(&c.prefill_len) && r.get(&samples) && r.get(&all_logits) &&
+         r.get(&c.draft_rows) &&
          r.get(&reset) && r.get(&c.cached_until) && r.get(&c.source) && r.get(&c.drafts) && r.get_vector(&c.tokens) &&
          r.get(&c.pages.covered);
     for (auto& ids : c.pages.pages) ok = ok && r.get_vector(&ids);
     c.group = group;
     c.samples = samples;
+    c.all_logits = all_logits;
     c.reset_states = reset;
     plan.chunks.push_back(std::move(c));
   }

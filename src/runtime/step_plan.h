@@ -17,6 +17,9 @@ struct PlannedChunk {
   int64_t start = 0;        // first position
   int64_t prefill_len = 0;  // the request's prompt length
   bool samples = false;     // its last rows' logits choose tokens
+  // Logits for every row (scoring the prompt: prompt_logprobs), not only the
+  // sampling rows, which are then its last ones.
+  bool all_logits = false;
   // Trailing rows that are draft tokens to verify: a sampling chunk gets
   // logits for them and for the row before (1 + draft_rows rows).
   int32_t draft_rows = 0;
@@ -34,7 +37,9 @@ struct PlannedChunk {
   std::vector<int32_t> tokens;
   BlockTable pages;         // the request's pages (ids into its group's stores)
 
-  int64_t logit_rows() const { return samples ? 1 + draft_rows : 0; }
+  int64_t logit_rows() const {
+    return all_logits ? static_cast<int64_t>(tokens.size()) : samples ? 1 + draft_rows : 0;
+  }
 };
 
 struct StepPlan {

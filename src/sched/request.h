@@ -44,6 +44,9 @@ struct Request {
   // Its full blocks the prefix cache has seen (taken or recorded), and the
   // chain key of the last of them.
   int64_t blocks_seen = 0;
+  // prompt_logprobs: prompt positions [1, prompt_scored) were reported (a
+  // recomputation after preemption reports none twice).
+  int64_t prompt_scored = 1;
   uint64_t last_block_key = 0;
 
   int64_t num_tokens() const { return static_cast<int64_t>(prompt.size() + output.size()); }

@@ -1,6 +1,8 @@
 #include "sched/sampling_params.h"
 
+#include <climits>
 #include <cmath>
+#include <cstdlib>
 
 #include <nlohmann/json.hpp>
 
@@ -18,9 +20,19 @@ Status SamplingParams::validate(int64_t vocab_size) const {
     return invalid_argument("frequency_penalty must be in [-2, 2], got " + std::to_string(frequency_penalty));
   if (!(repetition_penalty > 0.0f) || !std::isfinite(repetition_penalty))
     return invalid_argument("repetition_penalty must be > 0, got " + std::to_string(repetition_penalty));
-  if (max_tokens < 1) return invalid_argument("max_tokens must be at least 1, got " + std::to_string(max_tokens));
+  if (max_tokens < 0) return invalid_argument("max_tokens must be at least 1 (0 only scores the prompt), got " + std::to_string(max_tokens));
   if (logprobs && (*logprobs < 0 || *logprobs > 20))
     return invalid_argument("logprobs must be in [0, 20], got " + std::to_string(*logprobs));
+  if (prompt_logprobs && (*prompt_logprobs < 0 || *prompt_logprobs > 20))
+    return invalid_argument("prompt_logprobs must be in [0, 20], got " + std::to_string(*prompt_logprobs));
+  for (const auto& [id, bias] : logit_bias) {
+    if (id < 0 || id >= vocab_size)
+      return invalid_argument("logit_bias: " + std::to_string(id) + " is not a token id (vocabulary " +
+                              std::to_string(vocab_size) + ")");
+    if (!(bias >= -100.0f && bias <= 100.0f))
+      return invalid_argument("logit_bias: the bias of token " + std::to_string(id) + " must be in [-100, 100], got " +
+                              std::to_string(bias));
+  }
   for (int32_t id : stop_token_ids)
     if (id < 0 || id >= vocab_size)
       return invalid_argument("stop_token_ids: " + std::to_string(id) + " is not a token id (vocabulary " +
@@ -60,7 +72,7 @@ StatusOr<SamplingParams> SamplingParams::from_json(const nlohmann::json& j) {
   for (const char* key : {"max_tokens", "max_completion_tokens"}) {
     int64_t v = p.max_tokens;
     DSV4_RETURN_IF_ERROR(read_number(j, key, &v));
-    if (v < 1) return invalid_argument(std::string(key) + " must be at least 1, got " + std::to_string(v));
+    if (v < 0) return invalid_argument(std::string(key) + " must be at least 1 (0 only scores the prompt), got " + std::to_string(v));
     p.max_tokens = v;
   }
   if (auto it = j.find("seed"); it != j.end() && !it->is_null()) {
@@ -103,6 +115,23 @@ StatusOr<SamplingParams> SamplingParams::from_json(const nlohmann::json& j) {
       p.logprobs = it->get<int>();
     } else {
       return invalid_argument("logprobs must be a boolean or an integer, got " + it->dump());
+    }
+  }
+  if (auto it = j.find("prompt_logprobs"); it != j.end() && !it->is_null()) {
+    int n = 0;
+    DSV4_RETURN_IF_ERROR(read_number(j, "prompt_logprobs", &n));
+    p.prompt_logprobs = n;
+  }
+  if (auto it = j.find("logit_bias"); it != j.end() && !it->is_null()) {
+    if (!it->is_object())
+      return invalid_argument("logit_bias must be an object mapping token ids to biases, got " + it->dump());
+    for (const auto& [key, value] : it->items()) {
+      char* end = nullptr;
+      const long long id = std::strtoll(key.c_str(), &end, 10);
+      if (key.empty() || *end != '\0' || id < 0 || id > INT32_MAX)
+        return invalid_argument("logit_bias: key '" + key + "' is not a token id");
+      if (!value.is_number()) return invalid_argument("logit_bias: the bias of token " + key + " must be a number");
+      p.logit_bias.emplace_back(static_cast<int32_t>(id), value.get<float>());
     }
   }
   return p;

@@ -53,17 +53,21 @@ Request* Scheduler::next_waiting(int partition) {
   return w.empty() ? nullptr : w.front();
 }
 
-Status Scheduler::add(std::unique_ptr<Request> r) {
-  const int64_t prompt = static_cast<int64_t>(r->prompt.size()), limit = options_.max_model_len;
+Status Scheduler::check(const std::vector<int32_t>& prompt_ids, int64_t max_tokens) const {
+  const int64_t prompt = static_cast<int64_t>(prompt_ids.size()), limit = options_.max_model_len;
   if (prompt == 0) return invalid_argument("the prompt is empty");
-  if (prompt >= limit)
+  if (prompt >= limit && max_tokens > 0)
     return invalid_argument("the prompt has " + std::to_string(prompt) + " tokens; max-model-len is " +
                             std::to_string(limit) + " and leaves no room to generate");
-  if (prompt + r->params.max_tokens > limit)
+  if (prompt + max_tokens > limit)
     return invalid_argument("this model's maximum context length is " + std::to_string(limit) + " tokens, but " +
-                            std::to_string(prompt + r->params.max_tokens) + " were requested (" +
-                            std::to_string(prompt) + " in the prompt, " + std::to_string(r->params.max_tokens) +
-                            " to generate)");
+                            std::to_string(prompt + max_tokens) + " were requested (" + std::to_string(prompt) +
+                            " in the prompt, " + std::to_string(max_tokens) + " to generate)");
+  return Status::Ok();
+}
+
+Status Scheduler::add(std::unique_ptr<Request> r) {
+  DSV4_RETURN_IF_ERROR(check(r->prompt, r->params.max_tokens));
   if (requests_.count(r->id)) return invalid_argument("request id " + std::to_string(r->id) + " is already in use");
   r->status = RequestStatus::kWaiting;
   // The partition caching the longest prefix of it, else the least loaded.
@@ -93,13 +97,13 @@ int64_t Scheduler::draft_rows(const Request& r, int64_t n) {
 
 int64_t Scheduler::prefix_hit(int partition, const Request& r) {
   PrefixCache* cache = parts_[partition].kv->prefix_cache();
-  if (!cache) return 0;
+  if (!cache || r.params.prompt_logprobs) return 0;  // scoring the prompt needs each row's logits
   return static_cast<int64_t>(cache->match(r.tokens(), (r.num_tokens() - 1) / kBlockTokens).size()) * kBlockTokens;
 }
 
 void Scheduler::take_prefix(Request* r) {
   PrefixCache* cache = parts_[r->partition].kv->prefix_cache();
-  if (!cache || r->num_computed > 0 || r->pages.covered > 0) return;
+  if (!cache || r->num_computed > 0 || r->pages.covered > 0 || r->params.prompt_logprobs) return;
   const std::vector<uint64_t> keys = cache->match(r->tokens(), (r->num_tokens() - 1) / kBlockTokens);
   if (keys.empty()) return;
   cache->attach(keys, &r->pages);

@@ -61,7 +61,9 @@ class Scheduler {
   Scheduler(const SchedulerOptions& options, KvCacheManager* kv)
       : Scheduler(options, std::vector<KvCacheManager*>{kv}) {}
 
-  // Queues a request after checking it fits max_model_len by its own length.
+  // Whether a request of this prompt and max_tokens fits max_model_len.
+  Status check(const std::vector<int32_t>& prompt, int64_t max_tokens) const;
+  // Queues a request after check().
   Status add(std::unique_ptr<Request> request);
   SchedulerOutput schedule();
   // After the forward has written a chunk's caches: its first `rows` rows

@@ -315,7 +315,7 @@ StatusOr<std::string> encode_chat(const ordered_json& messages, const ChatOption
       if (it == task_tokens().end()) return invalid_argument("unknown task '" + task + "'");
       if (task == "action") out += std::string(kAssistant) + (thinking ? kThink : kEndThink) + it->second;
       else out += it->second;
-    } else if (role == "user" || role == "developer") {
+    } else if ((role == "user" || role == "developer") && (i + 1 < static_cast<int>(msgs.size()) || o.add_generation_prompt)) {
       out += std::string(kAssistant) + (thinking && (!drop || i >= last) ? kThink : kEndThink);
     }
   }

@@ -33,6 +33,9 @@ struct ChatOptions {
   bool drop_thinking = true;      // drop earlier turns' reasoning (unless tools are present)
   std::string reasoning_effort;   // "", "high" or "max" ("max" adds its instruction)
   bool add_bos = true;
+  // After a final user message, open the assistant's turn (false: the
+  // prompt ends with the user's text, as for scoring or /tokenize).
+  bool add_generation_prompt = true;
 };
 
 // messages: a JSON array of {role, content, reasoning_content, tool_calls,
