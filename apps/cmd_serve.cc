@@ -33,8 +33,10 @@ const char* kHelp =
     "                           with its byte-level tokenizer)\n"
     "  --host H --port P        where to listen (default 127.0.0.1:8000; port 0 picks a free one)\n"
     "  --served-model-name N    the model id clients use (default: the directory name, or dsv4-default)\n"
-    "  --api-key KEY            require Authorization: Bearer KEY on /v1/*\n"
-    "  --max-queue N            waiting requests before answering 503 (default 256)\n"
+    "  --api-key KEY            require Authorization: Bearer KEY (or x-api-key: KEY) on /v1/*\n"
+    "  --allowed-origins LIST   CORS: comma-separated origins browsers may call from (default *: any)\n"
+    "  --max-queue N            waiting choices before answering 503 + Retry-After (default 256;\n"
+    "                           a request is taken whole, and always by an empty queue)\n"
     "  --http-threads N         connections served at once (default 128)\n"
     "  --shutdown-grace-ms N    on SIGTERM, time in-flight requests get to finish (default 10000)\n"
     "  --dist mpi               one rank per MPI process: mpirun -np TPxDP dsv4 serve --dist mpi ...\n"
@@ -178,7 +180,7 @@ int serve_over_mpi(int argc, char** argv, const EngineOptions& eopt, const Paral
 }  // namespace
 
 int cmd_serve(int argc, char** argv) {
-  std::set<std::string> valued = {"model", "host", "port", "served-model-name", "api-key", "max-queue", "http-threads",
+  std::set<std::string> valued = {"model", "host", "port", "served-model-name", "api-key", "allowed-origins", "max-queue", "http-threads",
                                   "shutdown-grace-ms", "dist", "dist-timeout-ms"};
   for (const auto& k : engine_option_names()) valued.insert(k);
   for (const auto& k : parallel_option_names()) valued.insert(k);
@@ -196,6 +198,8 @@ int cmd_serve(int argc, char** argv) {
   s.http.host = args.get("host", s.http.host);
   s.http.port = static_cast<int>(args.get_int("port", s.http.port));
   s.http.api_key = args.get("api-key");
+  s.http.allowed_origins = args.get("allowed-origins", "*");
+  if (args.ok() && s.http.allowed_origins.empty()) args.set_error("--allowed-origins needs at least one origin (or *)");
   s.http.threads = static_cast<int>(args.get_int("http-threads", s.http.threads));
   s.service.max_queue = args.get_int("max-queue", s.service.max_queue);
   s.grace_ms = static_cast<int>(args.get_int("shutdown-grace-ms", 10000));

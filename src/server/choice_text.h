@@ -29,6 +29,7 @@ class ChoiceText {
   // At the end: what was held back, and the tool calls if any parse.
   TextDelta finish();
   bool stopped() const { return detok_.stopped(); }
+  const std::string& stop_string() const { return detok_.stop_string(); }  // the one that matched
 
   const std::string& reasoning() const { return reasoning_; }
   const std::string& content() const { return content_; }

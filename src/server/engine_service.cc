@@ -23,28 +23,43 @@ bool EventChannel::pop(ChoiceEvent* e, int timeout_ms) {
 }
 
 EngineService::EngineService(std::unique_ptr<Engine> engine, const EngineServiceOptions& options)
-    : engine_(std::move(engine)), options_(options), thread_([this] { loop(); }) {}
+    : engine_(std::move(engine)), options_(options) {
+  publish_snapshot();
+  thread_ = std::thread([this] { loop(); });
+}
 
 EngineService::~EngineService() { shutdown(0); }
 
-StatusOr<int64_t> EngineService::submit(std::vector<int32_t> prompt, const SamplingParams& params,
-                                        std::shared_ptr<EventChannel> channel, int choice) {
+StatusOr<std::vector<int64_t>> EngineService::submit(std::vector<ChoiceRequest> choices,
+                                                     std::shared_ptr<EventChannel> channel) {
+  // The engine's checks need only its options: done here, so a bad request
+  // is answered now and a queued one is sure to be taken.
+  for (const ChoiceRequest& c : choices) DSV4_RETURN_IF_ERROR(engine_->check_request(c.prompt, c.params));
+  const int64_t n = static_cast<int64_t>(choices.size());
   std::lock_guard<std::mutex> lock(mu_);
   if (!accepting_) return out_of_range("the server is shutting down");
-  if (engine_->scheduler().num_waiting() >= options_.max_queue)
-    return resource_exhausted("the server is overloaded: " + std::to_string(options_.max_queue) +
-                              " requests are already waiting");
-  DSV4_ASSIGN_OR_RETURN(int64_t id, engine_->add_request(std::move(prompt), params));
-  routes_[id] = {std::move(channel), choice};
+  // A request is admitted whole: into an empty queue whatever its size (so
+  // a large batch is never refused by an idle server), else while the queue
+  // keeps within max_queue.
+  const int64_t waiting = engine_waiting_ + static_cast<int64_t>(submits_.size());
+  if (waiting > 0 && waiting + n > options_.max_queue)
+    return resource_exhausted("the server is overloaded: " + std::to_string(waiting) +
+                              " requests are already waiting (--max-queue " + std::to_string(options_.max_queue) + ")");
+  std::vector<int64_t> ids;
+  for (int i = 0; i < n; ++i) {
+    const int64_t id = next_id_++;
+    routes_[id] = {channel, i};
+    submits_.push_back({id, std::move(choices[i])});
+    ids.push_back(id);
+  }
   work_.notify_one();
-  return id;
+  return ids;
 }
 
 void EngineService::finish(int64_t id, FinishReason reason) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = routes_.find(id);
   if (it == routes_.end()) return;  // already done
-  engine_->finish(id, reason);
   ChoiceEvent e;
   e.choice = it->second.choice;
   e.output.id = id;
@@ -52,29 +67,141 @@ void EngineService::finish(int64_t id, FinishReason reason) {
   e.output.finish_reason = reason;
   it->second.channel->push(std::move(e));
   routes_.erase(it);
+  // Still queued: it never reaches the engine. Otherwise the loop ends it
+  // at the next step boundary.
+  for (auto s = submits_.begin(); s != submits_.end(); ++s)
+    if (s->id == id) {
+      submits_.erase(s);
+      return;
+    }
+  finishes_.emplace_back(id, reason);
+  work_.notify_one();
+}
+
+bool EngineService::accepting() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return accepting_;
+}
+
+void EngineService::drain_inbox() {
+  std::vector<Pending> submits;
+  std::vector<std::pair<int64_t, FinishReason>> finishes;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    submits.swap(submits_);
+    finishes.swap(finishes_);
+  }
+  for (Pending& p : submits) {
+    const int64_t prompt_tokens = static_cast<int64_t>(p.request.prompt.size());
+    StatusOr<int64_t> eid = engine_->add_request(std::move(p.request.prompt), p.request.params);
+    if (eid.ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      engine_ids_[p.id] = *eid;
+      service_ids_[*eid] = p.id;
+      continue;
+    }
+    RequestOutput o;  // checked at submit, so this is a bug; the client hears of it
+    o.finished = true;
+    o.finish_reason = FinishReason::kAbort;
+    o.error = eid.status().message();
+    o.prompt_tokens = prompt_tokens;
+    log_error("request " + std::to_string(p.id) + " refused by the engine: " + o.error);
+    deliver(p.id, std::move(o));
+  }
+  for (const auto& [id, reason] : finishes) {
+    int64_t eid = -1;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = engine_ids_.find(id);
+      if (it == engine_ids_.end()) continue;
+      eid = it->second;
+      engine_ids_.erase(it);
+      service_ids_.erase(eid);
+    }
+    engine_->finish(eid, reason);
+  }
+}
+
+void EngineService::deliver(int64_t id, RequestOutput o) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = routes_.find(id);
+  if (it == routes_.end()) return;  // finished by its handler meanwhile
+  o.id = id;
+  const bool done = o.finished;
+  it->second.channel->push({it->second.choice, std::move(o)});
+  if (!done) return;
+  routes_.erase(it);
+  auto e = engine_ids_.find(id);
+  if (e != engine_ids_.end()) {
+    service_ids_.erase(e->second);
+    engine_ids_.erase(e);
+  }
+}
+
+void EngineService::publish_snapshot() {
+  EngineSnapshot s;
+  s.running = engine_->scheduler().num_running();
+  s.waiting = engine_->scheduler().num_waiting();
+  s.stats = engine_->stats();
+  for (int g = 0; g < engine_->num_groups(); ++g)
+    if (engine_->cache(g).prefix_cache()) s.prefix_cache_blocks += engine_->cache(g).prefix_cache()->num_blocks();
+  for (int f = 0; f < kNumCacheFamilies; ++f) {  // over every data-parallel group's cache
+    int64_t pages = 0, free = 0;
+    for (int g = 0; g < engine_->num_groups(); ++g) {
+      KvCacheManager& kv = engine_->cache(g);
+      const PagePool& p = kv.pool(static_cast<CacheFamily>(f));
+      pages += p.num_pages();
+      // Pages only the prefix cache keeps are free for the asking.
+      free += p.free_pages() + (kv.prefix_cache() ? kv.prefix_cache()->pages_held_alone(static_cast<CacheFamily>(f)) : 0);
+    }
+    if (pages == 0) continue;
+    s.cache_usage.emplace_back(family_name(static_cast<CacheFamily>(f)), 1.0 - static_cast<double>(free) / pages);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  engine_waiting_ = s.waiting;
+  snapshot_ = std::move(s);
+}
+
+EngineSnapshot EngineService::snapshot() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return snapshot_;
 }
 
 void EngineService::loop() {
   for (;;) {
-    std::unique_lock<std::mutex> lock(mu_);
-    auto ready = [&] { return stop_ || engine_->has_unfinished(); };
-    if (options_.heartbeat_ms > 0) {
-      if (!work_.wait_for(lock, std::chrono::milliseconds(options_.heartbeat_ms), ready)) {
-        const Status st = engine_->heartbeat();
-        if (!st.ok()) log_error("heartbeat: " + st.message());
-        continue;
-      }
+    bool stopping = false, heartbeat = false;
+    if (!engine_->has_unfinished()) {  // idle: sleep until the inbox has something
+      std::unique_lock<std::mutex> lock(mu_);
+      auto ready = [&] { return stop_ || !submits_.empty() || !finishes_.empty(); };
+      if (options_.heartbeat_ms > 0) heartbeat = !work_.wait_for(lock, std::chrono::milliseconds(options_.heartbeat_ms), ready);
+      else work_.wait(lock, ready);
+      stopping = stop_;
     } else {
-      work_.wait(lock, ready);
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping = stop_;
     }
-    if (stop_) return;
+    drain_inbox();
+    if (stopping) return;
+    if (heartbeat) {
+      const Status st = engine_->heartbeat();
+      if (!st.ok()) log_error("heartbeat: " + st.message());
+      continue;
+    }
+    if (!engine_->has_unfinished()) {
+      publish_snapshot();
+      continue;
+    }
     for (RequestOutput& o : engine_->step()) {
-      auto it = routes_.find(o.id);
-      if (it == routes_.end()) continue;
-      const bool done = o.finished;
-      it->second.channel->push({it->second.choice, std::move(o)});
-      if (done) routes_.erase(it);
+      int64_t id = -1;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        auto it = service_ids_.find(o.id);
+        if (it == service_ids_.end()) continue;  // finished by its handler meanwhile
+        id = it->second;
+      }
+      deliver(id, std::move(o));
     }
+    publish_snapshot();
   }
 }
 
@@ -105,29 +232,6 @@ void EngineService::shutdown(int grace_ms) {
   }
   work_.notify_all();
   if (thread_.joinable()) thread_.join();
-}
-
-EngineSnapshot EngineService::snapshot() {
-  std::lock_guard<std::mutex> lock(mu_);
-  EngineSnapshot s;
-  s.running = engine_->scheduler().num_running();
-  s.waiting = engine_->scheduler().num_waiting();
-  s.stats = engine_->stats();
-  for (int g = 0; g < engine_->num_groups(); ++g)
-    if (engine_->cache(g).prefix_cache()) s.prefix_cache_blocks += engine_->cache(g).prefix_cache()->num_blocks();
-  for (int f = 0; f < kNumCacheFamilies; ++f) {  // over every data-parallel group's cache
-    int64_t pages = 0, free = 0;
-    for (int g = 0; g < engine_->num_groups(); ++g) {
-      KvCacheManager& kv = engine_->cache(g);
-      const PagePool& p = kv.pool(static_cast<CacheFamily>(f));
-      pages += p.num_pages();
-      // Pages only the prefix cache keeps are free for the asking.
-      free += p.free_pages() + (kv.prefix_cache() ? kv.prefix_cache()->pages_held_alone(static_cast<CacheFamily>(f)) : 0);
-    }
-    if (pages == 0) continue;
-    s.cache_usage.emplace_back(family_name(static_cast<CacheFamily>(f)), 1.0 - static_cast<double>(free) / pages);
-  }
-  return s;
 }
 
 }  // namespace dsv4

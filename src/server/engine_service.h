@@ -1,10 +1,11 @@
-// The engine behind the HTTP server: one thread steps the engine; handler
-// threads submit requests, receive their tokens through a channel, and
-// abort or stop them. Requests beyond max_queue waiting ones are refused
-// (the server answers 503).
+// The engine behind the HTTP server, as vLLM's engine core runs it: one
+// thread owns the engine and steps it; handler threads never touch it.
+// They post submits and aborts to an inbox the loop drains between steps,
+// receive their tokens through a channel, and read the metrics snapshot the
+// loop publishes after each step. So a submit, an abort or /metrics answers
+// in microseconds however long a step takes.
 #pragma once
 
-#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -39,7 +40,10 @@ class EventChannel {
 };
 
 struct EngineServiceOptions {
-  int64_t max_queue = 256;  // waiting requests beyond this are refused
+  // Choices waiting for the engine (queued or admitted but not yet
+  // scheduled) beyond this are refused with a retry hint. A request's
+  // choices are admitted as one unit, and always into an empty queue.
+  int64_t max_queue = 256;
   // When idle this long, reach every rank once (0: never); a lost rank then
   // shows before the next request.
   int heartbeat_ms = 0;
@@ -52,42 +56,68 @@ struct EngineSnapshot {
   int64_t prefix_cache_blocks = 0;                            // over every data-parallel group
 };
 
+// One engine request: a prompt and how to sample it.
+struct ChoiceRequest {
+  std::vector<int32_t> prompt;
+  SamplingParams params;
+};
+
 class EngineService {
  public:
   EngineService(std::unique_ptr<Engine> engine, const EngineServiceOptions& options);
   ~EngineService();
 
-  // Queues a request whose events go to `channel` tagged `choice`. Errors:
-  // invalid parameters or prompt (kInvalidArgument), the queue is full
-  // (kResourceExhausted), shutting down (kOutOfRange).
-  StatusOr<int64_t> submit(std::vector<int32_t> prompt, const SamplingParams& params,
-                           std::shared_ptr<EventChannel> channel, int choice);
-  // Ends a request now (client gone: kAbort; stop string seen: kStop).
+  // Queues a request's choices as one unit (all or none); choice i reports
+  // to `channel` tagged i. Returns their ids. Errors: invalid parameters or
+  // prompt (kInvalidArgument); the queue is too full now to take them
+  // (kResourceExhausted: retry later); shutting down (kOutOfRange).
+  StatusOr<std::vector<int64_t>> submit(std::vector<ChoiceRequest> choices, std::shared_ptr<EventChannel> channel);
+  // Ends a request (client gone: kAbort; stop string seen: kStop) at the
+  // next step boundary; its channel gets a finished event.
   void finish(int64_t id, FinishReason reason);
   // Refuses new requests, lets running ones finish for up to grace_ms, then
   // aborts what is left and stops the engine thread.
   void shutdown(int grace_ms);
+  bool accepting() const;
 
-  EngineSnapshot snapshot();
+  // As of the end of the last step.
+  EngineSnapshot snapshot() const;
   // Every rank answers; safe to call while a step runs (no lock).
   bool healthy() const { return engine_->healthy(); }
   const ModelConfig& config() const { return engine_->config(); }
-  const Engine& engine() const { return *engine_; }
   int64_t max_model_len() const { return engine_->scheduler().options().max_model_len; }
 
  private:
-  void loop();
-
-  std::unique_ptr<Engine> engine_;
-  EngineServiceOptions options_;
-  std::mutex mu_;
-  std::condition_variable work_;
   struct Route {
     std::shared_ptr<EventChannel> channel;
     int choice;
   };
-  std::map<int64_t, Route> routes_;
+  struct Pending {
+    int64_t id;
+    ChoiceRequest request;
+  };
+  void loop();
+  // On the loop thread, between steps: submits into the engine, aborts.
+  void drain_inbox();
+  void publish_snapshot();
+  // To the request's channel (as service id `id`); a finished one is forgotten.
+  void deliver(int64_t id, RequestOutput o);
+
+  std::unique_ptr<Engine> engine_;
+  EngineServiceOptions options_;
+
+  mutable std::mutex mu_;  // guards what follows; never held across a step
+  std::condition_variable work_;
+  std::vector<Pending> submits_;
+  std::vector<std::pair<int64_t, FinishReason>> finishes_;
+  std::map<int64_t, Route> routes_;           // every live request, queued or in the engine
+  std::map<int64_t, int64_t> engine_ids_;     // service id -> engine id, once in the engine
+  std::map<int64_t, int64_t> service_ids_;    // and back
+  int64_t engine_waiting_ = 0;                // the engine's waiting requests after the last step
+  int64_t next_id_ = 1;
   bool accepting_ = true, stop_ = false;
+  EngineSnapshot snapshot_;
+
   std::thread thread_;
 };
 

@@ -2,13 +2,16 @@
 
 #include <httplib.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <regex>
 
 #include "base/logging.h"
-#include "server/choice_text.h"
+#include "server/anthropic_messages.h"
+#include "server/connection_watch.h"
+#include "server/generation.h"
+#include "server/openai_response.h"
 
 namespace dsv4 {
 namespace {
@@ -18,52 +21,129 @@ using Clock = std::chrono::steady_clock;
 
 std::string dump(const ordered_json& j) { return j.dump(-1, ' ', false, ordered_json::error_handler_t::replace); }
 
-void send_error(httplib::Response& res, const ApiError& e) {
-  res.status = e.status;
-  res.set_content(e.to_json(), "application/json");
-}
+// How often a waiting handler looks at its client's socket.
+constexpr auto kWatchInterval = std::chrono::milliseconds(50);
 
-ApiError make_error(int status, std::string message, std::string type = "invalid_request_error") {
-  ApiError e;
-  e.status = status;
-  e.message = std::move(message);
-  e.type = std::move(type);
-  return e;
-}
-
-// A token's text for logprobs (lossy where it splits a UTF-8 character).
-std::string token_text(const Tokenizer& tok, int32_t id) {
-  std::string rest;
-  std::string t = utf8_complete_prefix(tok.token_bytes(id), &rest);
-  if (!rest.empty()) t += "\xEF\xBF\xBD";
-  return t;
-}
-
-ordered_json bytes_of(const std::string& s) {
-  ordered_json a = ordered_json::array();
-  for (unsigned char c : s) a.push_back(c);
-  return a;
-}
-
-// Per-choice state of one HTTP request.
-struct Choice {
-  int64_t engine_id = -1;
-  std::unique_ptr<ChoiceText> text;
-  bool finished = false;
-  std::string finish_reason;
-  int64_t prompt_tokens = 0, completion_tokens = 0;
-  int64_t cached_tokens = 0;                      // of the prompt, from the prefix cache
-  int64_t drafts_proposed = 0, drafts_accepted = 0;  // speculative decoding
-  std::vector<SampledToken> logprobs;
-  std::vector<int32_t> tokens;
-  Clock::time_point last_token;
-  bool sent_role = false;
+// The routes and their methods (anything else on these paths is a 405).
+struct Route {
+  std::regex path;
+  const char* methods;
 };
+const std::vector<Route>& routes() {
+  static const std::vector<Route> r = {
+      {std::regex("/health"), "GET"},
+      {std::regex("/metrics"), "GET"},
+      {std::regex("/v1/models"), "GET"},
+      {std::regex("/v1/models/[^/]+"), "GET"},
+      {std::regex("(/v1)?/tokenize"), "POST"},
+      {std::regex("(/v1)?/detokenize"), "POST"},
+      {std::regex("/v1/completions"), "POST"},
+      {std::regex("/v1/chat/completions"), "POST"},
+      {std::regex("/v1/messages"), "POST"},
+  };
+  return r;
+}
+
+std::vector<std::string> split_origins(const std::string& list) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  while (at <= list.size()) {
+    size_t comma = list.find(',', at);
+    if (comma == std::string::npos) comma = list.size();
+    std::string o = list.substr(at, comma - at);
+    while (!o.empty() && o.back() == ' ') o.pop_back();
+    while (!o.empty() && o.front() == ' ') o.erase(o.begin());
+    if (!o.empty()) out.push_back(o);
+    at = comma + 1;
+  }
+  return out;
+}
+
+// A started generation's events written as a stream (OpenAiStream or
+// AnthropicStream); a client gone (a failed write, or a closed socket while
+// nothing is written) aborts what still runs.
+template <class Stream>
+void stream_generation(httplib::Response& res, std::shared_ptr<Generation> gen, std::shared_ptr<Stream> stream,
+                       std::shared_ptr<ConnectionWatch> watch, std::string rid) {
+  struct State {
+    bool started = false, ended = false;
+  };
+  auto st = std::make_shared<State>();
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [=](size_t, httplib::DataSink& sink) {
+        auto write = [&](const std::vector<std::string>& events) {
+          for (const std::string& e : events)
+            if (!sink.write(e.data(), e.size())) return false;
+          return true;
+        };
+        if (!st->started) {
+          st->started = true;
+          if (!write(stream->begin())) return false;
+        }
+        ChoiceUpdate u;
+        const auto until = Clock::now() + std::chrono::seconds(1);
+        while (!gen->done() && Clock::now() < until) {
+          if (gen->next(&u, static_cast<int>(kWatchInterval.count()))) {
+            if (!write(stream->update(u))) return false;
+          } else if (watch->client_gone() || !sink.is_writable()) {
+            return false;
+          }
+        }
+        if (gen->done() && !st->ended) {
+          st->ended = true;
+          if (!write(stream->end())) return false;
+          sink.done();
+        }
+        return true;
+      },
+      [=](bool success) {
+        if (!success || !st->ended) {
+          gen->abort();
+          log_info(rid + ": client went away, request aborted");
+        } else {
+          log_info(rid + ": streamed, " + gen->summary());
+        }
+      });
+}
+
+// Waits for a generation to finish for a JSON answer; false when the client
+// left first (the generation is then aborted).
+bool wait_for(Generation& gen, const ConnectionWatch& watch) {
+  ChoiceUpdate u;
+  auto checked = Clock::now();
+  while (!gen.done()) {
+    gen.next(&u, static_cast<int>(kWatchInterval.count()));
+    if (Clock::now() - checked < kWatchInterval) continue;
+    checked = Clock::now();
+    if (watch.client_gone()) {
+      gen.abort();
+      return false;
+    }
+  }
+  return true;
+}
+
+// A submit refused by the engine service as the API error it means.
+ApiError submit_error(const Status& st) {
+  switch (st.code()) {
+    case StatusCode::kResourceExhausted:
+    case StatusCode::kOutOfRange:
+      return api_error(503, st.message(), "", "", "server_error");
+    default:
+      return api_error(400, st.message(), "", "invalid_value");
+  }
+}
 
 }  // namespace
 
 HttpServer::HttpServer(EngineService* service, const Tokenizer* tokenizer, const HttpServerOptions& options)
-    : service_(service), tokenizer_(tokenizer), options_(options), http_(std::make_unique<httplib::Server>()) {
+    : service_(service),
+      tokenizer_(tokenizer),
+      options_(options),
+      origins_(split_origins(options.allowed_origins)),
+      http_(std::make_unique<httplib::Server>()) {
   served_.name = options.model_name;
   served_.tokenizer = tokenizer;
   served_.max_model_len = service->max_model_len();
@@ -93,21 +173,74 @@ bool HttpServer::bind() {
 void HttpServer::serve() { http_->listen_after_bind(); }
 void HttpServer::stop() { http_->stop(); }
 
-bool HttpServer::authorized(const httplib::Request& req, httplib::Response& res) {
+std::string HttpServer::next_id(const char* prefix) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%s%08llx", prefix, static_cast<unsigned long long>(next_request_.fetch_add(1)));
+  return buf;
+}
+
+void HttpServer::send_error(httplib::Response& res, const ApiError& e, Api api) const {
+  res.status = e.status;
+  if (e.status == 503) res.set_header("Retry-After", "1");
+  res.set_content(api == Api::kAnthropic ? anthropic_error_json(e) : e.to_json(), "application/json");
+}
+
+bool HttpServer::authorized(const httplib::Request& req, httplib::Response& res, Api api) {
   if (options_.api_key.empty()) return true;
   if (req.get_header_value("Authorization") == "Bearer " + options_.api_key) return true;
-  send_error(res, make_error(401, "invalid or missing API key (Authorization: Bearer ...)", "authentication_error"));
+  if (req.get_header_value("x-api-key") == options_.api_key) return true;
+  send_error(res,
+             api_error(401, "invalid or missing API key (Authorization: Bearer KEY, or x-api-key: KEY)", "",
+                       "invalid_api_key", "authentication_error"),
+             api);
+  return false;
+}
+
+bool HttpServer::before_routing(const httplib::Request& req, httplib::Response& res) {
+  // CORS: allowed origins get the headers; a preflight is answered here.
+  const std::string origin = req.get_header_value("Origin");
+  bool allowed = false;
+  for (const std::string& o : origins_) allowed |= o == "*" || o == origin;
+  if (!origin.empty() && allowed) {
+    res.set_header("Access-Control-Allow-Origin", origins_.size() == 1 && origins_[0] == "*" ? "*" : origin);
+    res.set_header("Vary", "Origin");
+  }
+  if (req.method == "OPTIONS") {
+    if (!origin.empty() && !allowed) {
+      send_error(res, api_error(403, "origin " + origin + " is not allowed (--allowed-origins)"), Api::kOpenAi);
+      return true;
+    }
+    res.status = 204;
+    res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    const std::string asked = req.get_header_value("Access-Control-Request-Headers");
+    res.set_header("Access-Control-Allow-Headers", asked.empty() ? "Authorization, Content-Type, x-api-key" : asked);
+    res.set_header("Access-Control-Max-Age", "600");
+    return true;
+  }
+  for (const Route& r : routes()) {
+    if (!std::regex_match(req.path, r.path)) continue;
+    if (std::string(r.methods) == req.method || (req.method == "HEAD" && std::string(r.methods) == "GET")) return false;
+    res.set_header("Allow", std::string(r.methods) + ", OPTIONS");
+    send_error(res, api_error(405, req.method + " is not allowed on " + req.path + " (use " + r.methods + ")"),
+               req.path == "/v1/messages" ? Api::kAnthropic : Api::kOpenAi);
+    return true;
+  }
   return false;
 }
 
 void HttpServer::install_routes() {
-  http_->set_error_handler([](const httplib::Request&, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    const std::string msg = res.status == 404 ? "no such route" : res.status == 413 ? "the request body is too large"
-                                                                                   : "request failed";
-    send_error(res, make_error(res.status, msg));
+  http_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    return before_routing(req, res) ? httplib::Server::HandlerResponse::Handled
+                                    : httplib::Server::HandlerResponse::Unhandled;
   });
-  http_->set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+  http_->set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    const std::string msg = res.status == 404   ? "no such route: " + req.path
+                            : res.status == 413 ? "the request body is too large"
+                                                : "request failed";
+    send_error(res, api_error(res.status, msg), req.path == "/v1/messages" ? Api::kAnthropic : Api::kOpenAi);
+  });
+  http_->set_exception_handler([this](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
     std::string what = "internal error";
     try {
       if (ep) std::rethrow_exception(ep);
@@ -116,377 +249,187 @@ void HttpServer::install_routes() {
     } catch (...) {
     }
     log_error("request failed: " + what);
-    send_error(res, make_error(500, what, "internal_error"));
+    send_error(res, api_error(500, what, "", "", "internal_error"),
+               req.path == "/v1/messages" ? Api::kAnthropic : Api::kOpenAi);
   });
   http_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    if (service_->healthy()) {
+    if (!service_->accepting()) {  // draining after SIGTERM: balancers stop sending
+      res.status = 503;
+      res.set_content(api_error(503, "the server is shutting down", "", "", "service_unavailable").to_json(), "application/json");
+    } else if (!service_->healthy()) {
+      res.status = 503;
+      res.set_content(api_error(503, "a rank stopped answering", "", "", "service_unavailable").to_json(), "application/json");
+    } else {
       res.set_content("", "text/plain");
-      return;
     }
-    res.status = 503;
-    res.set_content(R"({"error":{"message":"a rank stopped answering","type":"service_unavailable","code":503}})",
-                    "application/json");
   });
   http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics_.render(service_->snapshot()), "text/plain; version=0.0.4");
   });
-  http_->Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
-    if (!authorized(req, res)) return;
-    ordered_json m = {{"id", served_.name},
-                      {"object", "model"},
-                      {"created", static_cast<int64_t>(std::time(nullptr))},
-                      {"owned_by", "dsv4"},
-                      {"max_model_len", served_.max_model_len}};
-    res.set_content(dump({{"object", "list"}, {"data", ordered_json::array({m})}}), "application/json");
+  auto model_card = [this] {
+    return ordered_json{{"id", served_.name},
+                        {"object", "model"},
+                        {"created", static_cast<int64_t>(std::time(nullptr))},
+                        {"owned_by", "dsv4"},
+                        {"max_model_len", served_.max_model_len}};
+  };
+  http_->Get("/v1/models", [this, model_card](const httplib::Request& req, httplib::Response& res) {
+    if (!authorized(req, res, Api::kOpenAi)) return;
+    res.set_content(dump({{"object", "list"}, {"data", ordered_json::array({model_card()})}}), "application/json");
   });
-  http_->Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
-    ApiError e;
-    auto body = parse_body(req.body, &e);
-    if (!body) return send_error(res, e);
-    std::vector<int32_t> ids;
-    if (body->contains("prompt") && (*body)["prompt"].is_string()) {
-      ids = tokenizer_->encode((*body)["prompt"].get<std::string>());
-      if (body->value("add_special_tokens", true) && tokenizer_->add_bos() && tokenizer_->bos_id() >= 0)
-        ids.insert(ids.begin(), tokenizer_->bos_id());
-    } else if (body->contains("messages") && (*body)["messages"].is_array()) {
-      auto prompt = encode_chat((*body)["messages"], ChatOptions{});
-      if (!prompt.ok()) return send_error(res, make_error(400, prompt.status().message()));
-      ids = tokenizer_->encode(*prompt);
-    } else {
-      return send_error(res, make_error(400, "give a string prompt or a messages array"));
-    }
-    res.set_content(dump({{"tokens", ids}, {"count", ids.size()}, {"max_model_len", served_.max_model_len}}),
-                    "application/json");
+  http_->Get(R"(/v1/models/([^/]+))", [this, model_card](const httplib::Request& req, httplib::Response& res) {
+    if (!authorized(req, res, Api::kOpenAi)) return;
+    const std::string id = req.matches[1];
+    if (id != served_.name)
+      return send_error(res, api_error(404, "The model `" + id + "` does not exist. This server serves `" + served_.name + "`.",
+                                       "model", "model_not_found"),
+                        Api::kOpenAi);
+    res.set_content(dump(model_card()), "application/json");
   });
-  http_->Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
-    ApiError e;
-    auto body = parse_body(req.body, &e);
-    if (!body) return send_error(res, e);
-    if (!body->contains("tokens") || !(*body)["tokens"].is_array())
-      return send_error(res, make_error(400, "tokens must be an array of token ids"));
-    std::vector<int32_t> ids;
-    for (const auto& t : (*body)["tokens"]) {
-      if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= served_.vocab_size)
-        return send_error(res, make_error(400, "tokens must be integers in [0, " + std::to_string(served_.vocab_size) + ")"));
-      ids.push_back(t.get<int32_t>());
-    }
-    std::string rest;
-    std::string text = utf8_complete_prefix(tokenizer_->decode(ids), &rest);
-    if (!rest.empty()) text += "\xEF\xBF\xBD";
-    res.set_content(dump({{"prompt", text}}), "application/json");
-  });
+  for (const char* path : {"/tokenize", "/v1/tokenize"})
+    http_->Post(path, [this](const httplib::Request& req, httplib::Response& res) { tokenize(req, res); });
+  for (const char* path : {"/detokenize", "/v1/detokenize"})
+    http_->Post(path, [this](const httplib::Request& req, httplib::Response& res) { detokenize(req, res); });
   http_->Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    if (authorized(req, res)) generate(req, res, false);
+    if (authorized(req, res, Api::kOpenAi)) openai_generate(req, res, false);
   });
   http_->Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    if (authorized(req, res)) generate(req, res, true);
+    if (authorized(req, res, Api::kOpenAi)) openai_generate(req, res, true);
+  });
+  http_->Post("/v1/messages", [this](const httplib::Request& req, httplib::Response& res) {
+    if (authorized(req, res, Api::kAnthropic)) anthropic_messages(req, res);
   });
 }
 
-void HttpServer::generate(const httplib::Request& req, httplib::Response& res, bool chat) {
+// vLLM's /tokenize: a prompt, or messages rendered exactly as chat
+// completions renders them.
+void HttpServer::tokenize(const httplib::Request& req, httplib::Response& res) {
+  ApiError e;
+  auto body = parse_body(req.body, &e);
+  if (!body) return send_error(res, e, Api::kOpenAi);
+  std::string model;
+  if (auto err = check_model(*body, served_, &model)) return send_error(res, *err, Api::kOpenAi);
+  const bool strs = body->contains("return_token_strs") && (*body)["return_token_strs"].is_boolean() &&
+                    (*body)["return_token_strs"].get<bool>();
+  std::vector<int32_t> ids;
+  if (body->contains("prompt") && (*body)["prompt"].is_string()) {
+    ids = tokenizer_->encode((*body)["prompt"].get<std::string>());
+    if (body->value("add_special_tokens", true) && tokenizer_->add_bos() && tokenizer_->bos_id() >= 0)
+      ids.insert(ids.begin(), tokenizer_->bos_id());
+  } else if (body->contains("messages")) {
+    ChatRender rendered;
+    if (auto err = render_chat(*body, &rendered)) return send_error(res, *err, Api::kOpenAi);
+    ids = tokenizer_->encode(rendered.prompt);
+  } else {
+    return send_error(res, api_error(400, "give a string prompt or a messages array", "prompt", "missing_required_parameter"),
+                      Api::kOpenAi);
+  }
+  ordered_json out = {{"count", ids.size()}, {"max_model_len", served_.max_model_len}, {"tokens", ids}};
+  if (strs) {
+    ordered_json t = ordered_json::array();
+    for (int32_t id : ids) t.push_back(token_text(*tokenizer_, id));
+    out["token_strs"] = t;
+  } else {
+    out["token_strs"] = nullptr;
+  }
+  res.set_content(dump(out), "application/json");
+}
+
+void HttpServer::detokenize(const httplib::Request& req, httplib::Response& res) {
+  ApiError e;
+  auto body = parse_body(req.body, &e);
+  if (!body) return send_error(res, e, Api::kOpenAi);
+  std::string model;
+  if (auto err = check_model(*body, served_, &model)) return send_error(res, *err, Api::kOpenAi);
+  if (!body->contains("tokens") || !(*body)["tokens"].is_array())
+    return send_error(res, api_error(400, "tokens must be an array of token ids", "tokens"), Api::kOpenAi);
+  std::vector<int32_t> ids;
+  for (const auto& t : (*body)["tokens"]) {
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= served_.vocab_size)
+      return send_error(res, api_error(400, "tokens must be integers in [0, " + std::to_string(served_.vocab_size) + ")", "tokens"),
+                        Api::kOpenAi);
+    ids.push_back(t.get<int32_t>());
+  }
+  std::string rest;
+  std::string text = utf8_complete_prefix(tokenizer_->decode(ids), &rest);
+  if (!rest.empty()) text += "\xEF\xBF\xBD";
+  res.set_content(dump({{"prompt", text}}), "application/json");
+}
+
+void HttpServer::openai_generate(const httplib::Request& req, httplib::Response& res, bool chat) {
   const char* endpoint = chat ? "chat" : "completions";
-  const auto arrival = Clock::now();
   ApiError err;
   auto body = parse_body(req.body, &err);
-  if (!body) {
+  PlanOrError planned;
+  if (body) planned = chat ? plan_chat(*body, served_) : plan_completion(*body, served_);
+  if (!body || !planned.plan) {
     metrics_.count_request(endpoint, "error");
-    return send_error(res, err);
+    return send_error(res, body ? planned.error : err, Api::kOpenAi);
   }
-  PlanOrError planned = chat ? plan_chat(*body, served_) : plan_completion(*body, served_);
-  if (!planned.plan) {
+  auto plan = std::make_shared<const GenerationPlan>(std::move(*planned.plan));
+  GenerationSpec spec{plan->prompts, plan->n, plan->params, chat, plan->mode, plan->parse_tools, endpoint};
+  auto started = Generation::start(service_, tokenizer_, std::move(spec), &metrics_);
+  if (!started.ok()) {
     metrics_.count_request(endpoint, "error");
-    return send_error(res, planned.error);
+    return send_error(res, submit_error(started.status()), Api::kOpenAi);
   }
-  const GenerationPlan plan = std::move(*planned.plan);
-  char idbuf[32];
-  std::snprintf(idbuf, sizeof idbuf, "%s-%08llx", chat ? "chatcmpl" : "cmpl",
-                static_cast<unsigned long long>(next_request_.fetch_add(1)));
-  const std::string rid = idbuf;
-  const int64_t created = static_cast<int64_t>(std::time(nullptr));
-
-  // One engine request per prompt and choice; they report to one channel.
-  auto channel = std::make_shared<EventChannel>();
-  auto choices = std::make_shared<std::vector<Choice>>(plan.prompts.size() * plan.n);
-  std::vector<int32_t> skip = {tokenizer_->bos_id(), tokenizer_->eos_id(), service_->config().eos_token_id};
-  for (size_t i = 0; i < choices->size(); ++i) {
-    const auto& prompt = plan.prompts[i / plan.n];
-    SamplingParams p = plan.params;
-    if (p.seed) p.seed = *p.seed + i % plan.n;  // n choices differ, and repeat with the seed
-    auto id = service_->submit(prompt, p, channel, static_cast<int>(i));
-    if (!id.ok()) {
-      for (size_t k = 0; k < i; ++k) service_->finish((*choices)[k].engine_id, FinishReason::kAbort);
-      metrics_.count_request(endpoint, "error");
-      const int status = id.status().code() == StatusCode::kResourceExhausted ? 503
-                         : id.status().code() == StatusCode::kOutOfRange      ? 503
-                                                                              : 400;
-      return send_error(res, make_error(status, id.status().message(), status == 503 ? "server_error" : "invalid_request_error"));
-    }
-    Choice& c = (*choices)[i];
-    c.engine_id = *id;
-    c.prompt_tokens = static_cast<int64_t>(prompt.size());
-    c.last_token = arrival;
-    c.text = std::make_unique<ChoiceText>(tokenizer_, plan.params.stop, skip, chat, plan.mode, plan.parse_tools);
+  std::shared_ptr<Generation> gen = std::move(*started);
+  OpenAiContext ctx{next_id(chat ? "chatcmpl-" : "cmpl-"), static_cast<int64_t>(std::time(nullptr)), plan.get(), tokenizer_};
+  log_info(ctx.id + ": " + std::to_string(gen->size()) + " choice(s), " + std::to_string(plan->prompts[0].size()) +
+           " prompt tokens, max_tokens " + std::to_string(plan->params.max_tokens) + (plan->stream ? ", streaming" : ""));
+  auto watch = std::make_shared<ConnectionWatch>(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
+  if (plan->stream) {
+    // The stream holds the plan it points to.
+    struct Holder : OpenAiStream {
+      Holder(OpenAiContext c, const Generation& g, std::shared_ptr<const GenerationPlan> p)
+          : OpenAiStream(std::move(c), g), plan(std::move(p)) {}
+      std::shared_ptr<const GenerationPlan> plan;
+    };
+    return stream_generation(res, gen, std::make_shared<Holder>(ctx, *gen, plan), watch, ctx.id);
   }
-  log_info(rid + ": " + std::to_string(choices->size()) + " choice(s), " + std::to_string(plan.prompts[0].size()) +
-           " prompt tokens, max_tokens " + std::to_string(plan.params.max_tokens) + (plan.stream ? ", streaming" : ""));
-
-  // Applies one engine event to its choice; returns its text delta.
-  auto apply = [this, choices, plan, arrival](const ChoiceEvent& ev, TextDelta* delta) {
-    Choice& c = (*choices)[ev.choice];
-    if (c.finished) return false;
-    *delta = TextDelta{};
-    const RequestOutput& o = ev.output;
-    if (!o.new_tokens.empty()) {
-      const auto now = Clock::now();
-      if (c.tokens.empty()) {
-        metrics_.observe_ttft(std::chrono::duration<double>(now - arrival).count());
-      } else {  // a step may bring several tokens (speculative decoding): the interval is theirs
-        const double each = std::chrono::duration<double>(now - c.last_token).count() / o.new_tokens.size();
-        for (size_t i = 0; i < o.new_tokens.size(); ++i) metrics_.observe_time_per_output_token(each);
-      }
-      c.last_token = now;
-    }
-    if (o.prompt_tokens > 0) {  // from an engine step (not a cancellation)
-      c.cached_tokens = o.cached_tokens;
-      c.drafts_proposed = o.drafts_proposed;
-      c.drafts_accepted = o.drafts_accepted;
-    }
-    // Token by token: when a stop string ends inside a step's tokens (a
-    // speculative step brings several), the ones after it are not output.
-    size_t kept = 0;
-    while (kept < o.new_tokens.size() && !c.text->stopped()) {
-      const TextDelta d = c.text->add({o.new_tokens[kept++]});
-      delta->reasoning += d.reasoning;
-      delta->content += d.content;
-    }
-    c.tokens.insert(c.tokens.end(), o.new_tokens.begin(), o.new_tokens.begin() + kept);
-    c.logprobs.insert(c.logprobs.end(), o.new_logprobs.begin(),
-                      o.new_logprobs.begin() + std::min(kept, o.new_logprobs.size()));
-    c.completion_tokens = static_cast<int64_t>(c.tokens.size());
-    bool done = o.finished;
-    if (!done && c.text->stopped()) {  // a stop string: end it here
-      service_->finish(c.engine_id, FinishReason::kStop);
-      done = true;
-      c.finish_reason = "stop";
-    } else if (done) {
-      c.finish_reason = c.text->stopped() ? "stop" : finish_reason_name(o.finish_reason);
-    }
-    if (done) {
-      c.finished = true;
-      const TextDelta tail = c.text->finish();
-      delta->reasoning += tail.reasoning;
-      delta->content += tail.content;
-      if (!c.text->tool_calls().empty()) c.finish_reason = "tool_calls";
-    }
-    return true;
-  };
-  // The usage object: prompt (each choice's prompt once), completion and
-  // cached tokens.
-  auto usage = [choices] {
-    int64_t prompt = 0, completion = 0, cached = 0;
-    for (const Choice& c : *choices) {
-      prompt += c.prompt_tokens;
-      completion += c.completion_tokens;
-      cached += c.cached_tokens;
-    }
-    return ordered_json{{"prompt_tokens", prompt},
-                        {"completion_tokens", completion},
-                        {"total_tokens", prompt + completion},
-                        {"prompt_tokens_details", {{"cached_tokens", cached}}}};
-  };
-  // Per-request log line: tokens, and what the prefix cache and the drafts did.
-  auto summary = [choices] {
-    int64_t completion = 0, cached = 0, proposed = 0, accepted = 0;
-    for (const Choice& c : *choices) {
-      completion += c.completion_tokens;
-      cached += c.cached_tokens;
-      proposed += c.drafts_proposed;
-      accepted += c.drafts_accepted;
-    }
-    std::string s = std::to_string(completion) + " tokens";
-    if (cached) s += ", " + std::to_string(cached) + " prompt tokens cached";
-    if (proposed) s += ", " + std::to_string(accepted) + "/" + std::to_string(proposed) + " draft tokens accepted";
-    return s;
-  };
-  auto logprobs_json = [this, chat](const Choice& c) -> ordered_json {
-    if (chat) {
-      ordered_json content = ordered_json::array();
-      for (size_t i = 0; i < c.logprobs.size(); ++i) {
-        const SampledToken& t = c.logprobs[i];
-        ordered_json top = ordered_json::array();
-        for (const auto& [id, lp] : t.top) {
-          const std::string s = token_text(*tokenizer_, id);
-          top.push_back({{"token", s}, {"logprob", lp}, {"bytes", bytes_of(tokenizer_->token_bytes(id))}});
-        }
-        const std::string s = token_text(*tokenizer_, t.token);
-        content.push_back({{"token", s}, {"logprob", t.logprob}, {"bytes", bytes_of(tokenizer_->token_bytes(t.token))},
-                           {"top_logprobs", top}});
-      }
-      return {{"content", content}};
-    }
-    ordered_json tokens = ordered_json::array(), lps = ordered_json::array(), tops = ordered_json::array(),
-                 offsets = ordered_json::array();
-    int64_t offset = 0;
-    for (const SampledToken& t : c.logprobs) {
-      const std::string s = token_text(*tokenizer_, t.token);
-      tokens.push_back(s);
-      lps.push_back(t.logprob);
-      ordered_json top = ordered_json::object();
-      for (const auto& [id, lp] : t.top) top[token_text(*tokenizer_, id)] = lp;
-      tops.push_back(top);
-      offsets.push_back(offset);
-      offset += static_cast<int64_t>(s.size());
-    }
-    return {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
-  };
-  auto tool_calls_json = [rid](const Choice& c, bool with_index) {
-    ordered_json calls = ordered_json::array();
-    for (size_t k = 0; k < c.text->tool_calls().size(); ++k) {
-      const ParsedToolCall& t = c.text->tool_calls()[k];
-      ordered_json call = ordered_json::object();
-      if (with_index) call["index"] = k;
-      call["id"] = "call_" + rid.substr(rid.find('-') + 1) + "_" + std::to_string(k);
-      call["type"] = "function";
-      call["function"] = {{"name", t.name}, {"arguments", t.arguments}};
-      calls.push_back(call);
-    }
-    return calls;
-  };
-  auto finish_metrics = [this, choices, endpoint, usage] {
-    const ordered_json u = usage();
-    metrics_.add_tokens(u["prompt_tokens"].get<int64_t>(), u["completion_tokens"].get<int64_t>());
-    for (const Choice& c : *choices) metrics_.count_request(endpoint, c.finish_reason.empty() ? "abort" : c.finish_reason);
-  };
-
-  if (!plan.stream) {
-    size_t done = 0;
-    ChoiceEvent ev;
-    TextDelta delta;
-    while (done < choices->size()) {
-      if (!channel->pop(&ev, 1000)) continue;
-      if (apply(ev, &delta) && (*choices)[ev.choice].finished) ++done;
-    }
-    ordered_json out_choices = ordered_json::array();
-    for (size_t i = 0; i < choices->size(); ++i) {
-      const Choice& c = (*choices)[i];
-      ordered_json lp = plan.logprobs ? logprobs_json(c) : ordered_json();
-      if (chat) {
-        ordered_json msg = {{"role", "assistant"}, {"content", c.text->content()}};
-        if (plan.mode == ChatMode::kThinking) msg["reasoning_content"] = c.text->reasoning();
-        if (!c.text->tool_calls().empty()) msg["tool_calls"] = tool_calls_json(c, false);
-        out_choices.push_back({{"index", i}, {"message", msg}, {"logprobs", lp}, {"finish_reason", c.finish_reason}});
-      } else {
-        std::string text = c.text->content();
-        if (plan.echo) text = tokenizer_->decode(plan.prompts[i / plan.n]) + text;
-        out_choices.push_back({{"index", i}, {"text", text}, {"logprobs", lp}, {"finish_reason", c.finish_reason}});
-      }
-    }
-    ordered_json out = {{"id", rid},
-                        {"object", chat ? "chat.completion" : "text_completion"},
-                        {"created", created},
-                        {"model", plan.model},
-                        {"choices", out_choices},
-                        {"usage", usage()}};
-    finish_metrics();
-    log_info(rid + ": done, " + summary());
-    res.set_content(dump(out), "application/json");
+  if (!wait_for(*gen, *watch)) {
+    log_info(ctx.id + ": client went away, request aborted");
     return;
   }
+  log_info(ctx.id + ": done, " + gen->summary());
+  res.set_content(dump(openai_body(ctx, *gen)), "application/json");
+}
 
-  // Streaming: Server-Sent Events, one chunk per choice delta.
-  struct Stream {
-    bool started = false, ended = false;
-    size_t done = 0;
-  };
-  auto st = std::make_shared<Stream>();
-  auto chunk = [rid, created, chat, plan](const ordered_json& choice_obj) {
-    ordered_json j = {{"id", rid},
-                      {"object", chat ? "chat.completion.chunk" : "text_completion"},
-                      {"created", created},
-                      {"model", plan.model},
-                      {"choices", ordered_json::array({choice_obj})}};
-    return "data: " + dump(j) + "\n\n";
-  };
-  res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [=, this](size_t, httplib::DataSink& sink) {
-        auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
-        if (!st->started) {
-          st->started = true;
-          if (chat)
-            for (size_t i = 0; i < choices->size(); ++i)
-              if (!write(chunk({{"index", i}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}})))
-                return false;
-        }
-        ChoiceEvent ev;
-        TextDelta d;
-        for (int polls = 0; polls < 20 && st->done < choices->size(); ++polls) {
-          if (!channel->pop(&ev, 50)) {
-            if (!sink.is_writable()) return false;
-            continue;
-          }
-          const size_t before = (*choices)[ev.choice].logprobs.size();
-          if (!apply(ev, &d)) continue;
-          const Choice& c = (*choices)[ev.choice];
-          ordered_json lp;
-          if (plan.logprobs && c.logprobs.size() > before) {
-            Choice slice;
-            slice.logprobs.assign(c.logprobs.begin() + before, c.logprobs.end());
-            lp = logprobs_json(slice);
-          }
-          if (!d.empty() || !lp.is_null()) {
-            ordered_json obj;
-            if (chat) {
-              ordered_json delta = ordered_json::object();
-              if (!d.reasoning.empty()) delta["reasoning_content"] = d.reasoning;
-              if (!d.content.empty()) delta["content"] = d.content;
-              obj = {{"index", ev.choice}, {"delta", delta}, {"logprobs", lp}, {"finish_reason", nullptr}};
-            } else {
-              obj = {{"index", ev.choice}, {"text", d.content}, {"logprobs", lp}, {"finish_reason", nullptr}};
-            }
-            if (!write(chunk(obj))) return false;
-          }
-          if (c.finished) {
-            ++st->done;
-            if (chat && !c.text->tool_calls().empty() &&
-                !write(chunk({{"index", ev.choice}, {"delta", {{"tool_calls", tool_calls_json(c, true)}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}})))
-              return false;
-            ordered_json fin = chat ? ordered_json{{"index", ev.choice}, {"delta", ordered_json::object()}, {"logprobs", nullptr}, {"finish_reason", c.finish_reason}}
-                                    : ordered_json{{"index", ev.choice}, {"text", ""}, {"logprobs", nullptr}, {"finish_reason", c.finish_reason}};
-            if (!write(chunk(fin))) return false;
-          }
-        }
-        if (st->done == choices->size() && !st->ended) {
-          st->ended = true;
-          if (plan.include_usage) {
-            ordered_json j = {{"id", rid},
-                              {"object", chat ? "chat.completion.chunk" : "text_completion"},
-                              {"created", created},
-                              {"model", plan.model},
-                              {"choices", ordered_json::array()},
-                              {"usage", usage()}};
-            if (!write("data: " + dump(j) + "\n\n")) return false;
-          }
-          if (!write("data: [DONE]\n\n")) return false;
-          sink.done();
-        }
-        return true;
-      },
-      [=, this](bool success) {
-        // The stream ended: on a client disconnect, abort what still runs.
-        if (!success || !st->ended) {
-          for (Choice& c : *choices)
-            if (!c.finished) {
-              service_->finish(c.engine_id, FinishReason::kAbort);
-              c.finished = true;
-            }
-          log_info(rid + ": client went away, request aborted");
-        } else {
-          log_info(rid + ": streamed, " + summary());
-        }
-        finish_metrics();
-      });
+void HttpServer::anthropic_messages(const httplib::Request& req, httplib::Response& res) {
+  ApiError err;
+  auto body = parse_body(req.body, &err);
+  PlanOrError planned;
+  if (body) planned = plan_messages(*body, served_);
+  if (!body || !planned.plan) {
+    metrics_.count_request("messages", "error");
+    return send_error(res, body ? planned.error : err, Api::kAnthropic);
+  }
+  auto plan = std::make_shared<const GenerationPlan>(std::move(*planned.plan));
+  GenerationSpec spec{plan->prompts, 1, plan->params, true, plan->mode, plan->parse_tools, "messages"};
+  auto started = Generation::start(service_, tokenizer_, std::move(spec), &metrics_);
+  if (!started.ok()) {
+    metrics_.count_request("messages", "error");
+    return send_error(res, submit_error(started.status()), Api::kAnthropic);
+  }
+  std::shared_ptr<Generation> gen = std::move(*started);
+  const std::string id = next_id("msg_");
+  log_info(id + ": " + std::to_string(plan->prompts[0].size()) + " prompt tokens, max_tokens " +
+           std::to_string(plan->params.max_tokens) + (plan->stream ? ", streaming" : ""));
+  auto watch = std::make_shared<ConnectionWatch>(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
+  if (plan->stream) {
+    struct Holder : AnthropicStream {
+      Holder(std::string i, std::shared_ptr<const GenerationPlan> p, const Generation& g)
+          : AnthropicStream(std::move(i), *p, g), plan(std::move(p)) {}
+      std::shared_ptr<const GenerationPlan> plan;
+    };
+    return stream_generation(res, gen, std::make_shared<Holder>(id, plan, *gen), watch, id);
+  }
+  if (!wait_for(*gen, *watch)) {
+    log_info(id + ": client went away, request aborted");
+    return;
+  }
+  log_info(id + ": done, " + gen->summary());
+  res.set_content(dump(anthropic_body(id, *plan, *gen)), "application/json");
 }
 
 }  // namespace dsv4

@@ -1,83 +1,79 @@
 #include "server/openai_request.h"
 
+#include <algorithm>
+#include <cctype>
+
 namespace dsv4 {
 namespace {
 
 using nlohmann::ordered_json;
 
-PlanOrError fail(std::string message, std::string param = "", int status = 400) {
+PlanOrError fail(std::string message, std::string param = "", std::string code = "invalid_value") {
   PlanOrError r;
-  r.error.status = status;
-  r.error.message = std::move(message);
-  r.error.param = std::move(param);
+  r.error = api_error(400, std::move(message), std::move(param), std::move(code));
   return r;
 }
 
-// Common fields: model, n, stream, stream_options, sampling.
+PlanOrError fail(const ApiError& e) { return {std::nullopt, e}; }
+
+// Sampling errors start with the field they are about ("top_p must be ...").
+std::string leading_field(const std::string& message) {
+  size_t n = 0;
+  while (n < message.size() && (std::islower(static_cast<unsigned char>(message[n])) || message[n] == '_')) ++n;
+  const std::string field = message.substr(0, n);
+  for (const char* known : {"temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
+                            "repetition_penalty", "max_tokens", "max_completion_tokens", "seed", "ignore_eos", "stop",
+                            "stop_token_ids", "logprobs", "top_logprobs", "prompt_logprobs", "logit_bias"})
+    if (field == known) return field;
+  return "";
+}
+
+// Common fields: n, stream, stream_options, sampling (model: check_model).
 std::optional<ApiError> read_common(const ordered_json& b, const ServedModel& m, GenerationPlan* p) {
-  auto err = [](std::string msg, std::string param, int status = 400) {
-    ApiError e;
-    e.status = status;
-    e.message = std::move(msg);
-    e.param = std::move(param);
-    return e;
-  };
-  if (b.contains("model") && !b["model"].is_null()) {
-    if (!b["model"].is_string()) return err("model must be a string", "model");
-    p->model = b["model"].get<std::string>();
-    if (p->model != m.name)
-      return err("The model `" + p->model + "` does not exist. This server serves `" + m.name + "`.", "model", 404);
-  } else {
-    p->model = m.name;
-  }
+  if (auto e = check_model(b, m, &p->model)) return e;
   if (b.contains("n") && !b["n"].is_null()) {
-    if (!b["n"].is_number_integer()) return err("n must be an integer", "n");
+    if (!b["n"].is_number_integer()) return api_error(400, "n must be an integer", "n", "invalid_type");
     const int64_t n = b["n"].get<int64_t>();
-    if (n < 1 || n > 16) return err("n must be between 1 and 16, got " + std::to_string(n), "n");
+    if (n < 1 || n > 16) return api_error(400, "n must be between 1 and 16, got " + std::to_string(n), "n", "invalid_value");
     p->n = static_cast<int>(n);
   }
   if (b.contains("stream") && !b["stream"].is_null()) {
-    if (!b["stream"].is_boolean()) return err("stream must be true or false", "stream");
+    if (!b["stream"].is_boolean()) return api_error(400, "stream must be true or false", "stream", "invalid_type");
     p->stream = b["stream"].get<bool>();
   }
   if (b.contains("stream_options") && !b["stream_options"].is_null()) {
     const auto& so = b["stream_options"];
-    if (!so.is_object()) return err("stream_options must be an object", "stream_options");
+    if (!so.is_object()) return api_error(400, "stream_options must be an object", "stream_options", "invalid_type");
     if (so.contains("include_usage")) {
-      if (!so["include_usage"].is_boolean()) return err("stream_options.include_usage must be a boolean", "stream_options");
+      if (!so["include_usage"].is_boolean())
+        return api_error(400, "stream_options.include_usage must be a boolean", "stream_options", "invalid_type");
       p->include_usage = so["include_usage"].get<bool>();
     }
   }
   auto params = SamplingParams::from_json(nlohmann::json::parse(b.dump()));
-  if (!params.ok()) return err(params.status().message(), "");
+  if (!params.ok()) return api_error(400, params.status().message(), leading_field(params.status().message()), "invalid_value");
   p->params = *params;
   return std::nullopt;
 }
 
-std::optional<ApiError> check_params(GenerationPlan* p, const ServedModel& m, bool max_tokens_given) {
-  ApiError e;
+// Lengths against max_model_len (prompt_param names the prompt's field),
+// then the sampling ranges.
+std::optional<ApiError> check_params(GenerationPlan* p, const ServedModel& m, const char* prompt_param) {
   size_t longest = 0;
   for (const auto& pr : p->prompts) longest = std::max(longest, pr.size());
   const int64_t room = m.max_model_len - static_cast<int64_t>(longest);
-  if (room <= 0) {
-    e.message = "This model's maximum context length is " + std::to_string(m.max_model_len) +
-                " tokens. However, your prompt has " + std::to_string(longest) + " tokens.";
-    e.param = "messages";
-    return e;
-  }
-  if (!max_tokens_given) p->params.max_tokens = room;
+  if (room <= 0 && p->params.max_tokens > 0)
+    return api_error(400, "This model's maximum context length is " + std::to_string(m.max_model_len) +
+                              " tokens. However, your prompt has " + std::to_string(longest) + " tokens.",
+                     prompt_param, "context_length_exceeded");
   const Status st = p->params.validate(m.vocab_size);
-  if (!st.ok()) {
-    e.message = st.message();
-    return e;
-  }
-  if (p->params.max_tokens > room) {
-    e.message = "This model's maximum context length is " + std::to_string(m.max_model_len) + " tokens. However, you requested " +
-                std::to_string(longest + p->params.max_tokens) + " tokens (" + std::to_string(longest) +
-                " in the prompt, " + std::to_string(p->params.max_tokens) + " for the completion).";
-    e.param = "max_tokens";
-    return e;
-  }
+  if (!st.ok()) return api_error(400, st.message(), leading_field(st.message()), "invalid_value");
+  if (p->params.max_tokens > room)
+    return api_error(400, "This model's maximum context length is " + std::to_string(m.max_model_len) +
+                              " tokens. However, you requested " + std::to_string(longest + p->params.max_tokens) +
+                              " tokens (" + std::to_string(longest) + " in the prompt, " +
+                              std::to_string(p->params.max_tokens) + " for the completion).",
+                     "max_tokens", "context_length_exceeded");
   return std::nullopt;
 }
 
@@ -85,12 +81,32 @@ bool given(const ordered_json& b, const char* k) { return b.contains(k) && !b[k]
 
 }  // namespace
 
+ApiError api_error(int status, std::string message, std::string param, std::string code, std::string type) {
+  ApiError e;
+  e.status = status;
+  e.message = std::move(message);
+  e.param = std::move(param);
+  e.code = std::move(code);
+  e.type = std::move(type);
+  return e;
+}
+
+std::optional<ApiError> check_model(const ordered_json& b, const ServedModel& m, std::string* name) {
+  *name = m.name;
+  if (!b.contains("model") || b["model"].is_null()) return std::nullopt;
+  if (!b["model"].is_string()) return api_error(400, "model must be a string", "model", "invalid_type");
+  *name = b["model"].get<std::string>();
+  if (*name == m.name) return std::nullopt;
+  return api_error(404, "The model `" + *name + "` does not exist. This server serves `" + m.name + "`.", "model",
+                   "model_not_found");
+}
+
 std::string ApiError::to_json() const {
   ordered_json j = {{"error",
                      {{"message", message},
                       {"type", type},
                       {"param", param.empty() ? ordered_json() : ordered_json(param)},
-                      {"code", ordered_json()}}}};
+                      {"code", code.empty() ? ordered_json() : ordered_json(code)}}}};
   return j.dump(-1, ' ', false, ordered_json::error_handler_t::replace);
 }
 
@@ -111,7 +127,7 @@ std::optional<ordered_json> parse_body(const std::string& body, ApiError* error)
 PlanOrError plan_completion(const ordered_json& b, const ServedModel& m) {
   GenerationPlan p;
   if (auto e = read_common(b, m, &p)) return {std::nullopt, *e};
-  if (!given(b, "prompt")) return fail("prompt is required", "prompt");
+  if (!given(b, "prompt")) return fail("prompt is required", "prompt", "missing_required_parameter");
   const ordered_json& pr = b["prompt"];
   const Tokenizer& tok = *m.tokenizer;
   auto with_bos = [&](std::vector<int32_t> ids) {
@@ -152,102 +168,166 @@ PlanOrError plan_completion(const ordered_json& b, const ServedModel& m) {
   for (const auto& ids : p.prompts)
     if (ids.empty()) return fail("a prompt is empty", "prompt");
   if (given(b, "echo")) {
-    if (!b["echo"].is_boolean()) return fail("echo must be true or false", "echo");
+    if (!b["echo"].is_boolean()) return fail("echo must be true or false", "echo", "invalid_type");
     p.echo = b["echo"].get<bool>();
   }
-  if (given(b, "suffix")) return fail("suffix is not supported", "suffix");
+  if (given(b, "suffix")) return fail("suffix is not supported", "suffix", "unsupported_parameter");
   if (given(b, "best_of") && !(b["best_of"].is_number_integer() && b["best_of"].get<int64_t>() == p.n))
     return fail("best_of must equal n", "best_of");
   p.logprobs = p.params.logprobs;
+  // echo with logprobs scores the prompt too (how evaluation harnesses
+  // measure a continuation's likelihood); max_tokens 0 then only scores.
+  if (p.echo && p.logprobs) p.params.prompt_logprobs = std::max(*p.logprobs, p.params.prompt_logprobs.value_or(0));
   if (!given(b, "max_tokens")) p.params.max_tokens = 16;  // OpenAI's completions default
-  if (auto e = check_params(&p, m, true)) return {std::nullopt, *e};
+  if (p.params.max_tokens == 0 && !p.echo)
+    return fail("max_tokens must be at least 1 (0 only with echo, to score the prompt)", "max_tokens");
+  if (auto e = check_params(&p, m, "prompt")) return fail(*e);
   return {p, {}};
 }
 
-PlanOrError plan_chat(const ordered_json& b, const ServedModel& m) {
-  GenerationPlan p;
-  p.chat = true;
-  if (auto e = read_common(b, m, &p)) return {std::nullopt, *e};
+std::optional<ApiError> render_chat(const ordered_json& b, ChatRender* out) {
+  auto err = [](std::string message, std::string param, std::string code = "invalid_value") {
+    return api_error(400, std::move(message), std::move(param), std::move(code));
+  };
   if (!given(b, "messages") || !b["messages"].is_array() || b["messages"].empty())
-    return fail("messages must be a non-empty array", "messages");
+    return err("messages must be a non-empty array", "messages", "missing_required_parameter");
   ordered_json messages = b["messages"];
   for (size_t i = 0; i < messages.size(); ++i) {
     const auto& msg = messages[i];
+    const std::string at = "messages[" + std::to_string(i) + "]";
     if (!msg.is_object() || !msg.contains("role") || !msg["role"].is_string())
-      return fail("messages[" + std::to_string(i) + "] must be an object with a string role", "messages");
+      return err(at + " must be an object with a string role", "messages");
     const auto& c = msg.contains("content") ? msg["content"] : ordered_json();
     if (!(c.is_null() || c.is_string() || c.is_array()))
-      return fail("messages[" + std::to_string(i) + "].content must be a string or an array of parts", "messages");
-    if (c.is_array())
-      for (const auto& part : c)
-        if (!part.is_object() || !part.contains("type") || !part["type"].is_string())
-          return fail("messages[" + std::to_string(i) + "].content parts must be objects with a type", "messages");
+      return err(at + ".content must be a string or an array of parts", "messages");
+    if (!c.is_array()) continue;
+    for (size_t k = 0; k < c.size(); ++k) {
+      const auto& part = c[k];
+      if (!part.is_object() || !part.contains("type") || !part["type"].is_string())
+        return err(at + ".content parts must be objects with a type", "messages");
+      const std::string type = part["type"].get<std::string>();
+      if (type != "text")
+        return err(at + ".content[" + std::to_string(k) + "] is a '" + type +
+                       "' part; this model reads text only (give text parts)",
+                   "messages");
+    }
   }
   // Thinking: reasoning_effort, or chat_template_kwargs.enable_thinking / thinking.
   ChatOptions o;
   if (given(b, "reasoning_effort")) {
-    if (!b["reasoning_effort"].is_string()) return fail("reasoning_effort must be a string", "reasoning_effort");
+    if (!b["reasoning_effort"].is_string()) return err("reasoning_effort must be a string", "reasoning_effort", "invalid_type");
     const std::string effort = b["reasoning_effort"].get<std::string>();
     if (effort != "low" && effort != "medium" && effort != "high" && effort != "max")
-      return fail("reasoning_effort must be low, medium, high or max, got '" + effort + "'", "reasoning_effort");
+      return err("reasoning_effort must be low, medium, high or max, got '" + effort + "'", "reasoning_effort");
     o.mode = ChatMode::kThinking;
     o.reasoning_effort = effort;
   }
   if (given(b, "chat_template_kwargs")) {
     const auto& k = b["chat_template_kwargs"];
-    if (!k.is_object()) return fail("chat_template_kwargs must be an object", "chat_template_kwargs");
+    if (!k.is_object()) return err("chat_template_kwargs must be an object", "chat_template_kwargs", "invalid_type");
     for (const char* key : {"enable_thinking", "thinking"}) {
       if (!k.contains(key)) continue;
-      if (!k[key].is_boolean()) return fail(std::string("chat_template_kwargs.") + key + " must be a boolean", "chat_template_kwargs");
+      if (!k[key].is_boolean()) return err(std::string("chat_template_kwargs.") + key + " must be a boolean", "chat_template_kwargs");
       o.mode = k[key].get<bool>() ? ChatMode::kThinking : ChatMode::kChat;
     }
     if (k.contains("drop_thinking")) {
-      if (!k["drop_thinking"].is_boolean()) return fail("chat_template_kwargs.drop_thinking must be a boolean", "chat_template_kwargs");
+      if (!k["drop_thinking"].is_boolean()) return err("chat_template_kwargs.drop_thinking must be a boolean", "chat_template_kwargs");
       o.drop_thinking = k["drop_thinking"].get<bool>();
     }
+  }
+  for (const char* key : {"add_generation_prompt", "continue_final_message"})
+    if (given(b, key) && !b[key].is_boolean()) return err(std::string(key) + " must be true or false", key, "invalid_type");
+  o.add_generation_prompt = b.value("add_generation_prompt", true);
+  if (b.value("continue_final_message", false)) {
+    // vLLM's rule: the last (assistant) message is continued, not closed.
+    if (o.add_generation_prompt && given(b, "add_generation_prompt"))
+      return err("continue_final_message and add_generation_prompt cannot both be true", "continue_final_message");
+    if (messages.back().value("role", "") != "assistant")
+      return err("continue_final_message needs a final assistant message", "continue_final_message");
+    o.add_generation_prompt = false;
+    messages.back()["wo_eos"] = true;
   }
   if (given(b, "response_format")) {
     const auto& rf = b["response_format"];
     const std::string type = rf.is_object() && rf.contains("type") && rf["type"].is_string() ? rf["type"].get<std::string>() : "";
     if (type != "text" && type != "json_object" && type != "json_schema")
-      return fail("response_format.type must be text, json_object or json_schema", "response_format");
+      return err("response_format.type must be text, json_object or json_schema", "response_format");
     if (type == "json_schema" && !(rf.contains("json_schema") && rf["json_schema"].is_object()))
-      return fail("response_format json_schema needs a json_schema object", "response_format");
+      return err("response_format json_schema needs a json_schema object", "response_format");
   }
-  if (given(b, "tools")) {
-    const auto& tools = b["tools"];
-    if (!tools.is_array()) return fail("tools must be an array", "tools");
-    for (const auto& t : tools)
-      if (!t.is_object() || !t.contains("type") || t["type"] != "function" || !t.contains("function") || !t["function"].is_object() ||
-          !t["function"].contains("name") || !t["function"]["name"].is_string())
-        return fail("each tool must be {\"type\": \"function\", \"function\": {\"name\": ...}}", "tools");
-    std::string choice = "auto";
-    if (given(b, "tool_choice")) {
-      if (b["tool_choice"].is_string()) choice = b["tool_choice"].get<std::string>();
-      else if (!b["tool_choice"].is_object()) return fail("tool_choice must be a string or an object", "tool_choice");
-    }
-    if (!tools.empty() && choice != "none") {
-      // Tools go on the first system or developer message (a system message
-      // is added when there is none).
-      if (messages[0].value("role", "") == "system" || messages[0].value("role", "") == "developer") {
-        messages[0]["tools"] = tools;
-      } else {
-        messages.insert(messages.begin(), ordered_json{{"role", "system"}, {"content", ""}, {"tools", tools}});
-      }
-      p.parse_tools = true;
+  // tool_choice: "none", "auto", "required", or {"type": "function",
+  // "function": {"name": N}} naming one of the tools. Nothing forces the
+  // model to call a tool yet (constrained decoding comes later): "required"
+  // offers the tools as "auto" does, and a named function is the only tool
+  // offered (docs/api.md).
+  ordered_json tools = given(b, "tools") ? b["tools"] : ordered_json::array();
+  if (!tools.is_array()) return err("tools must be an array", "tools", "invalid_type");
+  for (const auto& t : tools)
+    if (!t.is_object() || !t.contains("type") || t["type"] != "function" || !t.contains("function") || !t["function"].is_object() ||
+        !t["function"].contains("name") || !t["function"]["name"].is_string())
+      return err("each tool must be {\"type\": \"function\", \"function\": {\"name\": ...}}", "tools");
+  std::string choice = tools.empty() ? "none" : "auto";
+  if (given(b, "tool_choice")) {
+    const auto& tc = b["tool_choice"];
+    if (tc.is_string()) {
+      choice = tc.get<std::string>();
+      if (choice != "none" && choice != "auto" && choice != "required")
+        return err("tool_choice must be \"none\", \"auto\", \"required\" or a named function, got \"" + choice + "\"", "tool_choice");
+      if (choice == "required" && tools.empty()) return err("tool_choice \"required\" needs tools", "tool_choice");
+    } else if (tc.is_object()) {
+      const bool shaped = tc.contains("type") && tc["type"] == "function" && tc.contains("function") &&
+                          tc["function"].is_object() && tc["function"].contains("name") && tc["function"]["name"].is_string();
+      if (!shaped) return err("tool_choice must be {\"type\": \"function\", \"function\": {\"name\": ...}}", "tool_choice");
+      const std::string name = tc["function"]["name"].get<std::string>();
+      ordered_json named = ordered_json::array();
+      for (const auto& t : tools)
+        if (t["function"]["name"] == name) named.push_back(t);
+      if (named.empty()) return err("tool_choice names function '" + name + "', which is not in tools", "tool_choice");
+      tools = named;
+      choice = "required";
+    } else {
+      return err("tool_choice must be a string or an object", "tool_choice", "invalid_type");
     }
   }
-  p.mode = o.mode;
+  out->parse_tools = false;
+  if (!tools.empty() && choice != "none") {
+    // Tools go on the first system or developer message (a system message
+    // is added when there is none).
+    if (messages[0].value("role", "") == "system" || messages[0].value("role", "") == "developer") {
+      messages[0]["tools"] = tools;
+    } else {
+      messages.insert(messages.begin(), ordered_json{{"role", "system"}, {"content", ""}, {"tools", tools}});
+    }
+    out->parse_tools = true;
+  }
+  out->mode = o.mode;
   auto prompt = encode_chat(messages, o);
-  if (!prompt.ok()) return fail(prompt.status().message(), "messages");
-  p.prompts.push_back(m.tokenizer->encode(*prompt));
+  if (!prompt.ok()) return err(prompt.status().message(), "messages");
+  out->prompt = std::move(*prompt);
+  return std::nullopt;
+}
+
+PlanOrError plan_chat(const ordered_json& b, const ServedModel& m) {
+  GenerationPlan p;
+  p.chat = true;
+  if (auto e = read_common(b, m, &p)) return fail(*e);
+  ChatRender rendered;
+  if (auto e = render_chat(b, &rendered)) return fail(*e);
+  p.mode = rendered.mode;
+  p.parse_tools = rendered.parse_tools;
+  p.prompts.push_back(m.tokenizer->encode(rendered.prompt));
   if (given(b, "top_logprobs") && !(b.contains("logprobs") && b["logprobs"].is_boolean() && b["logprobs"].get<bool>()))
     return fail("top_logprobs needs logprobs: true", "top_logprobs");
   p.logprobs = p.params.logprobs;
   if (given(b, "max_tokens") && given(b, "max_completion_tokens") && b["max_tokens"] != b["max_completion_tokens"])
     return fail("max_tokens and max_completion_tokens disagree; give one of them", "max_tokens");
   const bool max_given = given(b, "max_tokens") || given(b, "max_completion_tokens");
-  if (auto e = check_params(&p, m, max_given)) return {std::nullopt, *e};
+  if (p.params.max_tokens == 0 && max_given) return fail("max_tokens must be at least 1", "max_tokens");
+  if (!max_given) {  // the room the prompt leaves
+    const int64_t room = m.max_model_len - static_cast<int64_t>(p.prompts[0].size());
+    p.params.max_tokens = std::max<int64_t>(room, 1);
+  }
+  if (auto e = check_params(&p, m, "messages")) return fail(*e);
   return {p, {}};
 }
 

@@ -21,8 +21,12 @@ struct ApiError {
   std::string message;
   std::string type = "invalid_request_error";
   std::string param;
+  std::string code;  // OpenAI's code where one exists (model_not_found, context_length_exceeded, ...)
   std::string to_json() const;
 };
+
+ApiError api_error(int status, std::string message, std::string param = "", std::string code = "",
+                   std::string type = "invalid_request_error");
 
 struct GenerationPlan {
   bool chat = false;
@@ -36,6 +40,14 @@ struct GenerationPlan {
   ChatMode mode = ChatMode::kChat;
   bool parse_tools = false;      // chat with tools (tool_choice not "none")
   std::string model;
+};
+
+// A chat request's messages, tools and template options rendered to the
+// prompt text (what chat completions and /tokenize both use).
+struct ChatRender {
+  std::string prompt;
+  ChatMode mode = ChatMode::kChat;
+  bool parse_tools = false;  // tools given and tool_choice not "none"
 };
 
 struct ServedModel {
@@ -53,6 +65,12 @@ struct PlanOrError {
 
 PlanOrError plan_completion(const nlohmann::ordered_json& body, const ServedModel& model);
 PlanOrError plan_chat(const nlohmann::ordered_json& body, const ServedModel& model);
+// messages, tools, tool_choice, reasoning_effort, chat_template_kwargs
+// (thinking, enable_thinking, drop_thinking), add_generation_prompt,
+// continue_final_message, response_format.
+std::optional<ApiError> render_chat(const nlohmann::ordered_json& body, ChatRender* out);
+// The model field: absent, or the served model (else 404 model_not_found).
+std::optional<ApiError> check_model(const nlohmann::ordered_json& body, const ServedModel& model, std::string* name);
 
 // The body parsed as a JSON object, or a 400 naming the problem.
 std::optional<nlohmann::ordered_json> parse_body(const std::string& body, ApiError* error);
