@@ -13,6 +13,7 @@
 #include "checkpoint/config_json.h"
 #include "model/config.h"
 #include "checkpoint/safetensors.h"
+#include "server/anthropic_messages.h"
 #include "server/openai_request.h"
 #include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/byte_tokenizer.h"
@@ -96,8 +97,11 @@ void check_request(const uint8_t* data, size_t size) {
     if (error.status < 400 || error.status >= 500) std::abort();
     return;
   }
-  for (bool chat : {false, true}) {
-    const PlanOrError p = chat ? plan_chat(*json, model) : plan_completion(*json, model);
+  // The three request formats (completions, chat, Anthropic messages).
+  for (int format = 0; format < 3; ++format) {
+    const PlanOrError p = format == 0 ? plan_completion(*json, model)
+                          : format == 1 ? plan_chat(*json, model)
+                                        : plan_messages(*json, model);
     if (!p.plan) {
       if (p.error.status < 400 || p.error.status >= 500) std::abort();
       continue;

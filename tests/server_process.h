@@ -56,6 +56,7 @@ class ServerProcess {
   ~ServerProcess() { stop(); }
 
   int port() const { return port_; }
+  pid_t pid() const { return pid_; }
   // The exit code once the process has ended by itself, or -2 while it runs
   // (waits up to timeout_s).
   int wait_exit(int timeout_s) {

@@ -448,6 +448,206 @@ TEST(Server, ApiKeyAndOverload) {
   EXPECT_GE(ok.load(), 1);
   EXPECT_GE(busy.load(), 1) << "one running and one waiting request fill the server";
   EXPECT_EQ(other.load(), 0);
+  // Anthropic clients send x-api-key; a 503 says when to retry.
+  auto anthropic = cli.Post("/v1/messages", {{"x-api-key", "s3cret"}},
+                            R"({"max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]})", "application/json");
+  ASSERT_TRUE(anthropic);
+  EXPECT_EQ(anthropic->status, 200) << anthropic->body;
+  auto wrong = cli.Post("/v1/messages", {{"x-api-key", "nope"}}, R"({"max_tokens": 2, "messages": []})", "application/json");
+  ASSERT_TRUE(wrong);
+  EXPECT_EQ(wrong->status, 401);
+  EXPECT_EQ(json::parse(wrong->body)["error"]["type"], "authentication_error");
+  std::atomic<bool> saw_retry_after{false};
+  clients.clear();
+  for (int i = 0; i < 6; ++i)
+    clients.emplace_back([&] {
+      httplib::Client c("127.0.0.1", server.port());
+      c.set_read_timeout(120, 0);
+      auto r = c.Post("/v1/completions", auth, body, "application/json");
+      if (r && r->status == 503 && r->get_header_value("Retry-After") == "1") saw_retry_after = true;
+    });
+  for (auto& t : clients) t.join();
+  EXPECT_TRUE(saw_retry_after.load());
+}
+
+TEST(Server, EveryClientLibraryEndToEnd) {
+  ServerProcess server(kBase);
+  ASSERT_GT(server.port(), 0) << server.log();
+  EXPECT_EQ(node("e2e_clients.mjs", server.url() + " dsv4-default"), 0) << server.log();
+  httplib::Client cli("127.0.0.1", server.port());
+  EXPECT_TRUE(settles(cli));
+  EXPECT_EQ(server.stop(), 0);
+}
+
+// lm-evaluation-harness scores a continuation through /v1/completions:
+// prompt = context + continuation token ids, echo, logprobs 1, max_tokens 1
+// (or 0), temperature 0; it reads token_logprobs[ctxlen:-1] and compares
+// each with the best of its top_logprobs.
+TEST(Server, EvaluationHarnessLoglikelihoodRequests) {
+  const std::vector<int32_t> context = {84, 104, 101, 32, 99, 97, 116, 32};  // "The cat "
+  auto score = [&](httplib::Client& cli, int max_tokens, bool stream, std::vector<int32_t> continuation) {
+    std::vector<int32_t> ids = context;
+    ids.insert(ids.end(), continuation.begin(), continuation.end());
+    json body = {{"model", "dsv4-default"}, {"prompt", json::array({ids})}, {"temperature", 0},
+                 {"max_tokens", max_tokens}, {"logprobs", 1}, {"seed", 1234}, {"echo", true}, {"stream", stream}};
+    auto r = cli.Post("/v1/completions", body.dump(), "application/json");
+    EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no response");
+    json lp = {{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()}, {"text_offset", json::array()}};
+    std::string text;
+    if (!r) return std::make_pair(text, lp);
+    if (!stream) {
+      const json j = json::parse(r->body);
+      return std::make_pair(j["choices"][0]["text"].get<std::string>(), j["choices"][0]["logprobs"]);
+    }
+    for (size_t at = 0; at < r->body.size();) {
+      const size_t end = r->body.find("\n\n", at);
+      const std::string ev = r->body.substr(at + 6, end - at - 6);
+      at = end + 2;
+      if (ev == "[DONE]") break;
+      const json j = json::parse(ev);
+      text += j["choices"][0]["text"].get<std::string>();
+      const json& l = j["choices"][0]["logprobs"];
+      if (l.is_null()) continue;
+      for (const char* k : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
+        for (const auto& v : l[k]) lp[k].push_back(v);
+    }
+    return std::make_pair(text, lp);
+  };
+  const std::vector<int32_t> continuation = {100, 111, 103};  // "dog"
+  json whole, chunked;
+  {
+    ServerProcess server(kBase);
+    ASSERT_GT(server.port(), 0) << server.log();
+    httplib::Client cli("127.0.0.1", server.port());
+    auto [text1, lp1] = score(cli, 1, false, continuation);
+    const size_t n = context.size() + continuation.size();
+    ASSERT_EQ(lp1["tokens"].size(), n + 1) << "the prompt's tokens and the one generated";
+    EXPECT_TRUE(lp1["token_logprobs"][0].is_null());
+    EXPECT_TRUE(lp1["top_logprobs"][0].is_null());
+    EXPECT_EQ(text1.substr(0, n), "The cat dog");
+    for (size_t k = 1; k < n; ++k) {
+      ASSERT_TRUE(lp1["token_logprobs"][k].is_number()) << k;
+      EXPECT_LE(lp1["token_logprobs"][k].get<double>(), 0.0);
+      ASSERT_EQ(lp1["top_logprobs"][k].size(), 1u);
+      // is_greedy: the best alternative is at least as likely.
+      EXPECT_GE(lp1["top_logprobs"][k].begin().value().get<double>(), lp1["token_logprobs"][k].get<double>() - 1e-6);
+    }
+    // max_tokens 0: the same scores, nothing generated.
+    auto [text0, lp0] = score(cli, 0, false, continuation);
+    EXPECT_EQ(text0, "The cat dog");
+    ASSERT_EQ(lp0["token_logprobs"].size(), n);
+    for (size_t k = 1; k < n; ++k) EXPECT_EQ(lp0["token_logprobs"][k], lp1["token_logprobs"][k]) << k;
+    // Streamed: the same text, scores and offsets.
+    auto [texts, lps] = score(cli, 0, true, continuation);
+    EXPECT_EQ(texts, text0);
+    EXPECT_EQ(lps, lp0);
+    whole = lp0;
+    EXPECT_TRUE(settles(cli));
+  }
+  {
+    // Chunked prefill (4-token chunks) scores each position the same.
+    ServerProcess server(with({"--max-num-batched-tokens", "4"}));
+    ASSERT_GT(server.port(), 0) << server.log();
+    httplib::Client cli("127.0.0.1", server.port());
+    chunked = score(cli, 0, false, continuation).second;
+  }
+  ASSERT_EQ(chunked["token_logprobs"].size(), whole["token_logprobs"].size());
+  for (size_t k = 1; k < whole["token_logprobs"].size(); ++k)
+    EXPECT_NEAR(chunked["token_logprobs"][k].get<double>(), whole["token_logprobs"][k].get<double>(), 1e-4) << k;
+}
+
+TEST(Server, CorsMethodsModelsHealthAndTokenize) {
+  ServerProcess server(with({"--allowed-origins", "https://app.example, https://other.example", "--shutdown-grace-ms", "60000"}));
+  ASSERT_GT(server.port(), 0) << server.log();
+  httplib::Client cli("127.0.0.1", server.port());
+  // CORS: a preflight from an allowed origin, the header on the answer, and
+  // no access for other origins.
+  httplib::Headers pre = {{"Origin", "https://app.example"}, {"Access-Control-Request-Method", "POST"},
+                          {"Access-Control-Request-Headers", "authorization, content-type"}};
+  auto opt = cli.Options("/v1/chat/completions", pre);
+  ASSERT_TRUE(opt);
+  EXPECT_EQ(opt->status, 204);
+  EXPECT_EQ(opt->get_header_value("Access-Control-Allow-Origin"), "https://app.example");
+  EXPECT_NE(opt->get_header_value("Access-Control-Allow-Methods").find("POST"), std::string::npos);
+  EXPECT_EQ(opt->get_header_value("Access-Control-Allow-Headers"), "authorization, content-type");
+  auto got = cli.Get("/v1/models", {{"Origin", "https://app.example"}});
+  ASSERT_TRUE(got);
+  EXPECT_EQ(got->get_header_value("Access-Control-Allow-Origin"), "https://app.example");
+  auto denied = cli.Options("/v1/chat/completions", {{"Origin", "https://evil.example"}, {"Access-Control-Request-Method", "POST"}});
+  ASSERT_TRUE(denied);
+  EXPECT_EQ(denied->status, 403);
+  EXPECT_FALSE(denied->has_header("Access-Control-Allow-Origin"));
+  // A known path with the wrong method: 405 with Allow.
+  auto wrong = cli.Get("/v1/chat/completions");
+  ASSERT_TRUE(wrong);
+  EXPECT_EQ(wrong->status, 405);
+  EXPECT_EQ(wrong->get_header_value("Allow"), "POST, OPTIONS");
+  auto unknown = cli.Get("/v1/models/other");
+  ASSERT_TRUE(unknown);
+  EXPECT_EQ(unknown->status, 404);
+  EXPECT_EQ(json::parse(unknown->body)["error"]["code"], "model_not_found");
+  // /tokenize renders messages exactly as chat completions does.
+  const json messages = json::array({{{"role", "user"}, {"content", "Hi there"}}});
+  for (const json& extra : {json::object(), json{{"chat_template_kwargs", {{"thinking", true}}}}, json{{"reasoning_effort", "max"}},
+                            json{{"tools", json::array({{{"type", "function"}, {"function", {{"name", "f"}, {"parameters", json::object()}}}}})}}}) {
+    json t = extra, c = extra;
+    t["messages"] = c["messages"] = messages;
+    c["max_tokens"] = 1;
+    auto tok = cli.Post("/v1/tokenize", t.dump(), "application/json");
+    auto chat = cli.Post("/v1/chat/completions", c.dump(), "application/json");
+    ASSERT_TRUE(tok && chat);
+    ASSERT_EQ(tok->status, 200) << tok->body;
+    ASSERT_EQ(chat->status, 200) << chat->body;
+    EXPECT_EQ(json::parse(tok->body)["count"], json::parse(chat->body)["usage"]["prompt_tokens"]) << extra.dump();
+  }
+  auto with_prompt = cli.Post("/tokenize", json{{"messages", messages}, {"return_token_strs", true}}.dump(), "application/json");
+  auto without = cli.Post("/tokenize", json{{"messages", messages}, {"add_generation_prompt", false}}.dump(), "application/json");
+  ASSERT_TRUE(with_prompt && without);
+  const json a = json::parse(with_prompt->body), b = json::parse(without->body);
+  ASSERT_GT(a["count"].get<int>(), b["count"].get<int>()) << "the assistant turn opens only with add_generation_prompt";
+  EXPECT_EQ(json(std::vector<json>(a["tokens"].begin(), a["tokens"].begin() + b["count"].get<int>())), b["tokens"]);
+  EXPECT_EQ(a["token_strs"].size(), a["tokens"].size());
+  auto cont = cli.Post("/tokenize",
+                       json{{"messages", json::array({messages[0], {{"role", "assistant"}, {"content", "Hel"}}})},
+                            {"continue_final_message", true}, {"add_generation_prompt", false}}.dump(),
+                       "application/json");
+  ASSERT_TRUE(cont);
+  ASSERT_EQ(cont->status, 200) << cont->body;
+  const json ct = json::parse(cont->body)["tokens"];
+  EXPECT_EQ(ct.back(), 108) << "the final assistant message is left open, ending in its own text";
+  auto bad_model = cli.Post("/tokenize", R"({"model": "x", "prompt": "a"})", "application/json");
+  ASSERT_TRUE(bad_model);
+  EXPECT_EQ(bad_model->status, 404);
+  // No content: null, not "". The first greedy character as a stop string
+  // leaves nothing.
+  const json ask = {{"messages", messages}, {"max_tokens", 3}, {"temperature", 0}};
+  auto first = cli.Post("/v1/chat/completions", ask.dump(), "application/json");
+  ASSERT_TRUE(first);
+  const std::string text = json::parse(first->body)["choices"][0]["message"]["content"].get<std::string>();
+  ASSERT_FALSE(text.empty());
+  json stopped = ask;
+  stopped["stop"] = text.substr(0, 1);
+  auto empty = cli.Post("/v1/chat/completions", stopped.dump(), "application/json");
+  ASSERT_TRUE(empty);
+  EXPECT_TRUE(json::parse(empty->body)["choices"][0]["message"]["content"].is_null()) << empty->body;
+  // /health: 200, then 503 while SIGTERM drains a running request.
+  EXPECT_EQ(cli.Get("/health")->status, 200);
+  std::thread slow([&] {
+    httplib::Client c("127.0.0.1", server.port());
+    c.set_read_timeout(120, 0);
+    c.Post("/v1/completions", R"({"prompt": "x", "max_tokens": 400, "ignore_eos": true})", "application/json");
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  kill(server.pid(), SIGTERM);
+  int draining = 0;
+  for (int i = 0; i < 100 && draining == 0; ++i) {
+    auto h = cli.Get("/health");
+    if (h && h->status == 503) draining = 1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(draining, 1) << "/health answers 503 while draining";
+  slow.join();
+  EXPECT_EQ(server.wait_exit(60), 0);
 }
 
 TEST(Server, SigtermFinishesInFlightRequestsAndExits) {

@@ -214,7 +214,7 @@ void Engine::score_prompt(const ScheduledChunk& c, const SampledLogits* rows, Re
   const int64_t prompt = static_cast<int64_t>(r->prompt.size());
   // Row i (position c.start + i) predicts the token at c.start + i + 1.
   const int64_t from = std::max(r->prompt_scored, c.start + 1);
-  const int64_t to = std::min(prompt, c.start + c.num_tokens);
+  const int64_t to = std::min(prompt, c.start + c.num_tokens + 1);
   o->prompt_from = from;
   for (int64_t pos = from; pos < to; ++pos)
     o->prompt_logprobs.push_back(score_token(rows[pos - 1 - c.start].logits.data(), config().vocab_size,

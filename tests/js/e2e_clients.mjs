@@ -1,0 +1,143 @@
+// The API as real clients use it, against a running dsv4 serve: the official
+// openai SDK (aborts, logit_bias, n with usage, errors), the Vercel AI SDK
+// (ai + @ai-sdk/openai-compatible), LangChain JS (@langchain/openai) and the
+// official Anthropic SDK (@anthropic-ai/sdk) on /v1/messages.
+// usage: node e2e_clients.mjs BASE_URL MODEL
+import OpenAI from "openai";
+import Anthropic from "@anthropic-ai/sdk";
+import { generateText, streamText } from "ai";
+import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
+import { ChatOpenAI } from "@langchain/openai";
+import assert from "node:assert/strict";
+
+const [base, model] = process.argv.slice(2);
+let checks = 0;
+const check = (cond, what) => { assert.ok(cond, what); ++checks; };
+const metric = async (name, labels) => {
+  const text = await (await fetch(`${base}/metrics`)).text();
+  const line = text.split("\n").find((l) => l.startsWith(name + (labels ?? "")) && !l.startsWith("#"));
+  return line ? Number(line.split(" ").pop()) : 0;
+};
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const settled = async () => {
+  for (let i = 0; i < 200; ++i) {
+    if ((await metric("dsv4_num_requests_running")) === 0 && (await metric("dsv4_num_requests_waiting")) === 0) return true;
+    await sleep(50);
+  }
+  return false;
+};
+
+// --- openai ---
+const openai = new OpenAI({ baseURL: `${base}/v1`, apiKey: "unused", maxRetries: 0 });
+
+// An SDK abort of a non-streaming request ends all its choices at once.
+const abortsBefore = await metric("dsv4_requests_total", '{endpoint="completions",outcome="abort"}');
+const controller = new AbortController();
+const started = Date.now();
+setTimeout(() => controller.abort(), 400);
+await assert.rejects(openai.completions.create({ model, prompt: "go", max_tokens: 3000, n: 8, ignore_eos: true },
+  { signal: controller.signal }), "the aborted request rejects");
+check(await settled(), "nothing runs after the client aborted");
+check(Date.now() - started < 20000, "the abort ended the request early");
+const abortsAfter = await metric("dsv4_requests_total", '{endpoint="completions",outcome="abort"}');
+check(abortsAfter - abortsBefore === 8, `8 choices counted as aborted (got ${abortsAfter - abortsBefore})`);
+// And a timeout the same way.
+await assert.rejects(openai.chat.completions.create({ model, messages: [{ role: "user", content: "go" }], max_tokens: 3000, ignore_eos: true },
+  { timeout: 300 }), "the timed-out request rejects");
+check(await settled(), "nothing runs after the client timed out");
+
+// usage counts the prompt once, however many choices.
+const one = await openai.chat.completions.create({ model, messages: [{ role: "user", content: "count me" }], max_tokens: 2 });
+const three = await openai.chat.completions.create({ model, messages: [{ role: "user", content: "count me" }], max_tokens: 2, n: 3 });
+check(three.usage.prompt_tokens === one.usage.prompt_tokens, "n=3 reports the prompt's tokens once");
+check(three.usage.completion_tokens === 6, "and every choice's completion tokens");
+
+// logit_bias: +100 on a token makes greedy decoding choose it.
+const biased = await openai.completions.create({ model, prompt: "abc", max_tokens: 4, temperature: 0, logit_bias: { "90": 100 } });
+check(biased.choices[0].text === "ZZZZ", `logit_bias +100 on 'Z' gives ZZZZ (got ${JSON.stringify(biased.choices[0].text)})`);
+
+// Errors name the parameter and carry OpenAI's code.
+const expectError = async (p, status, param, code, what) => {
+  try { await p; assert.fail(`${what}: no error`); } catch (e) {
+    check(e.status === status && e.param === param && e.code === code, `${what}: ${e.status} ${e.param} ${e.code}`);
+  }
+};
+await expectError(openai.completions.create({ model, prompt: "x", logit_bias: { abc: 1 } }), 400, "logit_bias", "invalid_value", "bad logit_bias key");
+await expectError(openai.completions.create({ model, prompt: "x", logit_bias: { "5": 500 } }), 400, "logit_bias", "invalid_value", "logit_bias out of range");
+await expectError(openai.completions.create({ model, prompt: "x", temperature: -1 }), 400, "temperature", "invalid_value", "sampling error names its param");
+await expectError(openai.completions.create({ model, prompt: "x".repeat(100000), max_tokens: 1 }), 400, "prompt", "context_length_exceeded", "too-long completions prompt");
+await expectError(openai.chat.completions.create({ model, messages: [{ role: "user", content: "x".repeat(100000) }] }), 400, "messages", "context_length_exceeded", "too-long chat prompt");
+await expectError(openai.completions.create({ model: "nope", prompt: "x" }), 404, "model", "model_not_found", "unknown model");
+const tools = [{ type: "function", function: { name: "get_weather", parameters: { type: "object", properties: {} } } }];
+await expectError(openai.chat.completions.create({ model, messages: [{ role: "user", content: "x" }], tools, tool_choice: { type: "function", function: { name: "other" } } }),
+  400, "tool_choice", "invalid_value", "tool_choice naming an unknown function");
+await expectError(openai.chat.completions.create({ model, messages: [{ role: "user", content: "x" }], tool_choice: "required" }), 400, "tool_choice", "invalid_value", "required without tools");
+await expectError(openai.chat.completions.create({ model, messages: [{ role: "user", content: "x" }], tools, tool_choice: "bogus" }), 400, "tool_choice", "invalid_value", "bogus tool_choice");
+await expectError(openai.chat.completions.create({ model, messages: [{ role: "user", content: [{ type: "image_url", image_url: { url: "data:," } }] }] }),
+  400, "messages", "invalid_value", "image parts on a text-only model");
+const named = await openai.chat.completions.create({ model, messages: [{ role: "user", content: "x" }], tools, tool_choice: { type: "function", function: { name: "get_weather" } }, max_tokens: 2 });
+check(named.choices.length === 1, "a named tool_choice in tools is accepted");
+const model_card = await openai.models.retrieve(model);
+check(model_card.id === model, "GET /v1/models/{id}");
+
+// --- Vercel AI SDK ---
+const provider = createOpenAICompatible({ name: "dsv4", baseURL: `${base}/v1`, apiKey: "unused", includeUsage: true });
+const gen = await generateText({ model: provider(model), prompt: "Say hi", maxOutputTokens: 6, temperature: 0 });
+check(typeof gen.text === "string" && gen.usage.outputTokens > 0 && gen.usage.inputTokens > 0, "ai: generateText with usage");
+const st = streamText({ model: provider(model), prompt: "Say hi", maxOutputTokens: 6, temperature: 0 });
+let aiText = "";
+for await (const part of st.textStream) aiText += part;
+check(aiText === gen.text, "ai: streamText equals generateText");
+check((await st.usage).outputTokens === gen.usage.outputTokens, "ai: stream usage");
+
+// --- LangChain ---
+const llm = new ChatOpenAI({ model, apiKey: "unused", configuration: { baseURL: `${base}/v1` }, maxTokens: 6, temperature: 0, maxRetries: 0 });
+const msg = await llm.invoke("Say hi");
+check(typeof msg.content === "string" && msg.usage_metadata?.output_tokens > 0, "langchain: invoke with usage");
+let lcText = "";
+for await (const chunk of await llm.stream("Say hi")) lcText += chunk.content;
+check(lcText === msg.content, "langchain: stream equals invoke");
+const batch = await llm.batch(["a", "b", "c"]);
+check(batch.length === 3, "langchain: batch");
+
+// --- Anthropic ---
+const anthropic = new Anthropic({ baseURL: base, apiKey: "unused", maxRetries: 0 });
+const am = await anthropic.messages.create({ model: "claude-sonnet-4-5", max_tokens: 6, temperature: 0, system: "Be terse.",
+  messages: [{ role: "user", content: "Say hi" }] });
+check(am.type === "message" && am.role === "assistant" && am.content.every((b) => b.type === "text"), "anthropic: message shape");
+check(am.stop_reason === "max_tokens" || am.stop_reason === "end_turn", `anthropic: stop_reason ${am.stop_reason}`);
+check(am.usage.input_tokens > 0 && am.usage.output_tokens > 0, "anthropic: usage");
+const stream = anthropic.messages.stream({ model: "claude-sonnet-4-5", max_tokens: 6, temperature: 0, system: "Be terse.",
+  messages: [{ role: "user", content: "Say hi" }] });
+let streamedText = "";
+stream.on("text", (t) => { streamedText += t; });
+const final = await stream.finalMessage();
+const jsonText = am.content.map((b) => b.text).join("");
+check(streamedText === jsonText && final.content.map((b) => b.text ?? "").join("") === jsonText, "anthropic: stream equals JSON");
+check(final.usage.output_tokens === am.usage.output_tokens, "anthropic: stream usage");
+// Thinking, tool history and stop sequences are read.
+const thinking = await anthropic.messages.create({ model, max_tokens: 8, temperature: 0, thinking: { type: "enabled", budget_tokens: 1024 },
+  messages: [{ role: "user", content: "Think" }] });
+check(thinking.content.every((b) => b.type === "thinking" || b.type === "text"), "anthropic: thinking blocks");
+const toolHistory = await anthropic.messages.create({ model, max_tokens: 4,
+  tools: [{ name: "get_weather", description: "Weather", input_schema: { type: "object", properties: { city: { type: "string" } } } }],
+  tool_choice: { type: "auto" },
+  messages: [
+    { role: "user", content: "Weather in Paris?" },
+    { role: "assistant", content: [{ type: "tool_use", id: "toolu_1", name: "get_weather", input: { city: "Paris" } }] },
+    { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_1", content: "sunny" }] },
+  ] });
+check(["end_turn", "max_tokens", "tool_use"].includes(toolHistory.stop_reason), "anthropic: tool_use / tool_result history");
+const first = am.content.map((b) => b.text).join("").slice(0, 1);
+if (first) {
+  const stopped = await anthropic.messages.create({ model: "claude-sonnet-4-5", max_tokens: 6, temperature: 0, system: "Be terse.",
+    messages: [{ role: "user", content: "Say hi" }], stop_sequences: [first] });
+  check(stopped.stop_reason === "stop_sequence" && stopped.stop_sequence === first, "anthropic: stop_sequences");
+}
+try {
+  await anthropic.messages.create({ model, messages: [{ role: "user", content: "x" }] });
+  assert.fail("no error for a missing max_tokens");
+} catch (e) {
+  check(e.status === 400 && e.error?.type === "error" && e.error?.error?.type === "invalid_request_error", "anthropic: error shape");
+}
+console.log(`ok ${checks} checks`);
