@@ -545,8 +545,9 @@ TEST(Server, EvaluationHarnessLoglikelihoodRequests) {
     EXPECT_TRUE(settles(cli));
   }
   {
-    // Chunked prefill (4-token chunks) scores each position the same.
-    ServerProcess server(with({"--max-num-batched-tokens", "4"}));
+    // Chunked prefill (4-token chunks) on TP2 x DP2 ranks scores each
+    // position the same.
+    ServerProcess server(with({"--max-num-batched-tokens", "4", "--tp", "2", "--dp", "2"}));
     ASSERT_GT(server.port(), 0) << server.log();
     httplib::Client cli("127.0.0.1", server.port());
     chunked = score(cli, 0, false, continuation).second;
