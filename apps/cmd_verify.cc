@@ -8,6 +8,7 @@
 #include "engine_args.h"
 #include "kernels/dispatch.h"
 #include "model/deepseek_v4.h"
+#include "tools/dspark_verify.h"
 #include "tools/golden_verify.h"
 #include "tools/parallel_verify.h"
 
@@ -48,6 +49,39 @@ const char* kHelp =
     "Exit code 0: every bound holds; 1: a bound is broken; 2: bad input.\n";
 
 }  // namespace
+
+// A DSpark case (../shared/golden/DSPARK.md): both protocols, each with its
+// bounds; the end-to-end one's tensors go to --dump.
+static int verify_dspark_case(const DeepseekV4& model, const std::string& dir, const VerifyOptions& opt, bool parallel,
+                       double load_s) {
+  if (parallel) {
+    std::fprintf(stderr, "dsv4 verify: DSpark cases run on one rank (no --tp/--dp/--ep yet)\n");
+    return 2;
+  }
+  std::printf("dsv4 verify (DSpark drafter)\n  model   %s (%s)\n  loaded in %.2fs; kernels %s, numerics %s\n  golden  %s\n",
+              dir.c_str(), model.config().summary().c_str(), load_s, kernels::isa_name(kernels::active_isa()),
+              kernels::numerics_name(model.numerics()), opt.golden_path.c_str());
+  bool pass = true;
+  for (bool end_to_end : {false, true}) {
+    DSparkVerifyOptions o;
+    o.golden_path = opt.golden_path;
+    o.end_to_end = end_to_end;
+    o.chunk = opt.chunk;
+    if (end_to_end) o.dump_path = opt.dump_path;
+    const auto t0 = std::chrono::steady_clock::now();
+    auto report = verify_dspark(model, o);
+    if (!report.ok()) {
+      std::fprintf(stderr, "dsv4 verify: %s\n", report.status().message().c_str());
+      return 2;
+    }
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("%s (%.2fs)\n%s", end_to_end ? "end to end: the target's own taps" : "drafter fed the golden taps", s,
+                report->format().c_str());
+    pass &= report->pass();
+  }
+  if (!opt.dump_path.empty()) std::printf("computed tensors (end to end) written to %s\n", opt.dump_path.c_str());
+  return pass ? 0 : 1;
+}
 
 int cmd_verify(int argc, char** argv) {
   Args args(argc, argv, 2,
@@ -98,6 +132,8 @@ int cmd_verify(int argc, char** argv) {
   opt.golden_path = args.get("golden", dir + "/golden.safetensors");
   opt.chunk = static_cast<int>(chunk);
   opt.dump_path = args.get("dump");
+  if ((*model)->config().has_dspark() && is_dspark_golden(opt.golden_path))
+    return verify_dspark_case(**model, dir, opt, parallel, load_s);
   auto bounds = GoldenBounds::for_run(opt.golden_path, par.numerics, model_is_w8a8(**model));
   if (!bounds.ok()) {
     std::fprintf(stderr, "dsv4 verify: %s\n", bounds.status().message().c_str());

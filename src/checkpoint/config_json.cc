@@ -69,6 +69,16 @@ StatusOr<ModelConfig> parse_model_config(const std::string& text, const std::str
   DSV4_RETURN_IF_ERROR(read(j, "max_position_embeddings", &c.max_position_embeddings, true, src));
   DSV4_RETURN_IF_ERROR(read(j, "bos_token_id", &c.bos_token_id, false, src));
   DSV4_RETURN_IF_ERROR(read(j, "eos_token_id", &c.eos_token_id, false, src));
+  DSV4_RETURN_IF_ERROR(read(j, "dspark_block_size", &c.dspark_block_size, false, src));
+  DSV4_RETURN_IF_ERROR(read(j, "dspark_noise_token_id", &c.dspark_noise_token_id, false, src));
+  DSV4_RETURN_IF_ERROR(read(j, "dspark_markov_rank", &c.dspark_markov_rank, false, src));
+  if (j.contains("dspark_target_layer_ids") && !j["dspark_target_layer_ids"].is_null()) {
+    if (!j["dspark_target_layer_ids"].is_array()) return invalid_argument(src + ": dspark_target_layer_ids must be an array");
+    for (const auto& v : j["dspark_target_layer_ids"]) {
+      if (!v.is_number_integer()) return invalid_argument(src + ": dspark_target_layer_ids entries must be integers");
+      c.dspark_target_layer_ids.push_back(v.get<int>());
+    }
+  }
 
   if (j.contains("scoring_func") && !j["scoring_func"].is_null()) {
     std::string f = j["scoring_func"].is_string() ? j["scoring_func"].get<std::string>() : "";
@@ -103,11 +113,39 @@ StatusOr<ModelConfig> parse_model_config(const std::string& text, const std::str
   // num_hash_layers route by token id.
   if (c.n_mtp_layers < 0 || c.n_hash_layers < 0)
     return fail("num_hash_layers and num_nextn_predict_layers must not be negative");
-  // Layer l (MTP block k is layer num_hidden_layers + k) uses compress_ratios[l].
-  if (static_cast<int>(c.compress_ratios.size()) < c.n_layers + c.n_mtp_layers)
+  if (c.has_dspark()) {
+    // DSpark: the mtp.N blocks are the drafter's stages, one trailing ratio
+    // each (the release's num_nextn_predict_layers of 1 does not count them).
+    c.dspark_stages = static_cast<int>(c.compress_ratios.size()) - c.n_layers;
+    c.n_mtp_layers = 0;
+    if (c.dspark_stages < 1)
+      return fail("dspark_block_size is set but compress_ratios has no entry after the " + std::to_string(c.n_layers) +
+                  " layers for the DSpark stages");
+    for (int s = 0; s < c.dspark_stages; ++s)
+      if (c.compress_ratios[c.n_layers + s] != 0)
+        return fail("DSpark stage " + std::to_string(s) + " has compress ratio " +
+                    std::to_string(c.compress_ratios[c.n_layers + s]) + "; the stages attend a window ring only (0)");
+    // forward_embed: [anchor, noise x (block - 1)] embedded by the trunk.
+    if (c.dspark_noise_token_id < 0 || c.dspark_noise_token_id >= c.vocab_size)
+      return fail("dspark_noise_token_id " + std::to_string(c.dspark_noise_token_id) + " is not a token id");
+    if (c.dspark_markov_rank <= 0) return fail("dspark_markov_rank must be positive");
+    // main_proj reads the taps concatenated in layer order.
+    if (c.dspark_target_layer_ids.empty()) return fail("dspark_target_layer_ids must name the target layers the drafter reads");
+    for (size_t i = 0; i < c.dspark_target_layer_ids.size(); ++i) {
+      const int l = c.dspark_target_layer_ids[i];
+      if (l < 0 || l >= c.n_layers || (i && l <= c.dspark_target_layer_ids[i - 1]))
+        return fail("dspark_target_layer_ids must be ascending layers below num_hidden_layers");
+    }
+  } else if (c.dspark_block_size < 0) {
+    return fail("dspark_block_size must not be negative");
+  }
+  // Layer l (MTP block k, or DSpark stage k, is layer num_hidden_layers + k)
+  // uses compress_ratios[l].
+  const int extra = c.n_mtp_layers + c.dspark_stages;
+  if (static_cast<int>(c.compress_ratios.size()) < c.n_layers + extra)
     return fail("compress_ratios has " + std::to_string(c.compress_ratios.size()) +
-                " entries, expected num_hidden_layers + num_nextn_predict_layers = " + std::to_string(c.n_layers + c.n_mtp_layers));
-  c.compress_ratios.resize(c.n_layers + c.n_mtp_layers);
+                " entries, expected num_hidden_layers + num_nextn_predict_layers = " + std::to_string(c.n_layers + extra));
+  c.compress_ratios.resize(c.n_layers + extra);
   for (int r : c.compress_ratios)
     if (r < 0) return fail("compress_ratios entries must be 0 (window only) or a positive ratio, got " + std::to_string(r));
   // RoPE rotates pairs of the last qk_rope_head_dim dims (kv[..., -rd:]: 0 would be all of them).
@@ -195,6 +233,12 @@ std::string model_config_json(const ModelConfig& c) {
   j["max_position_embeddings"] = c.max_position_embeddings;
   j["bos_token_id"] = c.bos_token_id;
   j["eos_token_id"] = c.eos_token_id;
+  if (c.has_dspark()) {
+    j["dspark_block_size"] = c.dspark_block_size;
+    j["dspark_markov_rank"] = c.dspark_markov_rank;
+    j["dspark_noise_token_id"] = c.dspark_noise_token_id;
+    j["dspark_target_layer_ids"] = c.dspark_target_layer_ids;
+  }
   j["torch_dtype"] = "bfloat16";
   j["tie_word_embeddings"] = false;
   return j.dump(2);

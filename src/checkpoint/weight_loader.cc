@@ -528,6 +528,26 @@ StatusOr<std::unique_ptr<ModelWeights>> load_weights(const ModelConfig& c, const
     DSV4_ASSIGN_OR_RETURN(m.hc_head, load_hc_head(ld, p, c));
     w->mtp.push_back(std::move(m));
   }
+  if (c.has_dspark()) {
+    // The drafter's stages are full blocks (layers n_layers + s, window
+    // only, score-routed); stage 0 projects the taps, the last holds the
+    // head pieces. Held whole on every rank.
+    DSparkWeights d;
+    const std::string first = "mtp.0.", last = "mtp." + std::to_string(c.dspark_stages - 1) + ".";
+    const int64_t taps = int64_t{c.dspark_taps()} * c.dim, rank = c.dspark_markov_rank;
+    DSV4_ASSIGN_OR_RETURN(d.main_proj, ld.linear(first + "main_proj", c.dim, taps, {0, c.dim}));
+    DSV4_ASSIGN_OR_RETURN(d.main_norm, ld.floats(first + "main_norm.weight", {c.dim}));
+    for (int st = 0; st < c.dspark_stages; ++st) {
+      DSV4_ASSIGN_OR_RETURN(auto b, load_block(ld, "mtp." + std::to_string(st) + ".", c, c.n_layers + st));
+      d.stages.push_back(std::move(b));
+    }
+    DSV4_ASSIGN_OR_RETURN(d.norm, ld.floats(last + "norm.weight", {c.dim}));
+    DSV4_ASSIGN_OR_RETURN(d.hc_head, load_hc_head(ld, last, c));
+    DSV4_ASSIGN_OR_RETURN(d.markov_w1, ld.floats(last + "markov_head.markov_w1.weight", {c.vocab_size, rank}));
+    DSV4_ASSIGN_OR_RETURN(d.markov_w2, ld.linear(last + "markov_head.markov_w2", c.vocab_size, rank, {0, c.vocab_size}));
+    DSV4_ASSIGN_OR_RETURN(d.confidence, ld.linear(last + "confidence_head.proj", 1, c.dim + rank, {0, 1}));
+    w->dspark = std::move(d);
+  }
   // Every tensor is checked; now the reads, on every core.
   const uint64_t total = ld.tasks().total_bytes();
   DSV4_RETURN_IF_ERROR(ld.tasks().run(options.progress));

@@ -92,6 +92,125 @@ void attention_slots(const ModelConfig& c, const AttentionWeights& w, int64_t t,
 
 }  // namespace
 
+void attention_queries(const AttentionWeights& w, const LayerContext& ctx, const float* x, int64_t rows,
+                       const std::vector<int64_t>& pos, std::vector<float>* qr_out, std::vector<float>* q_out) {
+  const ModelConfig& c = ctx.config;
+  const int heads = static_cast<int>(w.attn_sink.size()), hd = c.head_dim, rd = c.rope_head_dim;
+  // Queries: wq_a -> q_norm -> wq_b, then a weightless RMS norm per head.
+  Buffer& qr = *qr_out;
+  Buffer& q = *q_out;
+  qr.resize(rows * c.q_lora_rank);
+  q.resize(rows * heads * hd);
+  linear_columns(ctx.k, w.wq_a, ctx.tp, x, rows, qr.data());
+  for (int64_t r = 0; r < rows; ++r)
+    kernels::rms_norm(&qr[r * c.q_lora_rank], w.q_norm.data(), c.q_lora_rank, c.norm_eps, &qr[r * c.q_lora_rank]);
+  linear_forward(ctx.k, w.wq_b, qr.data(), rows, q.data());
+  parallel_for(rows * heads, 16, [&](int64_t v0, int64_t v1) {
+    for (int64_t v = v0; v < v1; ++v) kernels::rms_norm(&q[v * hd], nullptr, hd, c.norm_eps, &q[v * hd]);
+  });
+  rope_tail(ctx.rope, q.data(), rows * heads, hd, rd, [&](int64_t v) { return pos[v / heads]; }, false);
+}
+
+void attention_kv_rows(const AttentionWeights& w, const LayerContext& ctx, const float* x, int64_t rows,
+                       const std::vector<int64_t>& pos, uint8_t* kv_rows) {
+  const ModelConfig& c = ctx.config;
+  const int hd = c.head_dim, rd = c.rope_head_dim;
+  // The single KV head: norm, RoPE, and the non-RoPE dims through FP8 as the
+  // cache stores them (the reference's QAT rounding).
+  const kernels::KvRowFormat kv_format{hd - rd, rd};
+  const int64_t kv_bytes = kv_format.bytes();
+  Buffer kv(rows * hd);
+  linear_columns(ctx.k, w.wkv, ctx.tp, x, rows, kv.data());
+  for (int64_t r = 0; r < rows; ++r) kernels::rms_norm(&kv[r * hd], w.kv_norm.data(), hd, c.norm_eps, &kv[r * hd]);
+  rope_tail(ctx.rope, kv.data(), rows, hd, rd, [&](int64_t r) { return pos[r]; }, false);
+  for (int64_t r = 0; r < rows; ++r) ctx.k.store_kv_row(&kv[r * hd], kv_format, &kv_rows[r * kv_bytes]);
+}
+
+void attention_output(const AttentionWeights& w, const LayerContext& ctx, float* o, int64_t rows,
+                      const std::vector<int64_t>& pos, float* out) {
+  const ModelConfig& c = ctx.config;
+  const int heads = static_cast<int>(w.attn_sink.size()), hd = c.head_dim, rd = c.rope_head_dim;
+  // De-rotate the output, then the grouped low-rank projection.
+  rope_tail(ctx.rope, o, rows * heads, hd, rd, [&](int64_t v) { return pos[v / heads]; }, true);
+  Collectives* tp = ctx.tp && ctx.tp->size() > 1 ? ctx.tp : nullptr;
+  const int tp_size = tp ? tp->size() : 1, tp_rank = tp ? tp->rank() : 0;
+  const int64_t olr = c.o_lora_rank, G = c.o_groups, gl = static_cast<int64_t>(w.wo_a.size());
+  const int64_t group_heads = c.n_heads / G, group_in = group_heads * hd;
+  // The heads my groups read: my own, or, when a group spans several ranks,
+  // the whole group's gathered from the tensor-parallel group.
+  const float* oin = o;
+  int64_t oheads = heads, first_head = 0;
+  Buffer ofull;
+  if (heads < group_heads) {
+    ofull.resize(rows * c.n_heads * hd);
+    gather_columns(tp, TokenSplit::of(rows, tp), o, heads * hd, ofull.data());
+    oin = ofull.data();
+    oheads = c.n_heads;
+    first_head = tp_rank / (tp_size / G) * group_heads;
+  }
+  Buffer og(rows * gl * olr), ogroup(rows * olr), xin(rows * group_in);
+  for (int64_t gi = 0; gi < gl; ++gi) {
+    for (int64_t r = 0; r < rows; ++r)
+      std::memcpy(&xin[r * group_in], oin + (r * oheads + first_head) * hd + gi * group_in, sizeof(float) * group_in);
+    linear_forward(ctx.k, w.wo_a[gi], xin.data(), rows, ogroup.data());
+    for (int64_t r = 0; r < rows; ++r) std::memcpy(&og[(r * gl + gi) * olr], &ogroup[r * olr], sizeof(float) * olr);
+  }
+  if (!tp) {
+    linear_forward(ctx.k, w.wo_b, og.data(), rows, out);
+    return;
+  }
+  // wo_b and its FP8 input rounding see whole rows: gather every group's
+  // output, then this rank computes its share of wo_b's output features.
+  Buffer all(rows * gl * olr * tp_size), full(rows * G * olr);
+  gather_columns(tp, TokenSplit::of(rows, tp), og.data(), gl * olr, all.data());
+  const int64_t stride = gl * olr * tp_size, per_group = G >= tp_size ? 1 : tp_size / G;
+  for (int64_t row = 0; row < rows; ++row)
+    for (int64_t g = 0; g < G; ++g)  // group g from the first rank holding it
+      std::memcpy(&full[(row * G + g) * olr], &all[row * stride + (G >= tp_size ? g : g * per_group * gl) * olr],
+                  sizeof(float) * olr);
+  linear_forward(ctx.k, w.wo_b, full.data(), rows, out);
+}
+
+void dspark_attention_forward(const AttentionWeights& w, const LayerContext& ctx, const std::vector<DSparkAttendCall>& calls,
+                              int64_t block, const float* x, float* out) {
+  PhaseTimer::Scope time(Phase::kAttention);
+  const ModelConfig& c = ctx.config;
+  const int heads = static_cast<int>(w.attn_sink.size()), hd = c.head_dim, rd = c.rope_head_dim;
+  const int64_t rows = static_cast<int64_t>(calls.size()) * block;
+  std::vector<int64_t> pos(rows);
+  for (size_t i = 0; i < calls.size(); ++i)
+    for (int64_t k = 0; k < block; ++k) pos[i * block + k] = calls[i].first_pos + k;
+  Buffer qr, q;
+  attention_queries(w, ctx, x, rows, pos, &qr, &q);
+  const kernels::KvRowFormat kv_format{hd - rd, rd};
+  const int64_t kv_bytes = kv_format.bytes();
+  std::vector<uint8_t> kv_rows(rows * kv_bytes);
+  attention_kv_rows(w, ctx, x, rows, pos, kv_rows.data());
+  // Every block row attends the ring's filled slots in slot order, then all
+  // the call's block rows (the reference's index list, the same for each).
+  Buffer o(rows * heads * hd);
+  const float scale = static_cast<float>(std::pow(hd, -0.5));
+  const int64_t head_groups = (heads + 15) / 16;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const DSparkAttendCall& call = calls[i];
+    std::vector<const uint8_t*> slots;
+    for (int64_t j = 0; j < call.ring_slots; ++j) slots.push_back(call.ring + j * kv_bytes);
+    for (int64_t k = 0; k < block; ++k) slots.push_back(&kv_rows[(i * block + k) * kv_bytes]);
+    parallel_for(block * head_groups, 1, [&](int64_t v0, int64_t v1) {
+      thread_local Buffer scratch;
+      for (int64_t v = v0; v < v1; ++v) {
+        const int64_t k = v / head_groups, h0 = v % head_groups * 16, group = std::min<int64_t>(16, heads - h0);
+        const auto need = static_cast<size_t>(kernels::sink_attention_scratch(group, static_cast<int64_t>(slots.size()), hd));
+        if (scratch.size() < need) scratch.resize(need);
+        const int64_t row = static_cast<int64_t>(i) * block + k;
+        ctx.k.sink_attention_heads(&q[(row * heads + h0) * hd], group, slots.data(), slots.size(), kv_format,
+                                   &w.attn_sink[h0], scale, scratch.data(), &o[(row * heads + h0) * hd]);
+      }
+    });
+  }
+  attention_output(w, ctx, o.data(), rows, pos, out);
+}
+
 void attention_forward(const AttentionWeights& w, const LayerContext& ctx, const std::vector<SeqChunk>& chunks,
                        const float* x, int64_t rows, float* out) {
   PhaseTimer::Scope time(Phase::kAttention);
@@ -101,27 +220,12 @@ void attention_forward(const AttentionWeights& w, const LayerContext& ctx, const
   const int heads = static_cast<int>(w.attn_sink.size()), hd = c.head_dim, rd = c.rope_head_dim, win = c.window_size;
   const std::vector<int64_t> pos = row_positions(chunks, rows);
 
-  // Queries: wq_a -> q_norm -> wq_b, then a weightless RMS norm per head.
-  Buffer qr(rows * c.q_lora_rank), q(rows * heads * hd);
-  linear_columns(ctx.k, w.wq_a, ctx.tp, x, rows, qr.data());
-  for (int64_t r = 0; r < rows; ++r)
-    kernels::rms_norm(&qr[r * c.q_lora_rank], w.q_norm.data(), c.q_lora_rank, c.norm_eps, &qr[r * c.q_lora_rank]);
-  linear_forward(ctx.k, w.wq_b, qr.data(), rows, q.data());
-  parallel_for(rows * heads, 16, [&](int64_t v0, int64_t v1) {
-    for (int64_t v = v0; v < v1; ++v) kernels::rms_norm(&q[v * hd], nullptr, hd, c.norm_eps, &q[v * hd]);
-  });
-  rope_tail(rope, q.data(), rows * heads, hd, rd, [&](int64_t v) { return pos[v / heads]; }, false);
-
-  // The single KV head: norm, RoPE, and the non-RoPE dims through FP8 as the
-  // cache stores them (the reference's QAT rounding).
+  Buffer qr, q;
+  attention_queries(w, ctx, x, rows, pos, &qr, &q);
   const kernels::KvRowFormat kv_format{hd - rd, rd};
   const int64_t kv_bytes = kv_format.bytes();
-  Buffer kv(rows * hd);
   std::vector<uint8_t> kv_rows(rows * kv_bytes);
-  linear_columns(ctx.k, w.wkv, ctx.tp, x, rows, kv.data());
-  for (int64_t r = 0; r < rows; ++r) kernels::rms_norm(&kv[r * hd], w.kv_norm.data(), hd, c.norm_eps, &kv[r * hd]);
-  rope_tail(rope, kv.data(), rows, hd, rd, [&](int64_t r) { return pos[r]; }, false);
-  for (int64_t r = 0; r < rows; ++r) ctx.k.store_kv_row(&kv[r * hd], kv_format, &kv_rows[r * kv_bytes]);
+  attention_kv_rows(w, ctx, x, rows, pos, kv_rows.data());
 
   // Compressed history (rows finished by this chunk are visible to it).
   if (w.compressor) run_compressor(*w.compressor, ctx, x, rows, chunks, false);
@@ -194,45 +298,7 @@ void attention_forward(const AttentionWeights& w, const LayerContext& ctx, const
     for (int64_t p = from; p < end; ++p) std::memcpy(cache->window_row(layer, p), key_at(p), kv_bytes);
   }
 
-  // De-rotate the output, then the grouped low-rank projection.
-  rope_tail(rope, o.data(), rows * heads, hd, rd, [&](int64_t v) { return pos[v / heads]; }, true);
-  Collectives* tp = ctx.tp && ctx.tp->size() > 1 ? ctx.tp : nullptr;
-  const int tp_size = tp ? tp->size() : 1, tp_rank = tp ? tp->rank() : 0;
-  const int64_t olr = c.o_lora_rank, G = c.o_groups, gl = static_cast<int64_t>(w.wo_a.size());
-  const int64_t group_heads = c.n_heads / G, group_in = group_heads * hd;
-  // The heads my groups read: my own, or, when a group spans several ranks,
-  // the whole group's gathered from the tensor-parallel group.
-  const float* oin = o.data();
-  int64_t oheads = heads, first_head = 0;
-  Buffer ofull;
-  if (heads < group_heads) {
-    ofull.resize(rows * c.n_heads * hd);
-    gather_columns(tp, TokenSplit::of(rows, tp), o.data(), heads * hd, ofull.data());
-    oin = ofull.data();
-    oheads = c.n_heads;
-    first_head = tp_rank / (tp_size / G) * group_heads;
-  }
-  Buffer og(rows * gl * olr), ogroup(rows * olr), xin(rows * group_in);
-  for (int64_t gi = 0; gi < gl; ++gi) {
-    for (int64_t r = 0; r < rows; ++r)
-      std::memcpy(&xin[r * group_in], oin + (r * oheads + first_head) * hd + gi * group_in, sizeof(float) * group_in);
-    linear_forward(ctx.k, w.wo_a[gi], xin.data(), rows, ogroup.data());
-    for (int64_t r = 0; r < rows; ++r) std::memcpy(&og[(r * gl + gi) * olr], &ogroup[r * olr], sizeof(float) * olr);
-  }
-  if (!tp) {
-    linear_forward(ctx.k, w.wo_b, og.data(), rows, out);
-    return;
-  }
-  // wo_b and its FP8 input rounding see whole rows: gather every group's
-  // output, then this rank computes its share of wo_b's output features.
-  Buffer all(rows * gl * olr * tp_size), full(rows * G * olr);
-  gather_columns(tp, TokenSplit::of(rows, tp), og.data(), gl * olr, all.data());
-  const int64_t stride = gl * olr * tp_size, per_group = G >= tp_size ? 1 : tp_size / G;
-  for (int64_t row = 0; row < rows; ++row)
-    for (int64_t g = 0; g < G; ++g)  // group g from the first rank holding it
-      std::memcpy(&full[(row * G + g) * olr], &all[row * stride + (G >= tp_size ? g : g * per_group * gl) * olr],
-                  sizeof(float) * olr);
-  linear_forward(ctx.k, w.wo_b, full.data(), rows, out);
+  attention_output(w, ctx, o.data(), rows, pos, out);
 }
 
 }  // namespace dsv4

@@ -29,4 +29,30 @@ struct LayerContext {
 void attention_forward(const AttentionWeights& w, const LayerContext& ctx, const std::vector<SeqChunk>& chunks,
                        const float* x, int64_t rows, float* out);
 
+// The pieces every attention of the model shares, rows at positions pos:
+// queries (qr: the wq_a output the indexer reuses; q: [rows, heads,
+// head_dim], normed per head and rotated), the KV row of each row (normed,
+// rotated, stored as the cache's FP8 rows: KvRowFormat{nope, rope}), and the
+// output (o de-rotated in place, grouped wo_a, wo_b) -> out [rows, wo_b.out].
+void attention_queries(const AttentionWeights& w, const LayerContext& ctx, const float* x, int64_t rows,
+                       const std::vector<int64_t>& pos, std::vector<float>* qr, std::vector<float>* q);
+void attention_kv_rows(const AttentionWeights& w, const LayerContext& ctx, const float* x, int64_t rows,
+                       const std::vector<int64_t>& pos, uint8_t* kv_rows);
+void attention_output(const AttentionWeights& w, const LayerContext& ctx, float* o, int64_t rows,
+                      const std::vector<int64_t>& pos, float* out);
+
+// One DSpark draft call's view of a stage: its ring (slots in slot order,
+// the first ring_slots of them filled) and where its block starts.
+struct DSparkAttendCall {
+  const uint8_t* ring = nullptr;  // KV rows of the stage's ring
+  int64_t ring_slots = 0;         // min(window, p + 1)
+  int64_t first_pos = 0;          // p + 1: the block's rows sit at first_pos .. first_pos + block - 1
+};
+
+// A DSpark stage's attention: x [calls * block, dim] (after attn_norm), the
+// block rows of each call attend its ring's filled slots and all of the
+// call's block rows (non-causal); the block's own KV rows are not kept.
+void dspark_attention_forward(const AttentionWeights& w, const LayerContext& ctx,
+                              const std::vector<DSparkAttendCall>& calls, int64_t block, const float* x, float* out);
+
 }  // namespace dsv4

@@ -11,6 +11,11 @@ std::string ModelConfig::summary() const {
     << window_size << ", ratios [";
   for (size_t i = 0; i < compress_ratios.size(); ++i) s << (i ? "," : "") << compress_ratios[i];
   s << "]";
+  if (has_dspark()) {
+    s << ", DSpark drafter: " << dspark_stages << " stages, block " << dspark_block_size << ", taps [";
+    for (size_t i = 0; i < dspark_target_layer_ids.size(); ++i) s << (i ? "," : "") << dspark_target_layer_ids[i];
+    s << "]";
+  }
   return s.str();
 }
 

@@ -31,7 +31,7 @@ struct ModelConfig {
   int o_groups = 0;
   int o_lora_rank = 0;
   int window_size = 0;         // sliding_window
-  std::vector<int> compress_ratios;  // n_layers + n_mtp_layers entries
+  std::vector<int> compress_ratios;  // n_layers + n_mtp_layers (+ dspark_stages) entries
   float compress_rope_theta = 40000.0f;
   float rope_theta = 10000.0f;
   // YaRN (rope_scaling); original_seq_len 0 means plain RoPE everywhere.
@@ -48,11 +48,23 @@ struct ModelConfig {
   int max_position_embeddings = 0;
   int bos_token_id = -1;
   int eos_token_id = -1;
+  // The DSpark drafter (DeepSeek-V4-Flash-DSpark): stages mtp.0..n-1, full
+  // V4 blocks after the main layers, that read taps of the target's layers
+  // and propose dspark_block_size tokens per step (model/dspark.cc). The
+  // release's num_nextn_predict_layers says 1 although there are 3 stages:
+  // they are counted from compress_ratios (one trailing 0 per stage).
+  int dspark_block_size = 0;  // 0: no DSpark drafter
+  int dspark_stages = 0;
+  int dspark_noise_token_id = 0;
+  int dspark_markov_rank = 0;
+  std::vector<int> dspark_target_layer_ids;  // ascending
 
   int nope_head_dim() const { return head_dim - rope_head_dim; }
   int mix_hc() const { return (2 + hc_mult) * hc_mult; }
   int compress_ratio(int layer) const { return compress_ratios[layer]; }
   bool is_hash_layer(int layer) const { return layer < n_hash_layers; }
+  bool has_dspark() const { return dspark_block_size > 0; }
+  int dspark_taps() const { return static_cast<int>(dspark_target_layer_ids.size()); }
   std::string summary() const;
 };
 

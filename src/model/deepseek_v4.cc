@@ -115,7 +115,7 @@ std::vector<float> DeepseekV4::select_rows(const std::vector<int64_t>& batch_row
 // then hc_pre -> norm -> MoE -> hc_post. h holds the rows of the residual
 // stream this rank keeps (all, or its block under FlashComm1).
 void DeepseekV4::block(const kernels::Kernels& k, const BlockWeights& b, int cache_layer, const ForwardBatch& batch,
-                       const ReferenceRows& rr, float* h) const {
+                       const ReferenceRows& rr, float* h, const AttendFn* attend) const {
   const ModelConfig& c = config_;
   const ForwardScope& scope = ForwardScope::current();
   const TokenSplit& split = scope.split;
@@ -143,7 +143,8 @@ void DeepseekV4::block(const kernels::Kernels& k, const BlockWeights& b, int cac
   }
   const LayerContext ctx{k, c, rope_for(b.attn.ratio), cache_layer, tensor_group_};
   std::vector<float> cols(rows * b.attn.wo_b.out);
-  attention_forward(b.attn, ctx, batch.chunks, all_rows(), rows, cols.data());
+  if (attend) (*attend)(all_rows(), rows, cols.data());
+  else attention_forward(b.attn, ctx, batch.chunks, all_rows(), rows, cols.data());
   held_rows(cols, b.attn.wo_b.out);
   {
     PhaseTimer::Scope time(Phase::kHyperConnections);
@@ -185,17 +186,26 @@ void DeepseekV4::head(const kernels::Kernels& k, const HcHeadWeights& hc, const 
     linear_forward(k, weights_->head, x.data(), n, out->logits.data());
     return;
   }
-  // Sharded by vocabulary: each rank's columns, gathered into whole rows.
   out->logits.resize(n * c.vocab_size);
   out->vocab_begin = 0;
   out->vocab_size = c.vocab_size;
+  full_logits(k, x.data(), n, out->logits.data());
+}
+
+void DeepseekV4::full_logits(const kernels::Kernels& k, const float* x, int64_t n, float* logits) const {
+  const ModelConfig& c = config_;
+  const int64_t part = weights_->head.out;
+  if (part == c.vocab_size) {
+    linear_forward(k, weights_->head, x, n, logits);
+    return;
+  }
+  // Sharded by vocabulary: each rank's columns, gathered into whole rows.
   std::vector<float> mine(n * part), all(n * c.vocab_size);
-  linear_forward(k, weights_->head, x.data(), n, mine.data());
+  linear_forward(k, weights_->head, x, n, mine.data());
   tensor_group_->all_gather(mine.data(), sizeof(float) * mine.size(), all.data());
   const int ranks = tensor_group_->size();
   for (int r = 0; r < ranks; ++r)
-    for (int64_t i = 0; i < n; ++i)
-      std::copy_n(&all[(r * n + i) * part], part, &out->logits[i * c.vocab_size + r * part]);
+    for (int64_t i = 0; i < n; ++i) std::copy_n(&all[(r * n + i) * part], part, &logits[i * c.vocab_size + r * part]);
 }
 
 ForwardScope DeepseekV4::scope_for(const ForwardBatch& batch) const {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -11,6 +12,7 @@
 #include "kernels/dispatch.h"
 #include "model/config.h"
 #include "model/contiguous_cache.h"
+#include "model/dspark.h"
 #include "model/forward_batch.h"
 #include "model/forward_scope.h"
 #include "model/reference_rows.h"
@@ -64,11 +66,26 @@ class DeepseekV4 {
   Status forward_mtp(int mtp_index, const ForwardBatch& batch, const float* hidden, ForwardOutput* out,
                      bool want_hidden = false) const;
 
+  // The DSpark drafter (model/dspark.h, dspark.cc); config().has_dspark().
+  DSparkRing new_dspark_ring() const;
+  // main_x of `rows` tap rows [rows, taps * dim] at positions pos0.. into
+  // each stage's ring (only the last window of them lands); main_x
+  // [rows, dim] out when asked.
+  Status dspark_fill(DSparkRing* ring, const float* taps, int64_t rows, int64_t pos0,
+                     std::vector<float>* main_x = nullptr) const;
+  // Draft calls, batched. details: also main_x, hidden, base logits and
+  // every stage's output streams.
+  Status dspark_draft(const std::vector<DSparkCall>& calls, std::vector<DSparkDraft>* out, bool details = false) const;
+
  private:
   Status check_batch(const ForwardBatch& batch) const;
   void embed(const ForwardBatch& batch, float* out) const;
+  // attend: the attention to run instead of attention_forward (DSpark stages).
+  using AttendFn = std::function<void(const float* x, int64_t rows, float* out)>;
   void block(const kernels::Kernels& k, const BlockWeights& b, int cache_layer, const ForwardBatch& batch,
-             const ReferenceRows& rr, float* h) const;
+             const ReferenceRows& rr, float* h, const AttendFn* attend = nullptr) const;
+  // x [n, dim] (normed) -> logits [n, vocab], gathered over a vocabulary split.
+  void full_logits(const kernels::Kernels& k, const float* x, int64_t n, float* logits) const;
   void head(const kernels::Kernels& k, const HcHeadWeights& hc, const std::vector<float>& norm,
             const ForwardBatch& batch, const ReferenceRows& rr, const float* held, ForwardOutput* out) const;
   std::vector<float> select_rows(const std::vector<int64_t>& batch_rows, const float* held) const;

@@ -75,6 +75,11 @@ void visit_linears(Weights& w, Fn&& fn) {
     fn(t.h_proj, LinearKind::kMtp);
     fn(t.hc_head.fn, LinearKind::kMtp);
   }
+  if (w.dspark) {
+    for (auto& b : w.dspark->stages) block(b, LinearKind::kMtp, LinearKind::kMtp);
+    for (auto* l : {&w.dspark->main_proj, &w.dspark->hc_head.fn, &w.dspark->markov_w2, &w.dspark->confidence})
+      fn(*l, LinearKind::kMtp);
+  }
   fn(w.hc_head.fn, LinearKind::kMain);
   fn(w.head, LinearKind::kHead);
 }
@@ -96,6 +101,9 @@ int64_t ModelWeights::routed_expert_bytes() const {
   });
   for (const MtpWeights& t : mtp)
     for (const ExpertWeights& e : t.block.ffn.experts) n += expert_bytes(e);
+  if (dspark)
+    for (const BlockWeights& b : dspark->stages)
+      for (const ExpertWeights& e : b.ffn.experts) n += expert_bytes(e);
   return n;
 }
 
@@ -163,6 +171,17 @@ int64_t ModelWeights::resident_bytes() const {
     vec(t.hnorm);
     vec(t.norm);
     hc_head(t.hc_head);
+  }
+  if (w.dspark) {
+    const DSparkWeights& d = *w.dspark;
+    for (const BlockWeights& b : d.stages) block(b);
+    lin(d.main_proj);
+    vec(d.main_norm);
+    vec(d.norm);
+    hc_head(d.hc_head);
+    vec(d.markov_w1);
+    lin(d.markov_w2);
+    lin(d.confidence);
   }
   return n;
 }

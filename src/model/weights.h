@@ -95,6 +95,20 @@ struct MtpWeights {  // mtp.N
   HcHeadWeights hc_head;
 };
 
+// The DSpark drafter (mtp.0 .. mtp.{n-1} of a DSpark checkpoint): a
+// projection of the target's taps, full V4 blocks as stages, and the last
+// stage's head pieces.
+struct DSparkWeights {
+  Linear main_proj;                // mtp.0.main_proj [dim, taps*dim]
+  std::vector<float> main_norm;    // mtp.0.main_norm [dim]
+  std::vector<BlockWeights> stages;
+  std::vector<float> norm;         // mtp.{last}.norm [dim]
+  HcHeadWeights hc_head;           // mtp.{last}.hc_head_*
+  std::vector<float> markov_w1;    // mtp.{last}.markov_head.markov_w1 [vocab, rank]: the previous token's embedding
+  Linear markov_w2;                // mtp.{last}.markov_head.markov_w2 [vocab, rank], f32
+  Linear confidence;               // mtp.{last}.confidence_head.proj [1, dim + rank], f32, no bias
+};
+
 // The token embedding table, kept as the checkpoint stored it (BF16 stays
 // BF16; a row is widened to f32 exactly when looked up).
 struct EmbeddingTable {
@@ -108,7 +122,7 @@ struct EmbeddingTable {
 // What a linear is for, as far as per-token cost goes: main-model linears
 // run for every token, routed experts for the tokens routed to them, the
 // head for the rows whose logits are wanted, MTP for drafting.
-enum class LinearKind { kMain, kRoutedExpert, kHead, kMtp };
+enum class LinearKind { kMain, kRoutedExpert, kHead, kMtp };  // kMtp: any drafter's
 
 struct ModelWeights {
   EmbeddingTable embed;      // [vocab, dim] (this rank's vocabulary slice)
@@ -117,6 +131,7 @@ struct ModelWeights {
   Linear head;               // [vocab, dim] (this rank's vocabulary slice)
   HcHeadWeights hc_head;
   std::vector<MtpWeights> mtp;
+  std::optional<DSparkWeights> dspark;
 
   // Moves every linear still held as stored into the forward's packed
   // layout (checkpoint/weight_loader.h loads straight into it).

@@ -121,6 +121,8 @@ StatusOr<GoldenBounds> GoldenBounds::for_run(const std::string& golden_path, ker
 bool VerifyReport::pass() const {
   for (const auto& t : tensors)
     if (!t.pass()) return false;
+  for (const auto& r : rates)
+    if (!r.pass()) return false;
   if (prefill_match < prefill_total) return false;
   return greedy_total == 0 || greedy_match >= std::ceil(greedy_required * greedy_total - 1e-9);
 }
@@ -134,23 +136,30 @@ const TensorCheck* VerifyReport::find(const std::string& name) const {
 std::string VerifyReport::format() const {
   std::ostringstream s;
   char line[160];
-  std::snprintf(line, sizeof line, "  %-18s %12s %10s  %s\n", "tensor", "rel L2", "bound", "");
+  std::snprintf(line, sizeof line, "  %-20s %12s %10s  %s\n", "tensor", "rel L2", "bound", "");
   s << line;
   for (const auto& t : tensors) {
     char bound[32] = "-";
     if (t.bound >= 0) std::snprintf(bound, sizeof bound, "%.0e", t.bound);
-    std::snprintf(line, sizeof line, "  %-18s %12.3e %10s  %s\n", t.name.c_str(), t.rel_l2, bound,
+    std::snprintf(line, sizeof line, "  %-20s %12.3e %10s  %s\n", t.name.c_str(), t.rel_l2, bound,
                   t.bound < 0 ? "(info)" : t.pass() ? "ok" : "FAIL");
     s << line;
   }
-  if (prefill_total > 0) {
-    std::snprintf(line, sizeof line, "  %-18s %d/%d match (need all)\n", "prefill tokens", prefill_match, prefill_total);
+  for (const auto& r : rates) {
+    std::snprintf(line, sizeof line, "  %-20s %d/%d match (need %.0f%%)  %s\n", r.name.c_str(), r.match, r.total,
+                  r.required * 100, r.pass() ? "ok" : "FAIL");
     s << line;
   }
-  std::snprintf(line, sizeof line, "  %-18s %d/%d match (need %.0f%%)\n",
+  if (prefill_total > 0) {
+    std::snprintf(line, sizeof line, "  %-20s %d/%d match (need all)\n", "prefill tokens", prefill_match, prefill_total);
+    s << line;
+  }
+  if (greedy_total > 0 || rates.empty()) {
+  std::snprintf(line, sizeof line, "  %-20s %d/%d match (need %.0f%%)\n",
                 greedy_required == 1.0 && prefill_total == 0 ? "greedy tokens" : "decode argmax", greedy_match,
                 greedy_total, greedy_required * 100);
   s << line;
+  }
   s << (pass() ? "PASS" : "FAIL") << "\n";
   return s.str();
 }

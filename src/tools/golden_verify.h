@@ -60,8 +60,18 @@ struct TensorCheck {
   bool pass() const { return bound < 0 || rel_l2 <= bound; }
 };
 
+// A share of choices that must agree with the reference's.
+struct RateCheck {
+  std::string name;
+  int match = 0, total = 0;
+  double required = 0.0;
+  double rate() const { return total ? static_cast<double>(match) / total : 1.0; }
+  bool pass() const { return rate() >= required - 1e-12; }
+};
+
 struct VerifyReport {
   std::vector<TensorCheck> tensors;
+  std::vector<RateCheck> rates;
   // The reference's greedy choices the logits made: every token (exact
   // runs), or the prompts' next tokens and the decode steps' argmax.
   int greedy_total = 0;
