@@ -237,7 +237,9 @@ Status DeepseekV4::forward(const ForwardBatch& batch, ForwardOutput* out, bool w
   ForwardScope::Guard guard(scope);
   const kernels::Kernels& k = kernels::kernels_for(options_.numerics);
   const int64_t held = scope.flashcomm ? scope.split.count() : rows;
-  std::vector<float> e(held * dim), h(held * flat), all(batch.trace || want_hidden ? rows * flat : 0);
+  const bool taps = batch.want_taps && c.has_dspark();
+  std::vector<float> e(held * dim), h(held * flat), all(batch.trace || want_hidden || taps ? rows * flat : 0);
+  if (taps) out->taps.assign(rows * c.dspark_taps() * dim, 0.0f);
   embed(batch, e.data());
   const ReferenceRows rr = ReferenceRows::of(batch);
   for (int64_t r = 0; r < held; ++r)
@@ -245,10 +247,13 @@ Status DeepseekV4::forward(const ForwardBatch& batch, ForwardOutput* out, bool w
 
   for (int i = 0; i < c.n_layers; ++i) {
     block(k, weights_->blocks[i], i, batch, rr, h.data());
-    if (batch.trace) {
-      all_streams(h.data(), all.data(), rows);
-      batch.trace->record("layer_out." + std::to_string(i), all.data(), rows, flat);
-    }
+    const auto tap = std::find(c.dspark_target_layer_ids.begin(), c.dspark_target_layer_ids.end(), i);
+    const bool tapped = taps && tap != c.dspark_target_layer_ids.end();
+    if (batch.trace || tapped) all_streams(h.data(), all.data(), rows);
+    if (batch.trace) batch.trace->record("layer_out." + std::to_string(i), all.data(), rows, flat);
+    if (tapped)
+      dspark_tap_rows(all.data(), rows, c.hc_mult, dim, static_cast<int>(tap - c.dspark_target_layer_ids.begin()),
+                      c.dspark_taps(), out->taps.data());
   }
   if (!all.empty()) all_streams(h.data(), all.data(), rows);
   if (batch.trace) batch.trace->record("final_hidden", all.data(), rows, flat);

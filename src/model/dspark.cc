@@ -40,6 +40,18 @@ int32_t draw(const float* logits, int64_t vocab, float temperature, const float*
 
 }  // namespace
 
+void dspark_tap_rows(const float* streams, int64_t rows, int hc, int64_t dim, int tap, int num_taps, float* taps) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* o = taps + (r * num_taps + tap) * dim;
+    const float* s = streams + r * hc * dim;
+    for (int64_t d = 0; d < dim; ++d) {  // h.mean(dim=2): the copies summed in order, then divided
+      float sum = s[d];
+      for (int c = 1; c < hc; ++c) sum += s[c * dim + d];
+      o[d] = sum / static_cast<float>(hc);
+    }
+  }
+}
+
 DSparkRing DeepseekV4::new_dspark_ring() const {
   const ModelConfig& c = config_;
   DSparkRing r;

@@ -24,6 +24,10 @@
 
 namespace dsv4 {
 
+// Tap `tap` of `rows` rows: the mean over the hc copies of a block's output
+// streams [rows, hc, dim], into taps [rows, num_taps, dim].
+void dspark_tap_rows(const float* streams, int64_t rows, int hc, int64_t dim, int tap, int num_taps, float* taps);
+
 // One sequence's rings: [stages][window slots][KV row bytes].
 struct DSparkRing {
   int64_t slots = 0, row_bytes = 0;

@@ -48,6 +48,8 @@ struct ForwardBatch {
   // With the head split by vocabulary: logits of this rank's vocabulary
   // slice only (greedy decoding exchanges just each slice's best).
   bool local_logits = false;
+  // The DSpark drafter's taps of every row (ForwardOutput::taps).
+  bool want_taps = false;
 
   void add(SequenceCache* cache, const int32_t* tokens, int64_t n, int64_t prefill_len = 0, int64_t logit_rows = 1) {
     chunks.push_back({cache, cache->length, n, static_cast<int64_t>(token_ids.size()), prefill_len, logit_rows});
@@ -73,6 +75,9 @@ struct ForwardOutput {
   // [rows, hc, dim]: the streams entering the head (the main model's are
   // MTP's input; an MTP block's feed its next draft step).
   std::vector<float> hidden;
+  // [rows, taps * dim] when the batch wants taps: per DSpark target layer
+  // (ascending), its output streams averaged over the hc copies.
+  std::vector<float> taps;
 };
 
 }  // namespace dsv4

@@ -82,34 +82,6 @@ std::string group_of(const std::string& name) {
   return "draft";
 }
 
-// Mean over the hc copies of a block's output streams [rows, hc, dim].
-void tap_rows(const float* streams, int64_t rows, int hc, int64_t dim, int64_t tap, int64_t taps, float* out) {
-  for (int64_t r = 0; r < rows; ++r) {
-    float* o = out + (r * taps + tap) * dim;
-    const float* s = streams + r * hc * dim;
-    for (int64_t d = 0; d < dim; ++d) {
-      float sum = s[d];
-      for (int c = 1; c < hc; ++c) sum += s[c * dim + d];
-      o[d] = sum / static_cast<float>(hc);
-    }
-  }
-}
-
-class TapTrace : public ForwardTrace {
- public:
-  explicit TapTrace(std::map<int, int> tap_of) : tap_of_(std::move(tap_of)) {}
-  void record(const std::string& name, const float* rows, int64_t num_rows, int64_t row_size) override {
-    if (name.rfind("layer_out.", 0) != 0) return;
-    const auto it = tap_of_.find(std::stoi(name.substr(10)));
-    if (it == tap_of_.end()) return;
-    layers_[it->second].assign(rows, rows + num_rows * row_size);
-  }
-  std::map<int, std::vector<float>> layers_;  // tap index -> this forward's streams
-
- private:
-  std::map<int, int> tap_of_;
-};
-
 }  // namespace
 
 bool is_dspark_golden(const std::string& golden_path) {
@@ -150,8 +122,6 @@ StatusOr<VerifyReport> verify_dspark(const DeepseekV4& model, const DSparkVerify
     DSV4_ASSIGN_OR_RETURN(prefill_taps, g.floats("prefill_main_hidden"));
     DSV4_ASSIGN_OR_RETURN(decode_taps, g.floats("decode_main_hidden"));
   } else {
-    std::map<int, int> tap_of;
-    for (int i = 0; i < L; ++i) tap_of[c.dspark_target_layer_ids[i]] = i;
     prefill_taps.assign(B * S * L * D, 0.0f);
     decode_taps.assign(T * B * L * D, 0.0f);
     std::vector<float> prefill_logits(B * V), decode_logits(T * B * V);
@@ -160,31 +130,28 @@ StatusOr<VerifyReport> verify_dspark(const DeepseekV4& model, const DSparkVerify
     const int64_t chunk = opt.chunk > 0 ? opt.chunk : S;
     for (int64_t s0 = 0; s0 < S; s0 += chunk) {
       const int64_t n = std::min(chunk, S - s0);
-      TapTrace trace(tap_of);
       ForwardBatch batch;
-      batch.trace = &trace;
+      batch.want_taps = true;
       for (int64_t b = 0; b < B; ++b) {
         std::vector<int32_t> ids(prompt.begin() + b * S + s0, prompt.begin() + b * S + s0 + n);
         batch.add(&states[b], ids.data(), n, /*prefill_len=*/S);
       }
       ForwardOutput out;
       DSV4_RETURN_IF_ERROR(model.forward(batch, &out));
-      for (const auto& [tap, streams] : trace.layers_)
-        for (int64_t b = 0; b < B; ++b)
-          tap_rows(&streams[b * n * hc * D], n, hc, D, tap, L, &prefill_taps[(b * S + s0) * L * D]);
+      for (int64_t b = 0; b < B; ++b)
+        std::copy_n(&out.taps[b * n * L * D], n * L * D, &prefill_taps[(b * S + s0) * L * D]);
       if (s0 + n == S) std::copy(out.logits.begin(), out.logits.begin() + B * V, prefill_logits.begin());
     }
     for (int64_t t = 0; t < T; ++t) {
-      TapTrace trace(tap_of);
       ForwardBatch batch;
-      batch.trace = &trace;
+      batch.want_taps = true;
       for (int64_t b = 0; b < B; ++b) {
         const int32_t id = static_cast<int32_t>(decode[t * B + b]);
         batch.add(&states[b], &id, 1);
       }
       ForwardOutput out;
       DSV4_RETURN_IF_ERROR(model.forward(batch, &out));
-      for (const auto& [tap, streams] : trace.layers_) tap_rows(streams.data(), B, hc, D, tap, L, &decode_taps[t * B * L * D]);
+      std::copy_n(out.taps.begin(), B * L * D, decode_taps.begin() + t * B * L * D);
       std::copy(out.logits.begin(), out.logits.begin() + B * V, decode_logits.begin() + t * B * V);
     }
     computed["prefill_logits"] = prefill_logits;
