@@ -5,6 +5,7 @@
 #include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <set>
 
 #include "runtime/engine.h"
@@ -287,6 +288,63 @@ TEST(EngineRequests, SeededSamplingIsTheSameInAnyBatch) {
     for (const auto& r : (*e)->step())
       if (r.id == *id) got.insert(got.end(), r.new_tokens.begin(), r.new_tokens.end());
   EXPECT_EQ(got, alone);
+}
+
+}  // namespace
+}  // namespace dsv4
+
+namespace dsv4 {
+namespace {
+
+// Rejection sampling against a drafter's own distribution q: draw the draft
+// from q, accept or replace it; the outcome must be distributed as
+// sample_token's p. 200,000 draws over a 12-token vocabulary with top-k 8
+// and a q unlike p (mass on tokens p excludes, too little on p's best): a
+// chi-square goodness-of-fit test against p at the 0.001 level. Accepting
+// every draft, or replacing from p instead of the residual, gives chi-square
+// values in the thousands.
+TEST(Sampler, SamplingAgainstADraftDistributionKeepsTheTargetDistribution) {
+  const int64_t vocab = 12;
+  const std::vector<float> logits = {2.0f, 1.5f, 0.3f, -0.2f, 1.1f, 0.0f, -1.0f, 0.7f, 2.2f, -0.5f, 0.4f, 1.0f};
+  SamplingParams params;
+  params.temperature = 0.8f;
+  params.top_k = 8;
+  // Two samples of n: sample_token's, and drafts from q accepted or replaced.
+  std::mt19937_64 rng(7);
+  const int n = 200000;
+  std::vector<int> plain(vocab, 0), spec(vocab, 0);
+  for (int i = 0; i < n; ++i) ++plain[sample_token(logits.data(), vocab, params, {}, {}, &rng).token];
+  std::vector<float> q = {0.02f, 0.3f, 0.05f, 0.1f, 0.05f, 0.1f, 0.1f, 0.03f, 0.05f, 0.1f, 0.05f, 0.05f};
+  std::discrete_distribution<int> from_q(q.begin(), q.end());
+  int accepted_n = 0;
+  for (int i = 0; i < n; ++i) {
+    const int32_t draft = from_q(rng);
+    bool accepted = false;
+    ++spec[sample_against_distribution(logits.data(), vocab, params, {}, {}, draft, q.data(), &rng, &accepted).token];
+    accepted_n += accepted;
+  }
+  EXPECT_GT(accepted_n, n / 10);
+  EXPECT_LT(accepted_n, n);
+  // Two-sample chi-square over the tokens either drew (equal sample sizes);
+  // the critical value at 0.001 (Wilson-Hilferty).
+  double chi2 = 0.0;
+  int cells = 0;
+  for (int64_t v = 0; v < vocab; ++v) {
+    if (plain[v] == 0) EXPECT_EQ(spec[v], 0) << "token " << v << " is outside p's candidates";
+    if (plain[v] + spec[v] == 0) continue;
+    chi2 += static_cast<double>(plain[v] - spec[v]) * (plain[v] - spec[v]) / (plain[v] + spec[v]);
+    ++cells;
+  }
+  const int df = cells - 1;
+  const double z = 3.090232, a = 2.0 / (9.0 * df), critical = df * std::pow(1.0 - a + z * std::sqrt(a), 3);
+  EXPECT_EQ(cells, 8) << "top-k 8";
+  EXPECT_LT(chi2, critical);
+  // Greedy: the argmax, accepted only when the draft is it.
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  bool accepted = true;
+  EXPECT_EQ(sample_against_distribution(logits.data(), vocab, greedy, {}, {}, 1, q.data(), &rng, &accepted).token, 8);
+  EXPECT_FALSE(accepted);
 }
 
 }  // namespace

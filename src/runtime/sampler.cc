@@ -157,4 +157,34 @@ SampledToken sample_against_draft(const float* logits, int64_t vocab, const Samp
   return out;
 }
 
+SampledToken sample_against_distribution(const float* logits, int64_t vocab, const SamplingParams& p,
+                                         const std::vector<int32_t>& prompt, const std::vector<int32_t>& output,
+                                         int32_t draft, const float* q, std::mt19937_64* rng, bool* accepted) {
+  std::vector<float> l(logits, logits + vocab);
+  apply_penalties(l, p, prompt, output);
+  SampledToken out;
+  if (p.greedy()) {
+    out.token = static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
+  } else {
+    Candidates c = candidates(std::move(l), p);
+    auto it = std::find(c.token.begin(), c.token.end(), draft);
+    const double p_draft = it == c.token.end() ? 0.0 : c.weight[it - c.token.begin()] / c.total;
+    const double q_draft = std::max(static_cast<double>(q[draft]), 1e-8);
+    if (uniform(rng) < std::min(1.0, p_draft / q_draft)) {
+      out.token = draft;
+    } else {  // the residual max(0, p - q) over p's candidates
+      Candidates r = c;
+      r.total = 0.0;
+      for (size_t i = 0; i < r.token.size(); ++i) {
+        r.weight[i] = std::max(0.0, c.weight[i] / c.total - static_cast<double>(q[r.token[i]]));
+        r.total += r.weight[i];
+      }
+      out.token = r.total > 1e-8 ? draw(r, rng) : draw(c, rng);
+    }
+  }
+  *accepted = out.token == draft;
+  add_logprobs(logits, vocab, p, &out);
+  return out;
+}
+
 }  // namespace dsv4

@@ -37,4 +37,14 @@ SampledToken sample_against_draft(const float* logits, int64_t vocab, const Samp
                                   const std::vector<int32_t>& prompt, const std::vector<int32_t>& output,
                                   int32_t draft, std::mt19937_64* rng, bool* accepted);
 
+// Speculative sampling against a sampled draft (DSpark's drafter draws its
+// drafts from q, probabilities [vocab]): keeps the draft with probability
+// min(1, p(draft) / q(draft)), otherwise draws from the residual
+// normalize(max(0, p - q)) (from p when that has no mass), where p is what
+// sample_token draws from; so the token has exactly p's distribution.
+// Greedy requests get their argmax. accepted: the token is the draft.
+SampledToken sample_against_distribution(const float* logits, int64_t vocab, const SamplingParams& params,
+                                         const std::vector<int32_t>& prompt, const std::vector<int32_t>& output,
+                                         int32_t draft, const float* q, std::mt19937_64* rng, bool* accepted);
+
 }  // namespace dsv4
