@@ -24,8 +24,8 @@ double parse_double(Args& args, const std::string& key, double def, bool* bad) {
   return d;
 }
 
-// vLLM's --speculative-config: {"method": "mtp", "num_speculative_tokens": K}.
-int speculative_tokens(Args& args) {
+// vLLM's --speculative-config: {"method": "mtp" | "dspark", "num_speculative_tokens": K}.
+int speculative_tokens(Args& args, SchedulerOptions::Drafter* drafter) {
   if (!args.has("speculative-config")) return 0;
   const nlohmann::json j = nlohmann::json::parse(args.get("speculative-config"), nullptr, false);
   if (!j.is_object()) {
@@ -39,10 +39,12 @@ int speculative_tokens(Args& args) {
     }
   }
   const auto method = j.find("method");
-  if (method == j.end() || !method->is_string() || (*method != "mtp" && *method != "deepseek_mtp")) {
-    args.set_error("--speculative-config: method must be \"mtp\" (the model's own MTP layer drafts)");
+  if (method == j.end() || !method->is_string() || (*method != "mtp" && *method != "deepseek_mtp" && *method != "dspark")) {
+    args.set_error("--speculative-config: method must be \"mtp\" (the model's own MTP layer drafts) or \"dspark\" "
+                   "(a DSpark checkpoint's drafter)");
     return 0;
   }
+  *drafter = *method == "dspark" ? SchedulerOptions::Drafter::kDSpark : SchedulerOptions::Drafter::kMtp;
   const auto k = j.find("num_speculative_tokens");
   if (k == j.end() || !k->is_number_integer() || *k < 1 || *k > kMaxDraftTokens) {
     args.set_error("--speculative-config: num_speculative_tokens must be an integer from 1 to " +
@@ -63,7 +65,8 @@ const char* kEngineHelp =
     "  --block-size N               raw tokens per KV page (default 32)\n"
     "  --kv-cache-memory BYTES      KV cache budget of the process (shared by its ranks), e.g. 512M or 2G\n"
     "  --kv-cache-memory-fraction F share of available memory when no budget is given (default 0.25)\n"
-    "  --speculative-config JSON    MTP speculative decoding, e.g. '{\"method\":\"mtp\",\"num_speculative_tokens\":3}'\n"
+    "  --speculative-config JSON    speculative decoding, e.g. '{\"method\":\"mtp\",\"num_speculative_tokens\":3}'\n"
+    "                               (method mtp: the MTP layer drafts; dspark: a DSpark checkpoint's drafter)\n"
     "                               (1 to 7 draft tokens per step; greedy output is unchanged, sampled\n"
     "                               output keeps its distribution)\n"
     "  --enable-prefix-caching / --no-enable-prefix-caching\n"
@@ -128,7 +131,7 @@ EngineOptions engine_options(Args& args) {
   o.scheduler.max_num_batched_tokens = args.get_int("max-num-batched-tokens", o.scheduler.max_num_batched_tokens);
   o.scheduler.max_model_len = args.get_int("max-model-len", 0);
   o.scheduler.long_prefill_token_threshold = args.get_int("long-prefill-token-threshold", 0);
-  o.scheduler.num_speculative_tokens = speculative_tokens(args);
+  o.scheduler.num_speculative_tokens = speculative_tokens(args, &o.scheduler.drafter);
   o.cache.block_size = args.get_int("block-size", o.cache.block_size);
   if (args.has("enable-prefix-caching") && args.has("no-enable-prefix-caching"))
     args.set_error("give --enable-prefix-caching or --no-enable-prefix-caching, not both");

@@ -7,7 +7,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdio>
+#include <map>
+
+#include <cstring>
+
 #include "checkpoint/config_json.h"
+#include "checkpoint/safetensors.h"
+#include "runtime/engine.h"
+#include "runtime/local_executor.h"
 #include "model/deepseek_v4.h"
 #include "test_util.h"
 #include "tools/dspark_verify.h"
@@ -86,6 +94,215 @@ INSTANTIATE_TEST_SUITE_P(Cases, DSparkGolden,
                              if (ch == '-') ch = '_';
                            return n;
                          });
+
+}  // namespace
+}  // namespace dsv4
+
+namespace dsv4 {
+namespace {
+
+struct Job {
+  std::vector<int32_t> prompt;
+  SamplingParams params;
+};
+
+struct Outcome {
+  std::vector<std::vector<int32_t>> tokens;
+  std::vector<std::map<int64_t, std::vector<float>>> logits;  // per job: position -> logits
+  EngineStats stats;
+};
+
+Outcome run(std::unique_ptr<Engine> engine, const std::vector<Job>& jobs) {
+  Outcome out;
+  out.tokens.resize(jobs.size());
+  out.logits.resize(jobs.size());
+  std::map<int64_t, size_t> job_of;
+  const int64_t vocab = engine->config().vocab_size;
+  engine->set_logits_observer([&, vocab](int64_t id, int64_t pos, const float* logits) {
+    out.logits[job_of.at(id)][pos].assign(logits, logits + vocab);
+  });
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    auto id = engine->add_request(jobs[j].prompt, jobs[j].params);
+    EXPECT_TRUE(id.ok()) << id.status().message();
+    job_of[*id] = j;
+  }
+  while (engine->has_unfinished())
+    for (const RequestOutput& o : engine->step())
+      out.tokens[job_of.at(o.id)].insert(out.tokens[job_of.at(o.id)].end(), o.new_tokens.begin(), o.new_tokens.end());
+  out.stats = engine->stats();
+  return out;
+}
+
+EngineOptions dspark_options(int k) {
+  EngineOptions o;
+  o.scheduler.max_num_seqs = 8;
+  o.scheduler.max_num_batched_tokens = 96;  // prompts prefill in chunks, their rings fill across steps
+  o.scheduler.num_speculative_tokens = k;
+  o.scheduler.drafter = SchedulerOptions::Drafter::kDSpark;
+  o.cache.memory_bytes = int64_t{256} << 20;
+  return o;
+}
+
+std::vector<Job> dspark_jobs() {
+  std::vector<Job> jobs;
+  for (int i = 0; i < 5; ++i) {
+    // 1 token (nothing to draft from at position 0), short, and past the
+    // 128-slot ring.
+    std::vector<int32_t> p(i == 0 ? 1 : 30 + 60 * i);
+    for (size_t t = 0; t < p.size(); ++t) p[t] = static_cast<int32_t>((t * 29 + i * 11 + 3) % 1000);
+    jobs.push_back({p, testing::greedy(14 + 3 * i)});
+    jobs.back().params.ignore_eos = true;
+  }
+  return jobs;
+}
+
+void expect_same(const Outcome& spec, const Outcome& plain, const std::string& what) {
+  for (size_t j = 0; j < plain.tokens.size(); ++j) {
+    EXPECT_EQ(spec.tokens[j], plain.tokens[j]) << what << " job " << j;
+    for (const auto& [pos, row] : plain.logits[j]) {
+      auto it = spec.logits[j].find(pos);
+      ASSERT_NE(it, spec.logits[j].end()) << what << " position " << pos;
+      EXPECT_EQ(it->second, row) << what << " job " << j << " position " << pos << ": logits differ";
+    }
+  }
+}
+
+// Greedy decoding with DSpark drafts: every token and every logit of plain
+// decoding, with 1, 3 and 5 drafts per step, on both golden checkpoints.
+TEST(DSparkServing, GreedyOutputIsPlainDecodingsWithAnyNumberOfDrafts) {
+  for (const char* name : {"dspark-tiny", "dspark-fp8"}) {
+    const DeepseekV4& model = golden_model(name, kernels::Numerics::kFast);
+    const std::vector<Job> jobs = dspark_jobs();
+    auto plain_engine = Engine::create(&model, dspark_options(0));
+    ASSERT_TRUE(plain_engine.ok()) << plain_engine.status().message();
+    const Outcome plain = run(std::move(*plain_engine), jobs);
+    for (int k : {1, 3, 5}) {
+      auto engine = Engine::create(&model, dspark_options(k));
+      ASSERT_TRUE(engine.ok()) << engine.status().message();
+      const Outcome spec = run(std::move(*engine), jobs);
+      expect_same(spec, plain, std::string(name) + " k=" + std::to_string(k));
+      EXPECT_GT(spec.stats.drafts_proposed, 0);
+      std::printf("  %s k=%d: %lld of %lld drafts accepted\n", name, k, static_cast<long long>(spec.stats.drafts_accepted),
+                  static_cast<long long>(spec.stats.drafts_proposed));
+    }
+  }
+  // More drafts than the block proposes, or a checkpoint without the drafter.
+  EXPECT_FALSE(Engine::create(&golden_model("dspark-tiny", kernels::Numerics::kFast), dspark_options(6)).ok());
+  EXPECT_FALSE(Engine::create(&golden_model("tiny-a"), dspark_options(2)).ok());
+}
+
+// Ranks as threads (TP2 x DP2, experts over all four): the same tokens.
+TEST(DSparkServing, RanksAsThreadsGiveTheSameTokens) {
+  const std::string dir = golden_dir() + "/dspark-tiny";
+  const DeepseekV4& model = golden_model("dspark-tiny", kernels::Numerics::kFast);
+  const std::vector<Job> jobs = dspark_jobs();
+  auto plain_engine = Engine::create(&model, dspark_options(0));
+  ASSERT_TRUE(plain_engine.ok());
+  const Outcome plain = run(std::move(*plain_engine), jobs);
+  ParallelOptions p;
+  p.topology.tp = 2;
+  p.topology.dp = 2;
+  EngineOptions o = dspark_options(3);
+  auto cache = Engine::cache_options(model.config(), o);
+  ASSERT_TRUE(cache.ok());
+  ModelOptions mo;
+  mo.numerics = kernels::Numerics::kFast;
+  auto executor = LocalExecutor::create(dir, mo, p, *cache);
+  ASSERT_TRUE(executor.ok()) << executor.status().message();
+  auto engine = Engine::create(std::move(*executor), o.scheduler);
+  ASSERT_TRUE(engine.ok()) << engine.status().message();
+  const Outcome spec = run(std::move(*engine), jobs);
+  for (size_t j = 0; j < jobs.size(); ++j) EXPECT_EQ(spec.tokens[j], plain.tokens[j]) << "job " << j;
+  EXPECT_GT(spec.stats.drafts_proposed, 0);
+}
+
+}  // namespace
+}  // namespace dsv4
+
+namespace dsv4 {
+namespace {
+
+// The drafts the engine makes while serving are the reference's: the golden
+// prompts served greedily with 5 drafts per step (prefill in 96-token
+// chunks, so the rings fill across steps). Wherever a step ends at the
+// position of a golden draft call (always the first, after the prompt; later
+// ones while every draft is rejected and decoding follows the golden
+// teacher-forced path), the engine's drafts are the golden draft_ids.
+TEST(DSparkServing, ServedDraftsAreTheReferenceDraftCalls) {
+  for (const char* name : {"dspark-tiny", "dspark-fp8"}) {
+    const DeepseekV4& model = golden_model(name, kernels::Numerics::kExact);
+    auto golden = SafetensorsFile::open(golden_dir() + "/" + name + "/golden.safetensors");
+    ASSERT_TRUE(golden.ok());
+    auto ints = [&](const char* t) {
+      const TensorInfo* info = (*golden)->find(t);
+      std::vector<int64_t> v(info->numel());
+      std::memcpy(v.data(), info->data, info->nbytes);
+      return std::make_pair(v, info->shape);
+    };
+    const auto [prompt, pshape] = ints("prompt_ids");
+    const auto [draft_ids, dshape] = ints("draft_ids");
+    const auto [start_pos, sshape] = ints("draft_start_pos");
+    const int64_t B = pshape[0], S = pshape[1], N = dshape[0], K = dshape[2] - 1;
+    auto engine = Engine::create(&model, dspark_options(5));
+    ASSERT_TRUE(engine.ok());
+    std::map<int64_t, int64_t> batch_of;
+    int compared = 0;
+    (*engine)->set_draft_observer([&](int64_t id, int64_t position, const std::vector<int32_t>& drafts) {
+      const int64_t b = batch_of.at(id);
+      for (int64_t n = 0; n < N; ++n) {
+        if (start_pos[n] != position) continue;
+        // As many as the request has room for (max_tokens), the golden's first.
+        ASSERT_FALSE(drafts.empty());
+        ASSERT_LE(static_cast<int64_t>(drafts.size()), K);
+        std::vector<int32_t> want(drafts.size());
+        for (size_t k = 0; k < want.size(); ++k) want[k] = static_cast<int32_t>(draft_ids[(n * B + b) * (K + 1) + k + 1]);
+        EXPECT_EQ(drafts, want) << name << " sequence " << b << " draft call " << n;
+        ++compared;
+      }
+    });
+    for (int64_t b = 0; b < B; ++b) {
+      SamplingParams p = testing::greedy(12);
+      p.ignore_eos = true;
+      auto id = (*engine)->add_request(std::vector<int32_t>(prompt.begin() + b * S, prompt.begin() + (b + 1) * S), p);
+      ASSERT_TRUE(id.ok());
+      batch_of[*id] = b;
+    }
+    while ((*engine)->has_unfinished()) (*engine)->step();
+    EXPECT_GE(compared, 2 * B) << name << ": the first draft calls after each prompt, and later ones";
+  }
+}
+
+}  // namespace
+}  // namespace dsv4
+
+namespace dsv4 {
+namespace {
+
+// A prefix-cache hit skips the cached prompt rows, so the rings miss their
+// taps: drafts may differ, the output may not. The same prompts served
+// again by the same engine give plain decoding's tokens.
+TEST(DSparkServing, PrefixCacheHitsKeepGreedyOutput) {
+  const DeepseekV4& model = golden_model("dspark-tiny", kernels::Numerics::kFast);
+  std::vector<Job> jobs = dspark_jobs();
+  jobs.erase(jobs.begin());  // prompts of a whole 128-token block or more
+  jobs.erase(jobs.begin());
+  auto plain_engine = Engine::create(&model, dspark_options(0));
+  ASSERT_TRUE(plain_engine.ok());
+  const Outcome plain = run(std::move(*plain_engine), jobs);
+  auto engine = Engine::create(&model, dspark_options(3));
+  ASSERT_TRUE(engine.ok());
+  Engine* e = engine->get();
+  for (int pass = 0; pass < 2; ++pass) {
+    std::map<int64_t, size_t> job_of;
+    std::vector<std::vector<int32_t>> tokens(jobs.size());
+    for (size_t j = 0; j < jobs.size(); ++j) job_of[*e->add_request(jobs[j].prompt, jobs[j].params)] = j;
+    while (e->has_unfinished())
+      for (const RequestOutput& o : e->step())
+        tokens[job_of.at(o.id)].insert(tokens[job_of.at(o.id)].end(), o.new_tokens.begin(), o.new_tokens.end());
+    for (size_t j = 0; j < jobs.size(); ++j) EXPECT_EQ(tokens[j], plain.tokens[j]) << "pass " << pass << " job " << j;
+  }
+  EXPECT_GT(e->stats().prefix_hit_tokens, 0);
+}
 
 }  // namespace
 }  // namespace dsv4

@@ -1,6 +1,7 @@
 #include "runtime/engine.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "base/check.h"
 #include "base/phase_timer.h"
@@ -20,7 +21,15 @@ StatusOr<KvCacheOptions> Engine::cache_options(const ModelConfig& c, EngineOptio
   if (k < 0 || k > kMaxDraftTokens)
     return invalid_argument("num_speculative_tokens must be between 1 and " + std::to_string(kMaxDraftTokens) +
                             ", got " + std::to_string(k));
-  if (k > 0 && c.n_mtp_layers < 1) return invalid_argument("speculative decoding with MTP needs a model with an MTP layer");
+  if (sched.drafter == SchedulerOptions::Drafter::kDSpark) {
+    if (k > 0 && !c.has_dspark())
+      return invalid_argument("speculative decoding with DSpark needs a DSpark checkpoint (dspark_block_size in its config)");
+    if (k > c.dspark_block_size)
+      return invalid_argument("the DSpark drafter proposes " + std::to_string(c.dspark_block_size) +
+                              " tokens per step; num_speculative_tokens " + std::to_string(k) + " is more");
+  } else if (k > 0 && c.n_mtp_layers < 1) {
+    return invalid_argument("speculative decoding with MTP needs a model with an MTP layer");
+  }
   KvCacheOptions cache = options.cache;
   cache.max_num_seqs = sched.max_num_seqs;
   cache.max_num_batched_tokens = sched.max_num_batched_tokens;
@@ -81,6 +90,7 @@ StatusOr<int64_t> Engine::add_request(std::vector<int32_t> prompt, const Samplin
 
 bool Engine::finish(int64_t id, FinishReason reason) {
   rngs_.erase(id);
+  if (dspark()) released_.push_back(id);  // the ranks drop its rings with the next plan
   return scheduler_->finish(id, reason);
 }
 
@@ -133,12 +143,14 @@ void Engine::abort_unfittable(std::vector<RequestOutput>* outputs) {
 StepPlan Engine::plan_step(const SchedulerOutput& schedule) const {
   StepPlan plan;
   plan.argmax_only.assign(num_groups(), observer_ ? 0 : 1);
-  plan.keep_hidden = speculative();
+  plan.keep_hidden = speculative() && !dspark();
+  plan.keep_taps = dspark();
   plan.keep_raw_kv = executor_->cache(0)->keeps_all_raw_kv();
   for (const ScheduledChunk& c : schedule.chunks) {
     const Request* r = c.request;
     PlannedChunk p;
     p.group = c.partition;
+    p.request = r->id;
     p.start = c.start;
     // Prompt positions keep the prompt's one-shot layout, also when
     // recomputed after a preemption (see ReferenceRows).
@@ -243,7 +255,8 @@ std::vector<RequestOutput> Engine::step() {
   }
 
   // Every group steps (the experts span them), idle ones with no chunks.
-  const StepPlan plan = plan_step(schedule);
+  StepPlan plan = plan_step(schedule);
+  plan.released = std::exchange(released_, {});
   StatusOr<std::vector<SampledLogits>> sampled = executor_->run(plan);
   DSV4_CHECK_MSG(sampled.ok(), "%s", sampled.status().message().c_str());
 
@@ -288,6 +301,8 @@ void Engine::draft(const SchedulerOutput& schedule, const std::vector<int64_t>& 
                    const std::vector<uint8_t>& finished) {
   StepPlan plan;
   plan.draft = true;
+  plan.dspark = dspark();
+  plan.released = std::exchange(released_, {});
   plan.keep_raw_kv = executor_->cache(0)->keeps_all_raw_kv();
   const int k = scheduler_->options().num_speculative_tokens;
   for (size_t ci = 0; ci < schedule.chunks.size(); ++ci) {
@@ -296,6 +311,7 @@ void Engine::draft(const SchedulerOutput& schedule, const std::vector<int64_t>& 
     Request* r = c.request;
     PlannedChunk job;
     job.group = c.partition;
+    job.request = r->id;
     job.start = c.start;
     job.prefill_len = static_cast<int64_t>(r->prompt.size());
     job.cached_until = r->cached_tokens;
@@ -307,7 +323,12 @@ void Engine::draft(const SchedulerOutput& schedule, const std::vector<int64_t>& 
     if (r->num_computed == r->num_tokens() - 1) {
       const int64_t room = r->params.max_tokens - static_cast<int64_t>(r->output.size()) - 1;
       const int64_t drafts = std::min<int64_t>(k, room);
-      if (drafts > 0 && scheduler_->reserve(r, r->num_computed + drafts + 1)) job.drafts = static_cast<int32_t>(drafts);
+      // DSpark drafts from the last committed position p >= 1 (a call at 0
+      // is the reference's prefill: rings only), its block p+1..p+K within
+      // the model's positions.
+      const int64_t p = c.start + committed[ci] - 1;
+      const bool can = !dspark() || (p >= 1 && p + 1 + config().dspark_block_size <= config().max_position_embeddings);
+      if (can && drafts > 0 && scheduler_->reserve(r, r->num_computed + drafts + 1)) job.drafts = static_cast<int32_t>(drafts);
     }
     job.pages = r->pages;
     plan.chunks.push_back(std::move(job));
@@ -318,7 +339,9 @@ void Engine::draft(const SchedulerOutput& schedule, const std::vector<int64_t>& 
   for (const PlannedChunk& job : plan.chunks) {
     Request* r = schedule.chunks[job.source].request;
     scheduler_->release_behind_window(r);  // the MTP block has read its window
-    if (job.drafts > 0) r->draft = std::move((*drafted)[next++].drafts);
+    if (job.drafts <= 0) continue;
+    r->draft = std::move((*drafted)[next++].drafts);
+    if (draft_observer_) draft_observer_(r->id, job.start + static_cast<int64_t>(job.tokens.size()) - 1, r->draft);
   }
 }
 

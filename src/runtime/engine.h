@@ -96,6 +96,10 @@ class Engine {
   // Sees the logits of every sampled position (for checks against verify).
   using LogitsObserver = std::function<void(int64_t id, int64_t position, const float* logits)>;
   void set_logits_observer(LogitsObserver observer) { observer_ = std::move(observer); }
+  // Sees every request's drafts as they are made, with the position they
+  // follow (the last committed one).
+  using DraftObserver = std::function<void(int64_t id, int64_t position, const std::vector<int32_t>& drafts)>;
+  void set_draft_observer(DraftObserver observer) { draft_observer_ = std::move(observer); }
 
   // The cache and what it holds in tokens and requests, for start-up logs.
   std::string capacity_summary() const;
@@ -123,18 +127,23 @@ class Engine {
   int64_t sample_chunk(const ScheduledChunk& c, const SampledLogits* rows, RequestOutput* o);
   // prompt_logprobs: scores the prompt tokens a chunk's logit rows predict.
   void score_prompt(const ScheduledChunk& c, const SampledLogits* rows, RequestOutput* o);
-  // Runs the MTP block over the rows the step committed and drafts the next
-  // step's tokens of the decoding requests.
+  // Runs the drafter (the MTP block, or DSpark) over the rows the step
+  // committed and drafts the next step's tokens of the decoding requests.
   void draft(const SchedulerOutput& schedule, const std::vector<int64_t>& committed,
              const std::vector<uint8_t>& finished);
   bool speculative() const { return scheduler_->options().num_speculative_tokens > 0; }
+  bool dspark() const {
+    return speculative() && scheduler_->options().drafter == SchedulerOptions::Drafter::kDSpark;
+  }
 
   std::unique_ptr<StepExecutor> executor_;
   std::unique_ptr<Scheduler> scheduler_;
   std::map<int64_t, std::mt19937_64> rngs_;
   LogitsObserver observer_;
+  DraftObserver draft_observer_;
   EngineStats stats_;
   std::vector<int64_t> last_step_;
+  std::vector<int64_t> released_;  // finished since the last plan (DSpark: their rings go)
   int64_t next_id_ = 1;
 };
 

@@ -9,7 +9,8 @@
 namespace dsv4 {
 
 StatusOr<GroupResult> RankWorker::execute(const StepPlan& plan) {
-  StatusOr<GroupResult> result = plan.draft ? draft(plan) : forward(plan);
+  for (int64_t id : plan.released) rings_.erase(id);
+  StatusOr<GroupResult> result = !plan.draft ? forward(plan) : plan.dspark ? draft_dspark(plan) : draft(plan);
   if (result.ok() && !leader()) result->clear();
   return result;
 }
@@ -53,9 +54,11 @@ StatusOr<GroupResult> RankWorker::forward(const StepPlan& plan) {
     batch.chunks.back().cached_until = c.cached_until;
   }
   batch.local_logits = argmax_only(plan);
+  batch.want_taps = plan.keep_taps;
   ForwardOutput out;
   DSV4_RETURN_IF_ERROR(model_->forward(batch, &out, plan.keep_hidden));
   hidden_ = std::move(out.hidden);
+  taps_ = std::move(out.taps);
   hidden_row_begin_ = std::move(row_begin);
   return logit_results(out, static_cast<int64_t>(batch.logit_row_indices().size()), batch.local_logits);
 }
@@ -130,6 +133,46 @@ StatusOr<GroupResult> RankWorker::draft(const StepPlan& plan) {
     drafting = std::move(next);
     last_row = std::move(next_last);
   }
+  return result;
+}
+
+// DSpark: each job's rows are committed positions start.. of its request,
+// their taps kept by the step's forward. Every row goes into the request's
+// rings; a drafting job's last row is the draft call's (position p, anchor
+// the token at p + 1, which the call writes itself).
+StatusOr<GroupResult> RankWorker::draft_dspark(const StepPlan& plan) {
+  const ModelConfig& c = model_->config();
+  const int64_t width = int64_t{c.dspark_taps()} * c.dim;
+  std::vector<DSparkCall> calls;
+  std::vector<int32_t> wanted;  // drafts each call's job asked for
+  for (const PlannedChunk& job : plan.chunks) {
+    if (job.group != group_) continue;
+    const int64_t n = static_cast<int64_t>(job.tokens.size());
+    const int64_t from = job.source >= 0 && job.source < static_cast<int64_t>(hidden_row_begin_.size())
+                             ? hidden_row_begin_[job.source]
+                             : -1;
+    if (from < 0 || (from + n) * width > static_cast<int64_t>(taps_.size()))
+      return internal_error("a DSpark job names rows the step's forward did not keep");
+    auto it = rings_.find(job.request);
+    if (it == rings_.end()) it = rings_.emplace(job.request, model_->new_dspark_ring()).first;
+    const int64_t fill = job.drafts > 0 ? n - 1 : n;
+    if (fill > 0) DSV4_RETURN_IF_ERROR(model_->dspark_fill(&it->second, &taps_[from * width], fill, job.start));
+    if (job.drafts <= 0) continue;
+    DSparkCall call;
+    call.ring = &it->second;
+    call.position = job.start + n - 1;
+    call.anchor = job.tokens[n - 1];
+    call.tap = &taps_[(from + n - 1) * width];
+    calls.push_back(call);
+    wanted.push_back(job.drafts);
+  }
+  // One drafter forward on every rank, calls or not (the stages' routed
+  // experts span the groups).
+  std::vector<DSparkDraft> drafted;
+  DSV4_RETURN_IF_ERROR(model_->dspark_draft(calls, &drafted));
+  GroupResult result(calls.size());
+  for (size_t i = 0; i < calls.size(); ++i)
+    result[i].drafts.assign(drafted[i].ids.begin() + 1, drafted[i].ids.begin() + 1 + wanted[i]);
   return result;
 }
 

@@ -4,6 +4,8 @@
 // what sampling needs.
 #pragma once
 
+#include <map>
+
 #include "base/status.h"
 #include "dist/communicator.h"
 #include "kv/page_store.h"
@@ -32,6 +34,7 @@ class RankWorker {
  private:
   StatusOr<GroupResult> forward(const StepPlan& plan);
   StatusOr<GroupResult> draft(const StepPlan& plan);
+  StatusOr<GroupResult> draft_dspark(const StepPlan& plan);
   bool argmax_only(const StepPlan& plan) const;
   // Per logit row: the argmax over the vocabulary (exchanging slices' best
   // under tensor parallelism) or the whole row.
@@ -45,6 +48,10 @@ class RankWorker {
   // where each plan chunk's rows start in them (-1: another group's).
   std::vector<float> hidden_;
   std::vector<int64_t> hidden_row_begin_;
+  // The last forward's DSpark taps [rows, taps * dim] (rows as hidden_), and
+  // each running request's DSpark rings.
+  std::vector<float> taps_;
+  std::map<int64_t, DSparkRing> rings_;
 };
 
 }  // namespace dsv4

@@ -14,6 +14,7 @@ namespace dsv4 {
 
 struct PlannedChunk {
   int group = 0;            // the data-parallel group running it
+  int64_t request = 0;      // whose chunk (the DSpark rings are kept per request)
   int64_t start = 0;        // first position
   int64_t prefill_len = 0;  // the request's prompt length
   bool samples = false;     // its last rows' logits choose tokens
@@ -53,6 +54,13 @@ struct StepPlan {
   // The ranks keep this forward's hidden streams for the draft plan that
   // follows it (speculative decoding).
   bool keep_hidden = false;
+  // DSpark: the forward keeps every row's taps for the draft plan that
+  // follows, and a draft plan runs the DSpark drafter (its rows fill each
+  // request's rings; the last one drafts) instead of the MTP block.
+  bool keep_taps = false;
+  bool dspark = false;
+  // Requests that ended since the last plan: the ranks drop their rings.
+  std::vector<int64_t> released;
   // Raw KV of every position goes to the pages (a prefix cache keeps
   // blocks), not only each chunk's last window.
   bool keep_raw_kv = false;

@@ -30,9 +30,10 @@ struct SchedulerOptions {
   // Most tokens one request's prefill takes in a step; 0: no limit but the
   // step's budget.
   int64_t long_prefill_token_threshold = 0;
-  // Speculative decoding with the MTP block: draft tokens per step (0: off,
-  // at most kMaxDraftTokens).
+  // Speculative decoding: draft tokens per step (0: off, at most
+  // kMaxDraftTokens), drafted by the MTP block or the DSpark drafter.
   int num_speculative_tokens = 0;
+  enum class Drafter { kMtp, kDSpark } drafter = Drafter::kMtp;
 };
 
 struct ScheduledChunk {
