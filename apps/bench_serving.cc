@@ -1,9 +1,11 @@
 // dsv4 bench --serving: what the engine's serving features buy on a model.
-// Speculative decoding with the MTP block at K = 1, 3, 7 against plain
+// Speculative decoding with the MTP block (or a DSpark checkpoint's drafter,
+// with its draft cost) at K = 1, 3, 7 against plain
 // decoding (mean accepted length, decode tokens/s, speed-up, and that the
 // greedy tokens are the same), and time to first token of a long prompt
 // cold and after a prefix-cache hit on all but its last tokens.
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -11,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "model/deepseek_v4.h"
 #include "runtime/engine.h"
 
 namespace dsv4::app {
@@ -30,6 +33,7 @@ struct DecodeRun {
 StatusOr<DecodeRun> decode(const DeepseekV4& model, int k, const std::vector<int32_t>& prompt, int64_t gen) {
   EngineOptions o;
   o.scheduler.num_speculative_tokens = k;
+  o.scheduler.drafter = model.config().has_dspark() ? SchedulerOptions::Drafter::kDSpark : SchedulerOptions::Drafter::kMtp;
   o.scheduler.max_num_seqs = 4;
   o.cache.memory_bytes = int64_t{1} << 30;
   o.cache.enable_prefix_caching = false;
@@ -69,6 +73,42 @@ double first_token(Engine& engine, const std::vector<int32_t>& prompt, int64_t* 
   return seconds(t0);
 }
 
+// DSpark: one draft call's time against one target decode step (batch 1,
+// rings filled over 256 positions), and the decode speed-up each measured
+// speculative step time gives at a per-draft acceptance rate a (drafts
+// accepted independently: a step yields (1 - a^(K+1)) / (1 - a) tokens).
+void dspark_cost(const DeepseekV4& m, double decode_step, const std::vector<std::pair<int64_t, double>>& step_seconds) {
+  const ModelConfig& c = m.config();
+  const int64_t width = int64_t{c.dspark_taps()} * c.dim, positions = 256;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> taps(positions * width);
+  for (float& v : taps) v = normal(rng);
+  DSparkRing ring = m.new_dspark_ring();
+  if (!m.dspark_fill(&ring, taps.data(), positions - 1, 0).ok()) return;
+  const int calls = 8;
+  std::vector<DSparkDraft> out;
+  DSparkCall call;
+  call.ring = &ring;
+  call.position = positions - 1;
+  call.anchor = 1;
+  call.tap = &taps[(positions - 1) * width];
+  if (!m.dspark_draft({call}, &out).ok()) return;  // warm
+  const auto t0 = Clock::now();
+  for (int i = 0; i < calls; ++i) (void)m.dspark_draft({call}, &out);
+  const double draft = seconds(t0) / calls;
+  std::printf("  DSpark draft call %.2f ms = %.1f%% of a target decode step (%.2f ms)\n", draft * 1e3,
+              100.0 * draft / decode_step, decode_step * 1e3);
+  std::printf("  projected decode speed-up at a per-draft acceptance rate a, from each K's measured step time:\n"
+              "  K   step/decode step   a=0.5   a=0.6   a=0.7   a=0.8   a=0.9\n");
+  for (const auto& [k, step] : step_seconds) {
+    std::printf("  %lld   %6.2fx          ", static_cast<long long>(k), step / decode_step);
+    for (double a : {0.5, 0.6, 0.7, 0.8, 0.9})
+      std::printf("%5.2fx  ", (1.0 - std::pow(a, static_cast<double>(k + 1))) / (1.0 - a) * decode_step / step);
+    std::printf("\n");
+  }
+}
+
 }  // namespace
 
 int bench_serving(const DeepseekV4& m, const std::string& name, int64_t ctx, int64_t gen, const std::vector<int64_t>& ks,
@@ -103,7 +143,12 @@ int bench_serving(const DeepseekV4& m, const std::string& name, int64_t ctx, int
   std::printf("  K   accepted/drafted   mean accepted length   decode tok/s   speed-up   same tokens\n");
   std::printf("  0   -                  1.00                   %12.2f   1.00x      -\n", base);
   lines.push_back("speculative,0,0,0,1.00," + std::to_string(base) + ",1.00,1");
+  std::vector<std::pair<int64_t, double>> step_seconds;  // K -> seconds per speculative step
   for (int64_t k : ks) {
+    if (c.has_dspark() && k > c.dspark_block_size) {
+      std::printf("  %lld   (the DSpark drafter proposes %d per step)\n", static_cast<long long>(k), c.dspark_block_size);
+      continue;
+    }
     auto run = decode(m, static_cast<int>(k), prompt, gen);
     if (!run.ok()) {
       std::fprintf(stderr, "dsv4 bench: %s\n", run.status().message().c_str());
@@ -121,7 +166,9 @@ int bench_serving(const DeepseekV4& m, const std::string& name, int64_t ctx, int
                   static_cast<long long>(s.drafts_accepted), static_cast<long long>(s.drafts_proposed), accepted_len,
                   tps, tps / base, same ? 1 : 0);
     lines.push_back(buf);
+    step_seconds.emplace_back(k, run->decode_seconds / std::max<int64_t>(1, s.verify_chunks));
   }
+  if (c.has_dspark()) dspark_cost(m, plain->decode_seconds / std::max<int64_t>(1, plain->decode_tokens), step_seconds);
 
   // Time to first token at ctx: cold, then a prompt sharing all but its
   // last 64 tokens with it.

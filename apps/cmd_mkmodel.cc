@@ -9,7 +9,7 @@ namespace {
 const char* kHelp =
     "usage: dsv4 mkmodel --out DIR [--preset default|small|bench|flash|pro] [--config JSON]\n"
     "                    [--layers N] [--experts E] [--vocab V] [--weights bf16|fp8]\n"
-    "                    [--seed S] [--shards N] [--mtp-copies-last-block]\n"
+    "                    [--seed S] [--shards N] [--mtp-copies-last-block] [--dspark]\n"
     "  --preset   base configuration (default: the embedded default model; small: the golden cases'\n"
     "             shapes; bench: Flash shapes scaled down, about 4 GB with --weights fp8; flash, pro:\n"
     "             the released DeepSeek-V4-Flash / -Pro configs, every layer at its released shape)\n"
@@ -22,12 +22,14 @@ const char* kHelp =
     "  --shards   number of safetensors files (default 2, with an index)\n"
     "  --mtp-copies-last-block  the MTP block copies the last main block (and the main head), e_proj\n"
     "             is the identity, h_proj zero, and the blocks before the last add nothing (zero wo_b,\n"
-    "             w2): a drafter that agrees with the model most of the time\n";
+    "             w2): a drafter that agrees with the model most of the time\n"
+    "  --dspark   a DeepSeek-V4-Flash-DSpark checkpoint: the DSpark drafter's three stages (tapping the\n"
+    "             last three layers, block 5, Markov rank 256) in place of the MTP layer\n";
 }
 
 int cmd_mkmodel(int argc, char** argv) {
   Args args(argc, argv, 2, {"out", "preset", "config", "weights", "seed", "shards", "layers", "experts", "vocab"},
-            {"help", "mtp-copies-last-block"});
+            {"help", "mtp-copies-last-block", "dspark"});
   long seed = args.get_int("seed", 0), shards = args.get_int("shards", 2);
   if (args.has("help")) {
     std::fputs(kHelp, stdout);
@@ -48,6 +50,7 @@ int cmd_mkmodel(int argc, char** argv) {
   counts.layers = static_cast<int>(args.get_int("layers", 0));
   counts.experts = static_cast<int>(args.get_int("experts", 0));
   counts.vocab = static_cast<int>(args.get_int("vocab", 0));
+  counts.dspark = args.has("dspark");
   auto config = synthetic_config(preset, args.get("config"), counts);
   if (!config.ok()) {
     std::fprintf(stderr, "dsv4 mkmodel: %s\n", config.status().message().c_str());

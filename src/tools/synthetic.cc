@@ -382,6 +382,21 @@ StatusOr<ModelConfig> synthetic_config(const std::string& preset, const std::str
       j["num_experts_per_tok"] = std::min(counts.experts, j.at("num_experts_per_tok").get<int>());
     }
     if (counts.vocab > 0) j["vocab_size"] = counts.vocab;
+    if (counts.dspark) {
+      // As released: num_nextn_predict_layers stays, the stages are the
+      // ratio list's three trailing zeros.
+      const int layers = j.at("num_hidden_layers").get<int>(), vocab = j.at("vocab_size").get<int>();
+      auto ratios = j.at("compress_ratios").get<std::vector<int>>();
+      ratios.resize(layers);
+      ratios.insert(ratios.end(), 3, 0);
+      j["compress_ratios"] = ratios;
+      std::vector<int> taps;
+      for (int l = std::max(0, layers - 3); l < layers; ++l) taps.push_back(l);
+      j["dspark_block_size"] = 5;
+      j["dspark_markov_rank"] = 256;
+      j["dspark_noise_token_id"] = std::min(128799, vocab - 1);
+      j["dspark_target_layer_ids"] = taps;
+    }
   } catch (const nlohmann::json::exception& e) {
     return invalid_argument(std::string("preset '") + preset + "': " + e.what());
   }
@@ -415,6 +430,23 @@ Status write_synthetic_checkpoint(const ModelConfig& c, const SyntheticOptions& 
     }
     for (const char* n : {"enorm", "hnorm", "norm"}) out.bf16(p + n + ".weight", {c.dim}, out.random({c.dim}, 0.1f, 1.0f));
     write_hc_head(out, c, p);
+  }
+  if (c.has_dspark()) {
+    // The drafter (model/dspark.h): stage blocks (window only, score
+    // routed), the taps' projection on stage 0, the head pieces on the last.
+    const int64_t taps = int64_t{c.dspark_taps()} * c.dim, rank = c.dspark_markov_rank;
+    const int fp8 = opt.weights == SyntheticWeights::kFp8 ? 1 : 0;
+    for (int s = 0; s < c.dspark_stages; ++s) write_block(out, c, "mtp." + std::to_string(s) + ".", c.n_layers + s);
+    out.linear("mtp.0.main_proj", c.dim, taps, fp8);
+    out.bf16("mtp.0.main_norm.weight", {c.dim}, out.random({c.dim}, 0.1f, 1.0f));
+    const std::string last = "mtp." + std::to_string(c.dspark_stages - 1) + ".";
+    out.bf16(last + "norm.weight", {c.dim}, out.random({c.dim}, 0.1f, 1.0f));
+    write_hc_head(out, c, last);
+    out.bf16(last + "markov_head.markov_w1.weight", {c.vocab_size, rank}, out.random({c.vocab_size, rank}, 1.0f));
+    out.bf16(last + "markov_head.markov_w2.weight", {c.vocab_size, rank},
+             out.random({c.vocab_size, rank}, 1.0f / std::sqrt(static_cast<float>(rank))));
+    out.bf16(last + "confidence_head.proj.weight", {1, c.dim + rank},
+             out.random({1, c.dim + rank}, 1.0f / std::sqrt(static_cast<float>(c.dim + rank))));
   }
   DSV4_RETURN_IF_ERROR(out.write(dir));
   std::ofstream cfg(dir + "/config.json");

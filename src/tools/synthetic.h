@@ -30,6 +30,10 @@ struct SyntheticOptions {
 // `experts` routed experts, a `vocab`-token vocabulary.
 struct PresetCounts {
   int layers = 0, experts = 0, vocab = 0;
+  // Make it a DeepSeek-V4-Flash-DSpark checkpoint: three drafter stages
+  // after the layers, tapping the last three (the release's block of 5 and
+  // Markov rank 256), in place of the MTP layer.
+  bool dspark = false;
 };
 
 // A preset's config ("default": the embedded model, "small": the golden
