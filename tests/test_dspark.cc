@@ -243,10 +243,13 @@ TEST(DSparkServing, ServedDraftsAreTheReferenceDraftCalls) {
       std::memcpy(v.data(), info->data, info->nbytes);
       return std::make_pair(v, info->shape);
     };
-    const auto [prompt, pshape] = ints("prompt_ids");
-    const auto [draft_ids, dshape] = ints("draft_ids");
-    const auto [start_pos, sshape] = ints("draft_start_pos");
-    const int64_t B = pshape[0], S = pshape[1], N = dshape[0], K = dshape[2] - 1;
+    // Plain variables, not structured bindings: lambdas capture them (C++20
+    // clang does not capture bindings).
+    const auto prompt_t = ints("prompt_ids"), draft_t = ints("draft_ids"), start_t = ints("draft_start_pos");
+    const std::vector<int64_t>& prompt = prompt_t.first;
+    const std::vector<int64_t>& draft_ids = draft_t.first;
+    const std::vector<int64_t>& start_pos = start_t.first;
+    const int64_t B = prompt_t.second[0], S = prompt_t.second[1], N = draft_t.second[0], K = draft_t.second[2] - 1;
     auto engine = Engine::create(&model, dspark_options(5));
     ASSERT_TRUE(engine.ok());
     std::map<int64_t, int64_t> batch_of;
