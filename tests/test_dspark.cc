@@ -346,21 +346,11 @@ TEST(DSparkServing, SampledOutputKeepsItsDistribution) {
     ++counts[plain.tokens[i]].first;
     ++counts[spec.tokens[i]].second;
   }
-  std::vector<std::pair<int, int>> cells;
-  std::pair<int, int> pooled{0, 0};
-  for (const auto& [seq, c] : counts) {
-    if (c.first + c.second >= 20) cells.push_back(c);
-    else pooled.first += c.first, pooled.second += c.second;
-  }
-  if (pooled.first + pooled.second > 0) cells.push_back(pooled);
-  ASSERT_GE(cells.size(), 5u) << "too few outcomes for the test to mean anything";
-  double chi2 = 0.0;
-  for (const auto& [a, b] : cells) chi2 += static_cast<double>(a - b) * (a - b) / (a + b);
-  const int df = static_cast<int>(cells.size()) - 1;
-  const double z = 3.090232, a = 2.0 / (9.0 * df), critical = df * std::pow(1.0 - a + z * std::sqrt(a), 3);
-  EXPECT_LT(chi2, critical) << cells.size() << " cells";
-  std::printf("  chi-square %.1f over %zu cells (critical %.1f); %lld of %lld drafts accepted\n", chi2, cells.size(),
-              critical, static_cast<long long>(spec.stats.drafts_accepted),
+  const testing::ChiSquare chi = testing::two_sample_chi_square(counts);
+  ASSERT_GE(chi.cells, 5u) << "too few outcomes for the test to mean anything";
+  EXPECT_LT(chi.statistic, chi.critical) << chi.cells << " cells";
+  std::printf("  chi-square %.1f over %zu cells (critical %.1f); %lld of %lld drafts accepted\n", chi.statistic, chi.cells,
+              chi.critical, static_cast<long long>(spec.stats.drafts_accepted),
               static_cast<long long>(spec.stats.drafts_proposed));
 }
 

@@ -212,13 +212,6 @@ TEST(Speculative, RanksAsThreadsGiveTheSameTokens) {
   EXPECT_GT(spec.stats.drafts_accepted, 0);
 }
 
-// Chi-square critical value for `df` degrees of freedom at significance
-// 0.001 (Wilson-Hilferty).
-double chi2_critical(int df) {
-  const double z = 3.090232, a = 2.0 / (9.0 * df);
-  return df * std::pow(1.0 - a + z * std::sqrt(a), 3);
-}
-
 // With a fixed seed per request, the first three sampled tokens of 1500
 // requests with K = 3 and without speculation are two samples of the same
 // distribution if rejection sampling is right: a two-sample chi-square test
@@ -258,18 +251,9 @@ TEST_P(SpeculativeSampling, OutputKeepsItsDistribution) {
     ++counts[plain.tokens[i]].first;
     ++counts[spec.tokens[i]].second;
   }
-  // Pool cells expecting fewer than 10 (of the two samples together: 20).
-  std::vector<std::pair<int, int>> cells;
-  std::pair<int, int> pooled{0, 0};
-  for (const auto& [seq, c] : counts) {
-    if (c.first + c.second >= 20) cells.push_back(c);
-    else pooled.first += c.first, pooled.second += c.second;
-  }
-  if (pooled.first + pooled.second > 0) cells.push_back(pooled);
-  ASSERT_GE(cells.size(), 5u) << "too few outcomes for the test to mean anything";
-  double chi2 = 0.0;
-  for (const auto& [a, b] : cells) chi2 += static_cast<double>(a - b) * (a - b) / (a + b);  // equal sample sizes
-  EXPECT_LT(chi2, chi2_critical(static_cast<int>(cells.size()) - 1)) << cells.size() << " cells";
+  const testing::ChiSquare chi = testing::two_sample_chi_square(counts);
+  ASSERT_GE(chi.cells, 5u) << "too few outcomes for the test to mean anything";
+  EXPECT_LT(chi.statistic, chi.critical) << chi.cells << " cells";
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, SpeculativeSampling, ::testing::Values(false, true),

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdio>
@@ -13,6 +14,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "checkpoint/model_loader.h"
@@ -125,6 +127,33 @@ inline void rewrite_safetensors(const std::string& path, Edit edit) {
     }
   }
   ASSERT_TRUE(w.write(path).ok());
+}
+
+
+// Two equal-size samples of outcomes (outcome -> counts in each): the
+// two-sample chi-square statistic over the outcomes, those expected fewer
+// than 10 times pooled into one cell, and its critical value at the 0.001
+// level (Wilson-Hilferty).
+struct ChiSquare {
+  double statistic = 0.0, critical = 0.0;
+  size_t cells = 0;
+};
+template <class Outcome>
+ChiSquare two_sample_chi_square(const std::map<Outcome, std::pair<int, int>>& counts) {
+  std::vector<std::pair<int, int>> cells;
+  std::pair<int, int> pooled{0, 0};
+  for (const auto& [outcome, c] : counts) {
+    if (c.first + c.second >= 20) cells.push_back(c);
+    else pooled.first += c.first, pooled.second += c.second;
+  }
+  if (pooled.first + pooled.second > 0) cells.push_back(pooled);
+  ChiSquare r;
+  r.cells = cells.size();
+  for (const auto& [a, b] : cells) r.statistic += static_cast<double>(a - b) * (a - b) / (a + b);
+  const int df = static_cast<int>(cells.size()) - 1;
+  const double z = 3.090232, w = 2.0 / (9.0 * std::max(df, 1));
+  r.critical = df * std::pow(1.0 - w + z * std::sqrt(w), 3);
+  return r;
 }
 
 }  // namespace dsv4::testing

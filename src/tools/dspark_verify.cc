@@ -40,16 +40,6 @@ struct Golden {
   }
 };
 
-double rel_l2(const float* a, const float* g, int64_t n) {
-  double num = 0, den = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const double d = static_cast<double>(a[i]) - g[i];
-    num += d * d;
-    den += static_cast<double>(g[i]) * g[i];
-  }
-  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-}
-
 // The case's bounds for one protocol (case.json compare.bounds).
 struct ProtocolBounds {
   std::map<std::string, double> group;  // target, context, draft -> rel L2
@@ -296,7 +286,7 @@ StatusOr<VerifyReport> verify_dspark(const DeepseekV4& model, const DSparkVerify
         }
     TensorCheck tc;
     tc.name = t.name;
-    tc.rel_l2 = rel_l2(mine.data(), gv.data(), static_cast<int64_t>(gv.size()));
+    tc.rel_l2 = relative_l2(mine.data(), gv.data(), static_cast<int64_t>(gv.size()));
     const auto bound = bounds.group.find(group_of(t.name));
     tc.bound = bound == bounds.group.end() ? -1.0 : bound->second;
     report.tensors.push_back(tc);

@@ -46,16 +46,6 @@ std::vector<float> read_f32(const TensorInfo* t) {
   return v;
 }
 
-double rel_l2(const float* a, const float* g, int64_t n) {
-  double num = 0, den = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    double d = static_cast<double>(a[i]) - g[i];
-    num += d * d;
-    den += static_cast<double>(g[i]) * g[i];
-  }
-  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-}
-
 int64_t argmax(const float* x, int64_t n) { return std::max_element(x, x + n) - x; }
 
 }  // namespace
@@ -116,6 +106,16 @@ StatusOr<GoldenBounds> GoldenBounds::for_run(const std::string& golden_path, ker
   if (w8a8) return GoldenBounds::w8a8();
   if (numerics == kernels::Numerics::kExact) return exact();
   return other_implementations(golden_path);
+}
+
+double relative_l2(const float* a, const float* g, int64_t n) {
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double d = static_cast<double>(a[i]) - g[i];
+    num += d * d;
+    den += static_cast<double>(g[i]) * g[i];
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
 bool VerifyReport::pass() const {
@@ -299,7 +299,7 @@ StatusOr<VerifyReport> verify_golden(const DeepseekV4& model, const VerifyOption
     std::vector<float> gv = read_f32(g);
     TensorCheck tc;
     tc.name = name;
-    tc.rel_l2 = rel_l2(it->second.data(), gv.data(), gv.size());
+    tc.rel_l2 = relative_l2(it->second.data(), gv.data(), static_cast<int64_t>(gv.size()));
     tc.bound = opt.bounds.bound(name);
     report.tensors.push_back(tc);
   }

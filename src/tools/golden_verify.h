@@ -86,6 +86,9 @@ struct VerifyReport {
 
 StatusOr<VerifyReport> verify_golden(const DeepseekV4& model, const VerifyOptions& options);
 
+// ||a - g|| / ||g|| over n values (||a - g|| when g is all zeros), in double.
+double relative_l2(const float* a, const float* g, int64_t n);
+
 // True when any linear of the model was stored as FP8/FP4 (or W8A8).
 bool model_is_quantized(const DeepseekV4& model);
 // True when its linears are W8A8 (GoldenBounds::w8a8).
