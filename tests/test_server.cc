@@ -631,22 +631,39 @@ TEST(Server, CorsMethodsModelsHealthAndTokenize) {
   auto empty = cli.Post("/v1/chat/completions", stopped.dump(), "application/json");
   ASSERT_TRUE(empty);
   EXPECT_TRUE(json::parse(empty->body)["choices"][0]["message"]["content"].is_null()) << empty->body;
-  // /health: 200, then 503 while SIGTERM drains a running request.
+  // /health: 200, then 503 while SIGTERM drains a running request (a long
+  // stream, seen running before the signal; its client leaves once the 503
+  // was seen, so the drain ends).
   EXPECT_EQ(cli.Get("/health")->status, 200);
+  std::atomic<bool> leave{false};
   std::thread slow([&] {
     httplib::Client c("127.0.0.1", server.port());
     c.set_read_timeout(120, 0);
-    c.Post("/v1/completions", R"({"prompt": "x", "max_tokens": 400, "ignore_eos": true})", "application/json");
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.body = R"({"prompt": "x", "max_tokens": 3000, "ignore_eos": true, "stream": true})";
+    req.set_header("Content-Type", "application/json");
+    req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) { return !leave.load(); };
+    c.send(req);
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  bool running = false;
+  for (int i = 0; i < 1000 && !running; ++i) {
+    auto m = cli.Get("/metrics");
+    const auto r = m ? metric(m->body, "dsv4_num_requests_running") : std::vector<double>();
+    running = !r.empty() && r[0] >= 1;
+    if (!running) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(running) << "the long request never ran";
   kill(server.pid(), SIGTERM);
   int draining = 0;
-  for (int i = 0; i < 100 && draining == 0; ++i) {
+  for (int i = 0; i < 500 && draining == 0; ++i) {
     auto h = cli.Get("/health");
     if (h && h->status == 503) draining = 1;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    else std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_EQ(draining, 1) << "/health answers 503 while draining";
+  leave = true;
   slow.join();
   EXPECT_EQ(server.wait_exit(60), 0);
 }
