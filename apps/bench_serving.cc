@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "model/contiguous_cache.h"
 #include "model/deepseek_v4.h"
 #include "runtime/engine.h"
 
@@ -84,12 +85,12 @@ void dspark_cost(const DeepseekV4& m, double decode_step, const std::vector<std:
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> taps(positions * width);
   for (float& v : taps) v = normal(rng);
-  DSparkRing ring = m.new_dspark_ring();
-  if (!m.dspark_fill(&ring, taps.data(), positions - 1, 0).ok()) return;
+  ContiguousCache rings(CacheGeometry::of(c), c.dspark_cache_layer(0), c.dspark_stages);
+  if (!m.dspark_fill(&rings, taps.data(), positions - 1, 0).ok()) return;
   const int calls = 8;
   std::vector<DSparkDraft> out;
   DSparkCall call;
-  call.ring = &ring;
+  call.cache = &rings;
   call.position = positions - 1;
   call.anchor = 1;
   call.tap = &taps[(positions - 1) * width];

@@ -80,8 +80,9 @@ TEST_P(DSparkGolden, BothProtocolsWithinTheirBounds) {
     ASSERT_TRUE(report.ok()) << report.status().message();
     EXPECT_TRUE(report->pass()) << (end_to_end ? "end to end\n" : "isolated\n") << report->format();
     ASSERT_GE(report->tensors.size(), 17u);
-    if (p.numerics == kernels::Numerics::kExact && !end_to_end)
+    if (p.numerics == kernels::Numerics::kExact && !end_to_end) {
       for (const TensorCheck& t : report->tensors) EXPECT_EQ(t.rel_l2, 0.0) << t.name << " is not bit-identical";
+    }
   }
 }
 
@@ -285,10 +286,11 @@ TEST(DSparkServing, ServedDraftsAreTheReferenceDraftCalls) {
 namespace dsv4 {
 namespace {
 
-// A prefix-cache hit skips the cached prompt rows, so the rings miss their
-// taps: drafts may differ, the output may not. The same prompts served
-// again by the same engine give plain decoding's tokens.
-TEST(DSparkServing, PrefixCacheHitsKeepGreedyOutput) {
+// A prefix-cache hit skips the cached prompt rows; their ring rows come
+// with the cached blocks (the rings are window rows of the stages' cache
+// layers), so the same prompts served again by the same engine give plain
+// decoding's tokens and the cold run's drafts at every position.
+TEST(DSparkServing, PrefixCacheHitsRestoreTheRings) {
   const DeepseekV4& model = golden_model("dspark-tiny", kernels::Numerics::kFast);
   std::vector<Job> jobs = dspark_jobs();
   jobs.erase(jobs.begin());  // prompts of a whole 128-token block or more
@@ -299,16 +301,27 @@ TEST(DSparkServing, PrefixCacheHitsKeepGreedyOutput) {
   auto engine = Engine::create(&model, dspark_options(3));
   ASSERT_TRUE(engine.ok());
   Engine* e = engine->get();
-  for (int pass = 0; pass < 2; ++pass) {
-    std::map<int64_t, size_t> job_of;
+  std::map<int64_t, size_t> job_of;
+  std::vector<std::map<int64_t, std::vector<int32_t>>> drafts[2];  // [pass][job]: position -> drafts
+  int pass = 0;
+  e->set_draft_observer([&](int64_t id, int64_t position, const std::vector<int32_t>& d) {
+    drafts[pass][job_of.at(id)][position] = d;
+  });
+  for (pass = 0; pass < 2; ++pass) {
+    drafts[pass].resize(jobs.size());
+    const int64_t hits_before = e->stats().prefix_hit_tokens;
     std::vector<std::vector<int32_t>> tokens(jobs.size());
     for (size_t j = 0; j < jobs.size(); ++j) job_of[*e->add_request(jobs[j].prompt, jobs[j].params)] = j;
     while (e->has_unfinished())
       for (const RequestOutput& o : e->step())
         tokens[job_of.at(o.id)].insert(tokens[job_of.at(o.id)].end(), o.new_tokens.begin(), o.new_tokens.end());
     for (size_t j = 0; j < jobs.size(); ++j) EXPECT_EQ(tokens[j], plain.tokens[j]) << "pass " << pass << " job " << j;
+    if (pass == 1) EXPECT_GT(e->stats().prefix_hit_tokens, hits_before) << "the second pass hits the cache";
   }
-  EXPECT_GT(e->stats().prefix_hit_tokens, 0);
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    ASSERT_FALSE(drafts[1][j].empty());
+    EXPECT_EQ(drafts[1][j], drafts[0][j]) << "job " << j << ": drafts after a prefix hit differ from the cold run's";
+  }
 }
 
 }  // namespace

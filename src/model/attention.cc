@@ -193,8 +193,7 @@ void dspark_attention_forward(const AttentionWeights& w, const LayerContext& ctx
   const int64_t head_groups = (heads + 15) / 16;
   for (size_t i = 0; i < calls.size(); ++i) {
     const DSparkAttendCall& call = calls[i];
-    std::vector<const uint8_t*> slots;
-    for (int64_t j = 0; j < call.ring_slots; ++j) slots.push_back(call.ring + j * kv_bytes);
+    std::vector<const uint8_t*> slots = call.ring;
     for (int64_t k = 0; k < block; ++k) slots.push_back(&kv_rows[(i * block + k) * kv_bytes]);
     parallel_for(block * head_groups, 1, [&](int64_t v0, int64_t v1) {
       thread_local Buffer scratch;

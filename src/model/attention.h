@@ -41,12 +41,13 @@ void attention_kv_rows(const AttentionWeights& w, const LayerContext& ctx, const
 void attention_output(const AttentionWeights& w, const LayerContext& ctx, float* o, int64_t rows,
                       const std::vector<int64_t>& pos, float* out);
 
-// One DSpark draft call's view of a stage: its ring (slots in slot order,
-// the first ring_slots of them filled) and where its block starts.
+// One DSpark draft call's view of a stage: its ring's filled slots and
+// where its block starts.
 struct DSparkAttendCall {
-  const uint8_t* ring = nullptr;  // KV rows of the stage's ring
-  int64_t ring_slots = 0;         // min(window, p + 1)
-  int64_t first_pos = 0;          // p + 1: the block's rows sit at first_pos .. first_pos + block - 1
+  // KV rows of the ring's slots 0 .. min(window, p + 1) - 1, in slot order
+  // (the reference's order of summation).
+  std::vector<const uint8_t*> ring;
+  int64_t first_pos = 0;  // p + 1: the block's rows sit at first_pos .. first_pos + block - 1
 };
 
 // A DSpark stage's attention: x [calls * block, dim] (after attn_norm), the

@@ -27,7 +27,9 @@ CacheGeometry CacheGeometry::of(const ModelConfig& c, int draft_slack) {
   g.draft_slack = draft_slack;
   g.kv_row = {c.head_dim - c.rope_head_dim, c.rope_head_dim};
   g.index_row_bytes = kernels::index_row_bytes(c.index_head_dim);
-  for (int l = 0; l < c.n_layers + c.n_mtp_layers; ++l) {
+  // DSpark stages are sliding-window layers here: their rings are window
+  // rows by position (slot = position % window is the same set of rows).
+  for (int l = 0; l < c.n_layers + c.n_mtp_layers + c.dspark_stages; ++l) {
     LayerCacheShape s;
     s.ratio = c.compress_ratios[l];
     s.indexer = s.ratio == 4;

@@ -38,7 +38,7 @@ struct CacheGeometry {
   int draft_slack = 0;
   kernels::KvRowFormat kv_row;  // window and compressed rows (FP8 + RoPE dims)
   int64_t index_row_bytes = 0;  // indexer key rows (FP4)
-  std::vector<LayerCacheShape> layers;  // cache layer l: main layers, then MTP
+  std::vector<LayerCacheShape> layers;  // cache layer l: main layers, then MTP, then DSpark stages
 
   static CacheGeometry of(const ModelConfig& c, int draft_slack = 0);
   // A compressor state is a ring of slots indexed by position: the window

@@ -65,6 +65,9 @@ struct ModelConfig {
   bool is_hash_layer(int layer) const { return layer < n_hash_layers; }
   bool has_dspark() const { return dspark_block_size > 0; }
   int dspark_taps() const { return static_cast<int>(dspark_target_layer_ids.size()); }
+  // Cache layer of DSpark stage s: its ring is the window rows of that
+  // layer (after the main and MTP layers), so it pages like the window KV.
+  int dspark_cache_layer(int stage) const { return n_layers + n_mtp_layers + stage; }
   std::string summary() const;
 };
 

@@ -67,11 +67,11 @@ class DeepseekV4 {
                      bool want_hidden = false) const;
 
   // The DSpark drafter (model/dspark.h, dspark.cc); config().has_dspark().
-  DSparkRing new_dspark_ring() const;
   // main_x of `rows` tap rows [rows, taps * dim] at positions pos0.. into
-  // each stage's ring (only the last window of them lands); main_x
+  // each stage's ring in `cache`: the last window of them, or every row
+  // (every_row: a prefix cache keeps the rows of whole blocks); main_x
   // [rows, dim] out when asked.
-  Status dspark_fill(DSparkRing* ring, const float* taps, int64_t rows, int64_t pos0,
+  Status dspark_fill(SequenceCache* cache, const float* taps, int64_t rows, int64_t pos0, bool every_row = false,
                      std::vector<float>* main_x = nullptr) const;
   // Draft calls, batched. details: also main_x, hidden, base logits and
   // every stage's output streams.

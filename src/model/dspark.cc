@@ -52,16 +52,7 @@ void dspark_tap_rows(const float* streams, int64_t rows, int hc, int64_t dim, in
   }
 }
 
-DSparkRing DeepseekV4::new_dspark_ring() const {
-  const ModelConfig& c = config_;
-  DSparkRing r;
-  r.slots = c.window_size;
-  r.row_bytes = kernels::KvRowFormat{c.head_dim - c.rope_head_dim, c.rope_head_dim}.bytes();
-  r.stages.assign(c.dspark_stages, std::vector<uint8_t>(r.slots * r.row_bytes, 0));
-  return r;
-}
-
-Status DeepseekV4::dspark_fill(DSparkRing* ring, const float* taps, int64_t rows, int64_t pos0,
+Status DeepseekV4::dspark_fill(SequenceCache* cache, const float* taps, int64_t rows, int64_t pos0, bool every_row,
                                std::vector<float>* main_x_out) const {
   if (!weights_->dspark) return invalid_argument("the model has no DSpark drafter");
   const ModelConfig& c = config_;
@@ -73,16 +64,19 @@ Status DeepseekV4::dspark_fill(DSparkRing* ring, const float* taps, int64_t rows
   std::vector<float> main_x(rows * c.dim);
   linear_forward(k, d.main_proj, taps, rows, main_x.data());
   rms_norm_each(d.main_norm, c.norm_eps, main_x.data(), rows, c.dim);
-  // Only the last window of positions lands (slot = position % window).
-  const int64_t from = std::max<int64_t>(0, rows - ring->slots);
+  // A ring holds the last window of positions; earlier rows would be
+  // overwritten before any call reads them.
+  const int64_t from = every_row ? 0 : std::max<int64_t>(0, rows - c.window_size);
+  const int64_t row_bytes = kernels::KvRowFormat{c.head_dim - c.rope_head_dim, c.rope_head_dim}.bytes();
   std::vector<int64_t> pos(rows - from);
   for (int64_t i = from; i < rows; ++i) pos[i - from] = pos0 + i;
-  std::vector<uint8_t> kv((rows - from) * ring->row_bytes);
+  std::vector<uint8_t> kv((rows - from) * row_bytes);
   for (int s = 0; s < c.dspark_stages; ++s) {
-    const LayerContext ctx{k, c, rope_for(0), c.n_layers + s, tensor_group_};
+    const int layer = c.dspark_cache_layer(s);
+    const LayerContext ctx{k, c, rope_for(0), layer, tensor_group_};
     attention_kv_rows(d.stages[s].attn, ctx, main_x.data() + from * c.dim, rows - from, pos, kv.data());
     for (int64_t i = from; i < rows; ++i)
-      std::memcpy(ring->row(s, pos0 + i), &kv[(i - from) * ring->row_bytes], ring->row_bytes);
+      std::memcpy(cache->window_row(layer, pos0 + i), &kv[(i - from) * row_bytes], row_bytes);
   }
   if (main_x_out) *main_x_out = std::move(main_x);
   return Status::Ok();
@@ -105,7 +99,8 @@ Status DeepseekV4::dspark_draft(const std::vector<DSparkCall>& calls, std::vecto
   // writes the slot before the block attends it).
   for (int64_t i = 0; i < n; ++i) {
     std::vector<float> main_x;
-    DSV4_RETURN_IF_ERROR(dspark_fill(calls[i].ring, calls[i].tap, 1, calls[i].position, details ? &main_x : nullptr));
+    DSV4_RETURN_IF_ERROR(
+        dspark_fill(calls[i].cache, calls[i].tap, 1, calls[i].position, false, details ? &main_x : nullptr));
     if (details) (*out)[i].main_x = std::move(main_x);
   }
 
@@ -129,15 +124,20 @@ Status DeepseekV4::dspark_draft(const std::vector<DSparkCall>& calls, std::vecto
       for (int64_t s = 0; s < hc; ++s) std::memcpy(&h[r * flat + s * dim], &e[r * dim], sizeof(float) * dim);
   }
   for (int s = 0; s < c.dspark_stages; ++s) {
+    const int layer = c.dspark_cache_layer(s);
     std::vector<DSparkAttendCall> views(n);
-    for (int64_t i = 0; i < n; ++i)
-      views[i] = {calls[i].ring->stages[s].data(), std::min<int64_t>(calls[i].ring->slots, calls[i].position + 1),
-                  calls[i].position + 1};
-    const LayerContext ctx{k, c, rope_for(0), c.n_layers + s, tensor_group_};
+    for (int64_t i = 0; i < n; ++i) {
+      // Slot j holds the position q <= p with q % window == j.
+      const int64_t p = calls[i].position, W = c.window_size;
+      for (int64_t j = 0; j < std::min(W, p + 1); ++j)
+        views[i].ring.push_back(calls[i].cache->window_row(layer, p - (p - j) % W));
+      views[i].first_pos = p + 1;
+    }
+    const LayerContext ctx{k, c, rope_for(0), layer, tensor_group_};
     const AttendFn attend = [&](const float* x, int64_t, float* o) {
       dspark_attention_forward(d.stages[s].attn, ctx, views, K, x, o);
     };
-    block(k, d.stages[s], c.n_layers + s, batch, rr, h.data(), &attend);
+    block(k, d.stages[s], layer, batch, rr, h.data(), &attend);
     if (details)
       for (int64_t i = 0; i < n; ++i)
         (*out)[i].stage_out.emplace_back(h.begin() + i * K * flat, h.begin() + (i + 1) * K * flat);

@@ -6,7 +6,10 @@
 //   main_x    = main_norm(main_proj(taps)), one row per target position
 //   rings     per stage, window_size slots: slot p % window holds
 //             kv_norm(wkv(main_x_p)) with plain RoPE at p and the FP8 QAT
-//             rounding; filled at prefill and one row per committed position
+//             rounding; filled at prefill and one row per committed position.
+//             Here they are the window rows of the stage's cache layer
+//             (ModelConfig::dspark_cache_layer) in the sequence's cache, so
+//             they page, count and hit the prefix cache like the window KV.
 //   block     [anchor, noise x (K-1)] at positions p+1..p+K through the
 //             stages (full V4 blocks whose attention reads the ring's filled
 //             slots and, non-causally, the whole block)
@@ -15,12 +18,14 @@
 //             and a draw; a raw confidence logit per row from
 //             [hidden ; markov_w1[previous]]
 //
-// The model owns no state: callers hold each sequence's DSparkRing.
+// The model owns no state: the rings live in the sequences' caches.
 #pragma once
 
 #include <cstdint>
 #include <random>
 #include <vector>
+
+#include "model/sequence_cache.h"
 
 namespace dsv4 {
 
@@ -28,18 +33,10 @@ namespace dsv4 {
 // streams [rows, hc, dim], into taps [rows, num_taps, dim].
 void dspark_tap_rows(const float* streams, int64_t rows, int hc, int64_t dim, int tap, int num_taps, float* taps);
 
-// One sequence's rings: [stages][window slots][KV row bytes].
-struct DSparkRing {
-  int64_t slots = 0, row_bytes = 0;
-  std::vector<std::vector<uint8_t>> stages;
-  uint8_t* row(int stage, int64_t position) { return &stages[stage][(position % slots) * row_bytes]; }
-  const uint8_t* slot(int stage, int64_t j) const { return &stages[stage][j * row_bytes]; }
-};
-
 // One draft call: the tap row of position p (the last committed position)
 // goes into the rings, then the block at p+1..p+K drafts K tokens.
 struct DSparkCall {
-  DSparkRing* ring = nullptr;
+  SequenceCache* cache = nullptr;  // holds the rings
   int64_t position = 0;        // p (> 0: a call at 0 would only fill the rings, as the reference's prefill)
   int32_t anchor = 0;          // the token at p+1
   const float* tap = nullptr;  // [taps * dim]: the taps of position p

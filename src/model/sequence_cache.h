@@ -1,5 +1,6 @@
 // What one sequence carries from one forward to the next, as the forward
-// sees it: rows addressed by cache layer (main layers, then MTP layers) and
+// sees it: rows addressed by cache layer (main layers, then MTP layers, then
+// DSpark stages) and
 // position or row index. ContiguousCache keeps them in plain vectors (verify,
 // tests); the engine's paged cache (src/kv) keeps them in the seven page
 // families. The forward only touches rows of its own chunks' sequences.

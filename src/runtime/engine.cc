@@ -90,7 +90,6 @@ StatusOr<int64_t> Engine::add_request(std::vector<int32_t> prompt, const Samplin
 
 bool Engine::finish(int64_t id, FinishReason reason) {
   rngs_.erase(id);
-  if (dspark()) released_.push_back(id);  // the ranks drop its rings with the next plan
   return scheduler_->finish(id, reason);
 }
 
@@ -150,7 +149,6 @@ StepPlan Engine::plan_step(const SchedulerOutput& schedule) const {
     const Request* r = c.request;
     PlannedChunk p;
     p.group = c.partition;
-    p.request = r->id;
     p.start = c.start;
     // Prompt positions keep the prompt's one-shot layout, also when
     // recomputed after a preemption (see ReferenceRows).
@@ -256,7 +254,6 @@ std::vector<RequestOutput> Engine::step() {
 
   // Every group steps (the experts span them), idle ones with no chunks.
   StepPlan plan = plan_step(schedule);
-  plan.released = std::exchange(released_, {});
   StatusOr<std::vector<SampledLogits>> sampled = executor_->run(plan);
   DSV4_CHECK_MSG(sampled.ok(), "%s", sampled.status().message().c_str());
 
@@ -302,7 +299,6 @@ void Engine::draft(const SchedulerOutput& schedule, const std::vector<int64_t>& 
   StepPlan plan;
   plan.draft = true;
   plan.dspark = dspark();
-  plan.released = std::exchange(released_, {});
   plan.keep_raw_kv = executor_->cache(0)->keeps_all_raw_kv();
   const int k = scheduler_->options().num_speculative_tokens;
   for (size_t ci = 0; ci < schedule.chunks.size(); ++ci) {
@@ -311,7 +307,6 @@ void Engine::draft(const SchedulerOutput& schedule, const std::vector<int64_t>& 
     Request* r = c.request;
     PlannedChunk job;
     job.group = c.partition;
-    job.request = r->id;
     job.start = c.start;
     job.prefill_len = static_cast<int64_t>(r->prompt.size());
     job.cached_until = r->cached_tokens;

@@ -143,7 +143,6 @@ class Engine {
   DraftObserver draft_observer_;
   EngineStats stats_;
   std::vector<int64_t> last_step_;
-  std::vector<int64_t> released_;  // finished since the last plan (DSpark: their rings go)
   int64_t next_id_ = 1;
 };
 

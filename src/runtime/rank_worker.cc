@@ -9,7 +9,6 @@
 namespace dsv4 {
 
 StatusOr<GroupResult> RankWorker::execute(const StepPlan& plan) {
-  for (int64_t id : plan.released) rings_.erase(id);
   StatusOr<GroupResult> result = !plan.draft ? forward(plan) : plan.dspark ? draft_dspark(plan) : draft(plan);
   if (result.ok() && !leader()) result->clear();
   return result;
@@ -138,12 +137,14 @@ StatusOr<GroupResult> RankWorker::draft(const StepPlan& plan) {
 
 // DSpark: each job's rows are committed positions start.. of its request,
 // their taps kept by the step's forward. Every row goes into the request's
-// rings; a drafting job's last row is the draft call's (position p, anchor
-// the token at p + 1, which the call writes itself).
+// rings (window rows of the stages' cache layers in its pages); a drafting
+// job's last row is the draft call's (position p, anchor the token at
+// p + 1, which the call writes itself).
 StatusOr<GroupResult> RankWorker::draft_dspark(const StepPlan& plan) {
   const ModelConfig& c = model_->config();
   const int64_t width = int64_t{c.dspark_taps()} * c.dim;
   std::vector<DSparkCall> calls;
+  std::vector<std::unique_ptr<PagedSequenceCache>> caches;
   std::vector<int32_t> wanted;  // drafts each call's job asked for
   for (const PlannedChunk& job : plan.chunks) {
     if (job.group != group_) continue;
@@ -153,13 +154,13 @@ StatusOr<GroupResult> RankWorker::draft_dspark(const StepPlan& plan) {
                              : -1;
     if (from < 0 || (from + n) * width > static_cast<int64_t>(taps_.size()))
       return internal_error("a DSpark job names rows the step's forward did not keep");
-    auto it = rings_.find(job.request);
-    if (it == rings_.end()) it = rings_.emplace(job.request, model_->new_dspark_ring()).first;
+    caches.push_back(std::make_unique<PagedSequenceCache>(store_, &job.pages, job.start));
     const int64_t fill = job.drafts > 0 ? n - 1 : n;
-    if (fill > 0) DSV4_RETURN_IF_ERROR(model_->dspark_fill(&it->second, &taps_[from * width], fill, job.start));
+    if (fill > 0)
+      DSV4_RETURN_IF_ERROR(model_->dspark_fill(caches.back().get(), &taps_[from * width], fill, job.start, plan.keep_raw_kv));
     if (job.drafts <= 0) continue;
     DSparkCall call;
-    call.ring = &it->second;
+    call.cache = caches.back().get();
     call.position = job.start + n - 1;
     call.anchor = job.tokens[n - 1];
     call.tap = &taps_[(from + n - 1) * width];

@@ -4,8 +4,6 @@
 // what sampling needs.
 #pragma once
 
-#include <map>
-
 #include "base/status.h"
 #include "dist/communicator.h"
 #include "kv/page_store.h"
@@ -48,10 +46,8 @@ class RankWorker {
   // where each plan chunk's rows start in them (-1: another group's).
   std::vector<float> hidden_;
   std::vector<int64_t> hidden_row_begin_;
-  // The last forward's DSpark taps [rows, taps * dim] (rows as hidden_), and
-  // each running request's DSpark rings.
+  // The last forward's DSpark taps [rows, taps * dim] (rows as hidden_).
   std::vector<float> taps_;
-  std::map<int64_t, DSparkRing> rings_;
 };
 
 }  // namespace dsv4

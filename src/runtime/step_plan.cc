@@ -71,12 +71,10 @@ std::vector<char> serialize(const StepPlan& plan) {
   w.put<uint8_t>(plan.keep_raw_kv);
   w.put<uint8_t>(plan.keep_taps);
   w.put<uint8_t>(plan.dspark);
-  w.put_vector(plan.released);
   w.put_vector(plan.argmax_only);
   w.put<uint64_t>(plan.chunks.size());
   for (const PlannedChunk& c : plan.chunks) {
     w.put<int32_t>(c.group);
-    w.put(c.request);
     w.put(c.start);
     w.put(c.prefill_len);
     w.put<uint8_t>(c.samples);
@@ -99,7 +97,7 @@ StatusOr<StepPlan> deserialize_plan(const std::vector<char>& bytes) {
   uint8_t stop = 0, draft = 0, keep = 0, raw = 0, taps = 0, dspark = 0;
   uint64_t n = 0;
   bool ok = r.get(&stop) && r.get(&draft) && r.get(&keep) && r.get(&raw) && r.get(&taps) && r.get(&dspark) &&
-            r.get_vector(&plan.released) && r.get_vector(&plan.argmax_only) && r.get(&n);
+            r.get_vector(&plan.argmax_only) && r.get(&n);
   plan.keep_taps = taps;
   plan.dspark = dspark;
   plan.keep_raw_kv = raw;
@@ -110,7 +108,7 @@ StatusOr<StepPlan> deserialize_plan(const std::vector<char>& bytes) {
     PlannedChunk c;
     int32_t group = 0;
     uint8_t samples = 0, all_logits = 0, reset = 0;
-    ok = r.get(&group) && r.get(&c.request) && r.get(&c.start) && r.get(&c.prefill_len) && r.get(&samples) && r.get(&all_logits) &&
+    ok = r.get(&group) && r.get(&c.start) && r.get(&c.prefill_len) && r.get(&samples) && r.get(&all_logits) &&
          r.get(&c.draft_rows) &&
          r.get(&reset) && r.get(&c.cached_until) && r.get(&c.source) && r.get(&c.drafts) && r.get_vector(&c.tokens) &&
          r.get(&c.pages.covered);

@@ -14,7 +14,6 @@ namespace dsv4 {
 
 struct PlannedChunk {
   int group = 0;            // the data-parallel group running it
-  int64_t request = 0;      // whose chunk (the DSpark rings are kept per request)
   int64_t start = 0;        // first position
   int64_t prefill_len = 0;  // the request's prompt length
   bool samples = false;     // its last rows' logits choose tokens
@@ -59,8 +58,6 @@ struct StepPlan {
   // request's rings; the last one drafts) instead of the MTP block.
   bool keep_taps = false;
   bool dspark = false;
-  // Requests that ended since the last plan: the ranks drop their rings.
-  std::vector<int64_t> released;
   // Raw KV of every position goes to the pages (a prefix cache keeps
   // blocks), not only each chunk's last window.
   bool keep_raw_kv = false;

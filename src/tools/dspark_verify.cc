@@ -6,11 +6,14 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/safetensors.h"
 #include "checkpoint/safetensors_writer.h"
 #include "kernels/cache_rows.h"
+#include "model/contiguous_cache.h"
 #include "model/deepseek_v4.h"
 
 namespace dsv4 {
@@ -164,26 +167,33 @@ StatusOr<VerifyReport> verify_dspark(const DeepseekV4& model, const DSparkVerify
 
   // Prefill: every prompt row's main_x, the last window into the rings.
   const kernels::KvRowFormat fmt{Dh - c.rope_head_dim, c.rope_head_dim};
-  std::vector<DSparkRing> rings;
+  // Each sequence's rings: the stages' window rows in a cache of their own.
+  const CacheGeometry geometry = CacheGeometry::of(c);
+  std::vector<std::unique_ptr<ContiguousCache>> rings;
   std::vector<float> prefill_main_x(B * S * D);
   for (int64_t b = 0; b < B; ++b) {
-    rings.push_back(model.new_dspark_ring());
+    rings.push_back(std::make_unique<ContiguousCache>(geometry, c.dspark_cache_layer(0), c.dspark_stages));
     std::vector<float> main_x;
-    DSV4_RETURN_IF_ERROR(model.dspark_fill(&rings[b], &prefill_taps[b * S * L * D], S, 0, &main_x));
+    DSV4_RETURN_IF_ERROR(
+        model.dspark_fill(rings[b].get(), &prefill_taps[b * S * L * D], S, 0, /*every_row=*/false, &main_x));
     std::copy(main_x.begin(), main_x.end(), prefill_main_x.begin() + b * S * D);
   }
   computed["prefill_main_x"] = prefill_main_x;
   shapes["prefill_main_x"] = {B, S, D};
-  auto ring_values = [&](const std::string& name) {
+  // The reference's ring tensor [B, W, Dh] after position p was written:
+  // slot j holds the position q <= p with q % W == j (zero while unwritten).
+  auto ring_values = [&](const std::string& name, int64_t p) {
     for (int s = 0; s < c.dspark_stages; ++s) {
-      std::vector<float> v(B * W * Dh);
+      std::vector<float> v(B * W * Dh, 0.0f);
       for (int64_t b = 0; b < B; ++b)
-        for (int64_t j = 0; j < W; ++j) kernels::load_kv_row(rings[b].slot(s, j), fmt, &v[(b * W + j) * Dh]);
+        for (int64_t j = 0; j < W; ++j)
+          if (const int64_t q = p - ((p - j) % W + W) % W; q >= 0)
+            kernels::load_kv_row(rings[b]->window_row(c.dspark_cache_layer(s), q), fmt, &v[(b * W + j) * Dh]);
       computed[name + "." + std::to_string(s)] = std::move(v);
       shapes[name + "." + std::to_string(s)] = {B, W, Dh};
     }
   };
-  ring_values("prefill_ring");
+  ring_values("prefill_ring", S - 1);
 
   // The draft calls, greedy and at temperature 1, both sequences together
   // as the reference batches them.
@@ -201,7 +211,7 @@ StatusOr<VerifyReport> verify_dspark(const DeepseekV4& model, const DSparkVerify
         std::vector<int32_t>& p = temperature ? prev_t1[b] : prev[b];
         for (int64_t j = 0; j < K; ++j) p.push_back(static_cast<int32_t>(chain[(n * B + b) * (K + 1) + j]));
         DSparkCall& call = calls[b];
-        call.ring = &rings[b];
+        call.cache = rings[b].get();
         call.position = start_pos[n];
         call.anchor = p[0];
         call.tap = n == 0 ? &prefill_taps[(b * S + S - 1) * L * D] : &decode_taps[((n - 1) * B + b) * L * D];
@@ -251,7 +261,7 @@ StatusOr<VerifyReport> verify_dspark(const DeepseekV4& model, const DSparkVerify
   shapes["draft_t1_logits"] = {N, B, K, V};
   computed["draft_t1_confidence"] = t1_conf;
   shapes["draft_t1_confidence"] = {N, B, K};
-  ring_values("final_ring");
+  ring_values("final_ring", start_pos[N - 1]);
   report.rates.push_back(ids_agree);
   report.rates.push_back(t1_agree);
 
