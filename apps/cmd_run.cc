@@ -147,6 +147,12 @@ int cmd_run(int argc, char** argv) {
                  static_cast<long long>(st.drafts_accepted), static_cast<long long>(st.drafts_proposed),
                  100.0 * st.drafts_accepted / std::max<int64_t>(1, st.drafts_proposed),
                  1.0 + static_cast<double>(st.drafts_accepted) / st.verify_chunks);
+  if (st.verify_chunks > 0) {
+    std::fprintf(stderr, "  runs past each draft position:");
+    for (int k = 0; k < kMaxDraftTokens && st.proposed_at[k] > 0; ++k)
+      std::fprintf(stderr, " %d: %.1f%%", k + 1, 100.0 * st.accepted_at[k] / st.proposed_at[k]);
+    std::fprintf(stderr, "\n");
+  }
   return 0;
 }
 

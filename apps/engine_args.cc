@@ -24,8 +24,10 @@ double parse_double(Args& args, const std::string& key, double def, bool* bad) {
   return d;
 }
 
-// vLLM's --speculative-config: {"method": "mtp" | "dspark", "num_speculative_tokens": K}.
-int speculative_tokens(Args& args, SchedulerOptions::Drafter* drafter) {
+// vLLM's --speculative-config: {"method": "mtp" | "dspark", "num_speculative_tokens": K},
+// and for DSpark "confidence_threshold": T.
+int speculative_tokens(Args& args, SchedulerOptions* sched) {
+  SchedulerOptions::Drafter* drafter = &sched->drafter;
   if (!args.has("speculative-config")) return 0;
   const nlohmann::json j = nlohmann::json::parse(args.get("speculative-config"), nullptr, false);
   if (!j.is_object()) {
@@ -33,8 +35,9 @@ int speculative_tokens(Args& args, SchedulerOptions::Drafter* drafter) {
     return 0;
   }
   for (const auto& [key, value] : j.items()) {
-    if (key != "method" && key != "num_speculative_tokens") {
-      args.set_error("--speculative-config: unknown field \"" + key + "\" (known: method, num_speculative_tokens)");
+    if (key != "method" && key != "num_speculative_tokens" && key != "confidence_threshold") {
+      args.set_error("--speculative-config: unknown field \"" + key +
+                     "\" (known: method, num_speculative_tokens, confidence_threshold)");
       return 0;
     }
   }
@@ -45,6 +48,14 @@ int speculative_tokens(Args& args, SchedulerOptions::Drafter* drafter) {
     return 0;
   }
   *drafter = *method == "dspark" ? SchedulerOptions::Drafter::kDSpark : SchedulerOptions::Drafter::kMtp;
+  if (const auto t = j.find("confidence_threshold"); t != j.end()) {
+    if (*drafter != SchedulerOptions::Drafter::kDSpark || !t->is_number() || *t < 0.0 || *t > 1.0) {
+      args.set_error("--speculative-config: confidence_threshold is a number from 0 to 1 for the dspark method "
+                     "(drafts are verified up to the first whose confidence is below it)");
+      return 0;
+    }
+    sched->confidence_threshold = t->get<float>();
+  }
   const auto k = j.find("num_speculative_tokens");
   if (k == j.end() || !k->is_number_integer() || *k < 1 || *k > kMaxDraftTokens) {
     args.set_error("--speculative-config: num_speculative_tokens must be an integer from 1 to " +
@@ -131,7 +142,7 @@ EngineOptions engine_options(Args& args) {
   o.scheduler.max_num_batched_tokens = args.get_int("max-num-batched-tokens", o.scheduler.max_num_batched_tokens);
   o.scheduler.max_model_len = args.get_int("max-model-len", 0);
   o.scheduler.long_prefill_token_threshold = args.get_int("long-prefill-token-threshold", 0);
-  o.scheduler.num_speculative_tokens = speculative_tokens(args, &o.scheduler.drafter);
+  o.scheduler.num_speculative_tokens = speculative_tokens(args, &o.scheduler);
   o.cache.block_size = args.get_int("block-size", o.cache.block_size);
   if (args.has("enable-prefix-caching") && args.has("no-enable-prefix-caching"))
     args.set_error("give --enable-prefix-caching or --no-enable-prefix-caching, not both");

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <random>
 
 #include <cstring>
 
@@ -20,7 +21,9 @@
 #include "checkpoint/safetensors.h"
 #include "runtime/engine.h"
 #include "runtime/local_executor.h"
+#include "model/contiguous_cache.h"
 #include "model/deepseek_v4.h"
+#include "runtime/sampler.h"
 #include "test_util.h"
 #include "tools/dspark_verify.h"
 
@@ -251,17 +254,27 @@ TEST(DSparkServing, ServedDraftsAreTheReferenceDraftCalls) {
     const std::vector<int64_t>& draft_ids = draft_t.first;
     const std::vector<int64_t>& start_pos = start_t.first;
     const int64_t B = prompt_t.second[0], S = prompt_t.second[1], N = draft_t.second[0], K = draft_t.second[2] - 1;
-    auto engine = Engine::create(&model, dspark_options(5));
+    const TensorInfo* conf_t = (*golden)->find("draft_confidence");
+    ASSERT_NE(conf_t, nullptr);
+    std::vector<float> confidence(conf_t->numel());
+    std::memcpy(confidence.data(), conf_t->data, conf_t->nbytes);
+    // Threshold 0 verifies every draft; 0.5 up to the first whose
+    // sigmoid(confidence) is below one half.
+    for (float threshold : {0.0f, 0.5f}) {
+    EngineOptions options = dspark_options(5);
+    options.scheduler.confidence_threshold = threshold;
+    auto engine = Engine::create(&model, options);
     ASSERT_TRUE(engine.ok());
     std::map<int64_t, int64_t> batch_of;
-    int compared = 0;
+    int compared = 0, shortened = 0;
     (*engine)->set_draft_observer([&](int64_t id, int64_t position, const std::vector<int32_t>& drafts) {
       const int64_t b = batch_of.at(id);
       for (int64_t n = 0; n < N; ++n) {
         if (start_pos[n] != position) continue;
-        // As many as the request has room for (max_tokens), the golden's first.
-        ASSERT_FALSE(drafts.empty());
-        ASSERT_LE(static_cast<int64_t>(drafts.size()), K);
+        int64_t confident = 0;
+        while (confident < K && 1.0 / (1.0 + std::exp(-confidence[(n * B + b) * K + confident])) >= threshold) ++confident;
+        ASSERT_EQ(static_cast<int64_t>(drafts.size()), confident) << name << " threshold " << threshold;
+        shortened += confident < K;
         std::vector<int32_t> want(drafts.size());
         for (size_t k = 0; k < want.size(); ++k) want[k] = static_cast<int32_t>(draft_ids[(n * B + b) * (K + 1) + k + 1]);
         EXPECT_EQ(drafts, want) << name << " sequence " << b << " draft call " << n;
@@ -269,7 +282,7 @@ TEST(DSparkServing, ServedDraftsAreTheReferenceDraftCalls) {
       }
     });
     for (int64_t b = 0; b < B; ++b) {
-      SamplingParams p = testing::greedy(12);
+      SamplingParams p = testing::greedy(N + K + 4);  // room for K drafts at every golden call
       p.ignore_eos = true;
       auto id = (*engine)->add_request(std::vector<int32_t>(prompt.begin() + b * S, prompt.begin() + (b + 1) * S), p);
       ASSERT_TRUE(id.ok());
@@ -277,6 +290,14 @@ TEST(DSparkServing, ServedDraftsAreTheReferenceDraftCalls) {
     }
     while ((*engine)->has_unfinished()) (*engine)->step();
     EXPECT_GE(compared, 2 * B) << name << ": the first draft calls after each prompt, and later ones";
+    if (threshold > 0.0f) EXPECT_GT(shortened, 0) << name << ": the threshold never cut a run short";
+    const EngineStats& st = (*engine)->stats();
+    int64_t proposed = 0, accepted = 0;
+    for (int k = 0; k < kMaxDraftTokens; ++k) proposed += st.proposed_at[k], accepted += st.accepted_at[k];
+    EXPECT_EQ(proposed, st.drafts_proposed);
+    EXPECT_EQ(accepted, st.drafts_accepted);
+    for (int k = 1; k < kMaxDraftTokens; ++k) EXPECT_LE(st.proposed_at[k], st.proposed_at[k - 1]);
+    }
   }
 }
 
@@ -372,6 +393,52 @@ TEST(DSparkServing, SampledOutputKeepsItsDistribution) {
 
 namespace dsv4 {
 namespace {
+
+// A sampling request's drafts are verified against softmax(logits / T) of
+// the logits the drafter returns (the p/q rule needs the distribution each
+// draft was drawn from): the drafter's Gumbel-max draws of its first draft,
+// over 3000 calls with their own streams, fit that distribution.
+TEST(DSparkServing, SampledDraftsComeFromTheDistributionVerificationUses) {
+  const DeepseekV4& model = golden_model("dspark-tiny", kernels::Numerics::kFast);
+  const ModelConfig& c = model.config();
+  const int64_t width = int64_t{c.dspark_taps()} * c.dim, p = 40, V = c.vocab_size;
+  std::mt19937 gen(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> taps((p + 1) * width);
+  for (float& v : taps) v = normal(gen);
+  ContiguousCache rings(CacheGeometry::of(c), c.dspark_cache_layer(0), c.dspark_stages);
+  ASSERT_TRUE(model.dspark_fill(&rings, taps.data(), p, 0).ok());
+  for (float temperature : {1.0f, 0.6f}) {
+    const int n = 3000;
+    std::vector<std::mt19937_64> rngs;
+    for (int i = 0; i < n; ++i) rngs.emplace_back(77 + i);
+    std::vector<DSparkCall> calls(n);
+    for (int i = 0; i < n; ++i) {
+      calls[i].cache = &rings;
+      calls[i].position = p;
+      calls[i].anchor = 17;
+      calls[i].tap = &taps[p * width];
+      calls[i].temperature = temperature;
+      calls[i].rng = &rngs[i];
+    }
+    std::vector<DSparkDraft> out;
+    ASSERT_TRUE(model.dspark_draft(calls, &out).ok());
+    std::vector<float> q;
+    softmax_at_temperature(out[0].logits.data(), V, temperature, &q);
+    std::vector<int> seen(V, 0);
+    for (const DSparkDraft& d : out) {
+      ASSERT_EQ(std::vector<float>(d.logits.begin(), d.logits.begin() + V),
+                std::vector<float>(out[0].logits.begin(), out[0].logits.begin() + V))
+          << "the first row's logits do not depend on the draws";
+      ++seen[d.ids[1]];
+    }
+    const testing::ChiSquare chi = testing::chi_square_fit(seen, q, n);
+    ASSERT_GE(chi.cells, 5u) << "too few likely drafts for the test to mean anything";
+    EXPECT_LT(chi.statistic, chi.critical) << "T " << temperature << ", " << chi.cells << " cells";
+    std::printf("  T %.1f: chi-square %.1f over %zu cells (critical %.1f)\n", temperature, chi.statistic, chi.cells,
+                chi.critical);
+  }
+}
 
 // dsv4 mkmodel --dspark: a synthetic DSpark checkpoint (here at the golden
 // cases' shapes, FP8 weights) loads, verifies against itself and serves

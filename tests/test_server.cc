@@ -234,6 +234,18 @@ TEST(Server, SpeculationKeepsTextStopStringsAndLengths) {
   auto m = s.Get("/metrics");
   ASSERT_TRUE(m);
   EXPECT_GT(metric(m->body, "dsv4_spec_decode_num_accepted_tokens_total").at(0), 0);
+  // The per-position counters add up to the totals and fall along the run.
+  for (const char* kind : {"draft", "accepted"}) {
+    const std::string name = std::string("dsv4_spec_decode_num_") + kind + "_tokens";
+    const std::vector<double> per_pos = metric(m->body, name + "_per_pos");
+    ASSERT_FALSE(per_pos.empty()) << name;
+    double sum = 0;
+    for (size_t k = 0; k < per_pos.size(); ++k) {
+      sum += per_pos[k];
+      if (k) EXPECT_LE(per_pos[k], per_pos[k - 1]) << name << " position " << k;
+    }
+    EXPECT_EQ(sum, metric(m->body, name + "_total").at(0)) << name;
+  }
   EXPECT_EQ(plain.stop(), 0);
   EXPECT_EQ(spec.stop(), 0);
 }

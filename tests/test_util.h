@@ -138,6 +138,12 @@ struct ChiSquare {
   double statistic = 0.0, critical = 0.0;
   size_t cells = 0;
 };
+// The chi-square distribution's 0.999 quantile with df degrees of freedom
+// (Wilson-Hilferty).
+inline double chi_square_critical(int df) {
+  const double z = 3.090232, w = 2.0 / (9.0 * std::max(df, 1));
+  return df * std::pow(1.0 - w + z * std::sqrt(w), 3);
+}
 template <class Outcome>
 ChiSquare two_sample_chi_square(const std::map<Outcome, std::pair<int, int>>& counts) {
   std::vector<std::pair<int, int>> cells;
@@ -150,9 +156,30 @@ ChiSquare two_sample_chi_square(const std::map<Outcome, std::pair<int, int>>& co
   ChiSquare r;
   r.cells = cells.size();
   for (const auto& [a, b] : cells) r.statistic += static_cast<double>(a - b) * (a - b) / (a + b);
-  const int df = static_cast<int>(cells.size()) - 1;
-  const double z = 3.090232, w = 2.0 / (9.0 * std::max(df, 1));
-  r.critical = df * std::pow(1.0 - w + z * std::sqrt(w), 3);
+  r.critical = chi_square_critical(static_cast<int>(cells.size()) - 1);
+  return r;
+}
+
+// Observed counts of outcomes 0..k-1 in n draws against probabilities p:
+// the goodness-of-fit statistic, outcomes expected fewer than 5 times
+// pooled into one cell, and its critical value at the 0.001 level.
+inline ChiSquare chi_square_fit(const std::vector<int>& observed, const std::vector<float>& p, int n) {
+  ChiSquare r;
+  double pooled_observed = 0.0, pooled_expected = 0.0;
+  for (size_t i = 0; i < observed.size(); ++i) {
+    const double expected = n * static_cast<double>(p[i]);
+    if (expected < 5.0) {
+      pooled_observed += observed[i], pooled_expected += expected;
+      continue;
+    }
+    r.statistic += (observed[i] - expected) * (observed[i] - expected) / expected;
+    ++r.cells;
+  }
+  if (pooled_expected > 0.0) {
+    r.statistic += (pooled_observed - pooled_expected) * (pooled_observed - pooled_expected) / pooled_expected;
+    ++r.cells;
+  }
+  r.critical = chi_square_critical(static_cast<int>(r.cells) - 1);
   return r;
 }
 

@@ -1,6 +1,7 @@
 #include "runtime/engine.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "base/check.h"
@@ -90,6 +91,7 @@ StatusOr<int64_t> Engine::add_request(std::vector<int32_t> prompt, const Samplin
 
 bool Engine::finish(int64_t id, FinishReason reason) {
   rngs_.erase(id);
+  draft_logits_.erase(id);
   return scheduler_->finish(id, reason);
 }
 
@@ -186,6 +188,10 @@ int64_t Engine::sample_chunk(const ScheduledChunk& c, const SampledLogits* rows,
     return 0;
   }
   const int64_t first = c.start + c.num_tokens - c.draft_rows - 1;  // position of logit row 0
+  // Drafts drawn from a distribution q (DSpark at the request's
+  // temperature) are verified by the p/q rule, greedy ones as a point mass.
+  const auto sampled_drafts = draft_logits_.find(r->id);
+  std::vector<float> q;
   // Row i verifies draft i: kept, the next row's logits go on; rejected,
   // the target's own token ends the run. All kept: the last row adds one.
   int64_t kept = 0;
@@ -200,10 +206,15 @@ int64_t Engine::sample_chunk(const ScheduledChunk& c, const SampledLogits* rows,
     } else if (s.argmax >= 0) {
       t.token = s.argmax;
       accepted = t.token == r->draft[i];
+    } else if (sampled_drafts != draft_logits_.end()) {
+      softmax_at_temperature(&sampled_drafts->second[i * vocab], vocab, r->params.temperature, &q);
+      t = sample_against_distribution(s.logits.data(), vocab, r->params, r->prompt, r->output, r->draft[i], q.data(),
+                                      &rngs_.at(r->id), &accepted);
     } else {
       t = sample_against_draft(s.logits.data(), vocab, r->params, r->prompt, r->output, r->draft[i],
                                &rngs_.at(r->id), &accepted);
     }
+    if (i < c.draft_rows) stats_.accepted_at[i] += accepted;
     kept += accepted;
     if (!emit(t) || !accepted) break;
   }
@@ -213,8 +224,10 @@ int64_t Engine::sample_chunk(const ScheduledChunk& c, const SampledLogits* rows,
     stats_.drafts_proposed += c.draft_rows;
     stats_.drafts_accepted += kept;
     ++stats_.verify_chunks;
+    for (int64_t i = 0; i < c.draft_rows; ++i) ++stats_.proposed_at[i];
   }
   r->draft.clear();
+  if (sampled_drafts != draft_logits_.end()) draft_logits_.erase(sampled_drafts);
   return kept;
 }
 
@@ -324,6 +337,10 @@ void Engine::draft(const SchedulerOutput& schedule, const std::vector<int64_t>& 
       const int64_t p = c.start + committed[ci] - 1;
       const bool can = !dspark() || (p >= 1 && p + 1 + config().dspark_block_size <= config().max_position_embeddings);
       if (can && drafts > 0 && scheduler_->reserve(r, r->num_computed + drafts + 1)) job.drafts = static_cast<int32_t>(drafts);
+      if (dspark() && !r->params.greedy()) {
+        job.draft_temperature = r->params.temperature;
+        job.draft_seed = rngs_.at(r->id)();
+      }
     }
     job.pages = r->pages;
     plan.chunks.push_back(std::move(job));
@@ -335,7 +352,21 @@ void Engine::draft(const SchedulerOutput& schedule, const std::vector<int64_t>& 
     Request* r = schedule.chunks[job.source].request;
     scheduler_->release_behind_window(r);  // the MTP block has read its window
     if (job.drafts <= 0) continue;
-    r->draft = std::move((*drafted)[next++].drafts);
+    SampledLogits& d = (*drafted)[next++];
+    // The confidence head shortens the run: up to the first draft the
+    // drafter doubts (sigmoid(c_k) < threshold; DeepSpec's rule).
+    const float threshold = scheduler_->options().confidence_threshold;
+    size_t n = d.drafts.size();
+    if (threshold > 0.0f)
+      for (n = 0; n < d.drafts.size() && n < d.draft_confidence.size(); ++n)
+        if (1.0f / (1.0f + std::exp(-d.draft_confidence[n])) < threshold) break;
+    d.drafts.resize(n);
+    r->draft = std::move(d.drafts);
+    draft_logits_.erase(r->id);
+    if (!d.draft_logits.empty() && n > 0) {
+      d.draft_logits.resize(n * config().vocab_size);
+      draft_logits_[r->id] = std::move(d.draft_logits);
+    }
     if (draft_observer_) draft_observer_(r->id, job.start + static_cast<int64_t>(job.tokens.size()) - 1, r->draft);
   }
 }

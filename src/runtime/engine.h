@@ -4,6 +4,7 @@
 // on. Not thread-safe: one thread drives an engine.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -55,6 +56,11 @@ struct EngineStats {
   int64_t drafts_proposed = 0;
   int64_t drafts_accepted = 0;
   int64_t verify_chunks = 0;
+  // Per draft position k (0-based): drafts proposed there, and accepted
+  // (with all before it: accepted_at[k] / proposed_at[k] is how often a
+  // run gets past draft k).
+  std::array<int64_t, kMaxDraftTokens> proposed_at{};
+  std::array<int64_t, kMaxDraftTokens> accepted_at{};
   // Prefix caching: prompt tokens of admitted requests, and those whose
   // caches came from the prefix cache.
   int64_t prefix_queried_tokens = 0;
@@ -139,6 +145,9 @@ class Engine {
   std::unique_ptr<StepExecutor> executor_;
   std::unique_ptr<Scheduler> scheduler_;
   std::map<int64_t, std::mt19937_64> rngs_;
+  // DSpark drafts a sampling request's chain at its temperature: per
+  // request, the logits its pending drafts were drawn from [drafts, vocab].
+  std::map<int64_t, std::vector<float>> draft_logits_;
   LogitsObserver observer_;
   DraftObserver draft_observer_;
   EngineStats stats_;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <random>
 
 #include "dist/vocab_argmax.h"
 #include "kv/kv_cache_manager.h"
@@ -146,6 +147,8 @@ StatusOr<GroupResult> RankWorker::draft_dspark(const StepPlan& plan) {
   std::vector<DSparkCall> calls;
   std::vector<std::unique_ptr<PagedSequenceCache>> caches;
   std::vector<int32_t> wanted;  // drafts each call's job asked for
+  std::vector<std::mt19937_64> rngs;
+  rngs.reserve(plan.chunks.size());  // calls point at them
   for (const PlannedChunk& job : plan.chunks) {
     if (job.group != group_) continue;
     const int64_t n = static_cast<int64_t>(job.tokens.size());
@@ -164,6 +167,9 @@ StatusOr<GroupResult> RankWorker::draft_dspark(const StepPlan& plan) {
     call.position = job.start + n - 1;
     call.anchor = job.tokens[n - 1];
     call.tap = &taps_[(from + n - 1) * width];
+    call.temperature = job.draft_temperature;
+    rngs.emplace_back(job.draft_seed);
+    call.rng = &rngs.back();
     calls.push_back(call);
     wanted.push_back(job.drafts);
   }
@@ -171,9 +177,14 @@ StatusOr<GroupResult> RankWorker::draft_dspark(const StepPlan& plan) {
   // experts span the groups).
   std::vector<DSparkDraft> drafted;
   DSV4_RETURN_IF_ERROR(model_->dspark_draft(calls, &drafted));
+  const int64_t vocab = c.vocab_size;
   GroupResult result(calls.size());
-  for (size_t i = 0; i < calls.size(); ++i)
-    result[i].drafts.assign(drafted[i].ids.begin() + 1, drafted[i].ids.begin() + 1 + wanted[i]);
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const DSparkDraft& d = drafted[i];
+    result[i].drafts.assign(d.ids.begin() + 1, d.ids.begin() + 1 + wanted[i]);
+    result[i].draft_confidence.assign(d.confidence.begin(), d.confidence.begin() + wanted[i]);
+    if (calls[i].temperature > 0.0f) result[i].draft_logits.assign(d.logits.begin(), d.logits.begin() + wanted[i] * vocab);
+  }
   return result;
 }
 

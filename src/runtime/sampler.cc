@@ -187,4 +187,14 @@ SampledToken sample_against_distribution(const float* logits, int64_t vocab, con
   return out;
 }
 
+void softmax_at_temperature(const float* logits, int64_t vocab, float temperature, std::vector<float>* q) {
+  const float t = std::max(temperature, 1e-5f);
+  q->resize(vocab);
+  float mx = -INFINITY;
+  for (int64_t v = 0; v < vocab; ++v) mx = std::max(mx, (*q)[v] = logits[v] / t);
+  double sum = 0.0;
+  for (int64_t v = 0; v < vocab; ++v) sum += (*q)[v] = std::exp((*q)[v] - mx);
+  for (float& x : *q) x = static_cast<float>(x / sum);
+}
+
 }  // namespace dsv4

@@ -37,6 +37,11 @@ SampledToken sample_against_draft(const float* logits, int64_t vocab, const Samp
                                   const std::vector<int32_t>& prompt, const std::vector<int32_t>& output,
                                   int32_t draft, std::mt19937_64* rng, bool* accepted);
 
+// softmax(logits / T) with T at least 1e-5: the distribution a drafter's
+// Gumbel-max draw at temperature T takes its token from (the reference's
+// sample(); DSpark drafts this way).
+void softmax_at_temperature(const float* logits, int64_t vocab, float temperature, std::vector<float>* q);
+
 // Speculative sampling against a sampled draft (DSpark's drafter draws its
 // drafts from q, probabilities [vocab]): keeps the draft with probability
 // min(1, p(draft) / q(draft)), otherwise draws from the residual

@@ -84,6 +84,8 @@ std::vector<char> serialize(const StepPlan& plan) {
     w.put(c.cached_until);
     w.put(c.source);
     w.put(c.drafts);
+    w.put(c.draft_temperature);
+    w.put(c.draft_seed);
     w.put_vector(c.tokens);
     w.put(c.pages.covered);
     for (const auto& ids : c.pages.pages) w.put_vector(ids);
@@ -110,7 +112,7 @@ StatusOr<StepPlan> deserialize_plan(const std::vector<char>& bytes) {
     uint8_t samples = 0, all_logits = 0, reset = 0;
     ok = r.get(&group) && r.get(&c.start) && r.get(&c.prefill_len) && r.get(&samples) && r.get(&all_logits) &&
          r.get(&c.draft_rows) &&
-         r.get(&reset) && r.get(&c.cached_until) && r.get(&c.source) && r.get(&c.drafts) && r.get_vector(&c.tokens) &&
+         r.get(&reset) && r.get(&c.cached_until) && r.get(&c.source) && r.get(&c.drafts) && r.get(&c.draft_temperature) && r.get(&c.draft_seed) && r.get_vector(&c.tokens) &&
          r.get(&c.pages.covered);
     for (auto& ids : c.pages.pages) ok = ok && r.get_vector(&ids);
     c.group = group;
@@ -130,6 +132,8 @@ std::vector<char> serialize(const GroupResult& result) {
     w.put(s.argmax);
     w.put_vector(s.logits);
     w.put_vector(s.drafts);
+    w.put_vector(s.draft_confidence);
+    w.put_vector(s.draft_logits);
   }
   return std::move(w.out);
 }
@@ -141,7 +145,8 @@ StatusOr<GroupResult> deserialize_result(const char* data, size_t size) {
   GroupResult out;
   for (uint64_t i = 0; ok && i < n; ++i) {
     SampledLogits s;
-    ok = r.get(&s.argmax) && r.get_vector(&s.logits) && r.get_vector(&s.drafts);
+    ok = r.get(&s.argmax) && r.get_vector(&s.logits) && r.get_vector(&s.drafts) &&
+         r.get_vector(&s.draft_confidence) && r.get_vector(&s.draft_logits);
     out.push_back(std::move(s));
   }
   if (!ok || !r.done()) return internal_error("a step result arrived damaged");

@@ -34,6 +34,10 @@ struct PlannedChunk {
   // many tokens to draft after them.
   int32_t source = -1;
   int32_t drafts = 0;
+  // DSpark: the drafter samples its chain at this temperature (0: greedy)
+  // from a stream seeded with draft_seed.
+  float draft_temperature = 0.0f;
+  uint64_t draft_seed = 0;
   std::vector<int32_t> tokens;
   BlockTable pages;         // the request's pages (ids into its group's stores)
 
@@ -70,6 +74,11 @@ struct SampledLogits {
   int32_t argmax = -1;
   std::vector<float> logits;  // [vocab] unless argmax >= 0
   std::vector<int32_t> drafts;
+  // DSpark: per draft, the drafter's confidence logit, and when it sampled
+  // (draft_temperature > 0) its logits [drafts, vocab], the distribution
+  // each draft was drawn from (before the temperature).
+  std::vector<float> draft_confidence;
+  std::vector<float> draft_logits;
 };
 
 // Per logit row (forward plans) or drafting job (draft plans) of one group,

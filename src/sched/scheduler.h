@@ -34,6 +34,10 @@ struct SchedulerOptions {
   // kMaxDraftTokens), drafted by the MTP block or the DSpark drafter.
   int num_speculative_tokens = 0;
   enum class Drafter { kMtp, kDSpark } drafter = Drafter::kMtp;
+  // DSpark: verify a step's drafts up to the first whose confidence
+  // sigmoid(c_k) is below this (DeepSpec's --confidence-threshold); 0
+  // verifies all of them (DeepSpec's default).
+  float confidence_threshold = 0.0f;
 };
 
 struct ScheduledChunk {

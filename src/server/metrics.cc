@@ -1,6 +1,7 @@
 #include "server/metrics.h"
 
 #include <cstdio>
+#include <tuple>
 
 namespace dsv4 {
 namespace {
@@ -84,9 +85,21 @@ std::string Metrics::render(const EngineSnapshot& e) const {
            std::to_string(e.stats.requests_per_group[g]) + "\n";
   scalar("dsv4_num_preemptions_total", "counter", "Requests preempted (recomputed later).", e.stats.preemptions, &out);
   scalar("dsv4_engine_steps_total", "counter", "Engine steps run.", e.stats.steps, &out);
-  scalar("dsv4_spec_decode_num_draft_tokens_total", "counter", "Draft tokens the MTP block proposed and the model verified.", e.stats.drafts_proposed, &out);
+  scalar("dsv4_spec_decode_num_draft_tokens_total", "counter", "Draft tokens the drafter proposed and the model verified.", e.stats.drafts_proposed, &out);
   scalar("dsv4_spec_decode_num_accepted_tokens_total", "counter", "Draft tokens accepted.", e.stats.drafts_accepted, &out);
   scalar("dsv4_spec_decode_num_drafts_total", "counter", "Decode steps of a request that verified drafts.", e.stats.verify_chunks, &out);
+  // Per draft position (as vLLM's spec_decode_num_accepted_tokens_per_pos):
+  // accepted / draft tokens at position k is how often a run gets past it.
+  for (const auto& [name, help, counts] :
+       {std::tuple{"dsv4_spec_decode_num_draft_tokens_per_pos", "Draft tokens proposed at each position of a run.",
+                   &e.stats.proposed_at},
+        std::tuple{"dsv4_spec_decode_num_accepted_tokens_per_pos",
+                   "Draft tokens accepted at each position of a run (with every draft before them).",
+                   &e.stats.accepted_at}}) {
+    header(name, "counter", help, &out);
+    for (size_t k = 0; k < counts->size() && e.stats.proposed_at[k] > 0; ++k)
+      out += std::string(name) + "{position=\"" + std::to_string(k) + "\"} " + std::to_string((*counts)[k]) + "\n";
+  }
   scalar("dsv4_prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.", e.stats.prefix_queried_tokens, &out);
   scalar("dsv4_prefix_cache_hits_total", "counter", "Prompt tokens served from the prefix cache.", e.stats.prefix_hit_tokens, &out);
   scalar("dsv4_prefix_cache_blocks", "gauge", "128-token blocks the prefix cache keeps.", e.prefix_cache_blocks, &out);
