@@ -10,6 +10,7 @@ const char* kHelp =
     "usage: dsv4 mkmodel --out DIR [--preset default|small|bench|flash|pro] [--config JSON]\n"
     "                    [--layers N] [--experts E] [--vocab V] [--weights bf16|fp8]\n"
     "                    [--seed S] [--shards N] [--mtp-copies-last-block] [--dspark]\n"
+    "                    [--dspark-drafts-agree]\n"
     "  --preset   base configuration (default: the embedded default model; small: the golden cases'\n"
     "             shapes; bench: Flash shapes scaled down, about 4 GB with --weights fp8; flash, pro:\n"
     "             the released DeepSeek-V4-Flash / -Pro configs, every layer at its released shape)\n"
@@ -24,12 +25,15 @@ const char* kHelp =
     "             is the identity, h_proj zero, and the blocks before the last add nothing (zero wo_b,\n"
     "             w2): a drafter that agrees with the model most of the time\n"
     "  --dspark   a DeepSeek-V4-Flash-DSpark checkpoint: the DSpark drafter's three stages (tapping the\n"
-    "             last three layers, block 5, Markov rank 256) in place of the MTP layer\n";
+    "             last three layers, block 5, Markov rank 256) in place of the MTP layer\n"
+    "  --dspark-drafts-agree  with --dspark: every block adds nothing (zero wo_b, w2), the head is\n"
+    "             the embedding scaled and the Markov head favours repeating: the model repeats its\n"
+    "             last token and accepts every greedy draft (speculative decoding benchmarks)\n";
 }
 
 int cmd_mkmodel(int argc, char** argv) {
   Args args(argc, argv, 2, {"out", "preset", "config", "weights", "seed", "shards", "layers", "experts", "vocab"},
-            {"help", "mtp-copies-last-block", "dspark"});
+            {"help", "mtp-copies-last-block", "dspark", "dspark-drafts-agree"});
   long seed = args.get_int("seed", 0), shards = args.get_int("shards", 2);
   if (args.has("help")) {
     std::fputs(kHelp, stdout);
@@ -61,6 +65,7 @@ int cmd_mkmodel(int argc, char** argv) {
   opt.seed = static_cast<uint64_t>(seed);
   opt.shards = static_cast<int>(shards);
   opt.mtp_copies_last_block = args.has("mtp-copies-last-block");
+  opt.dspark_drafts_agree = args.has("dspark-drafts-agree");
   Status st = write_synthetic_checkpoint(*config, opt, args.get("out"));
   if (!st.ok()) {
     std::fprintf(stderr, "dsv4 mkmodel: %s\n", st.message().c_str());

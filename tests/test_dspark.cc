@@ -355,15 +355,15 @@ namespace {
 // 1500 seeded requests with and without DSpark drafts (k = 3) are two
 // samples of one distribution: a two-sample chi-square test over the
 // outcomes (rare ones pooled) at the 0.001 level, as the MTP path's test.
-// (The drafter proposes its greedy chain; the target keeps a draft with
-// its own probability of it and otherwise draws from the rest.)
-TEST(DSparkServing, SampledOutputKeepsItsDistribution) {
-  const DeepseekV4& model = golden_model("dspark-tiny", kernels::Numerics::kFast);
+// The drafter samples its chain at the request's temperature; the target
+// keeps draft k with probability min(1, p/q) and otherwise draws from the
+// residual. Returns the share of drafts accepted.
+double expect_sampled_distribution_kept(const DeepseekV4& model, const std::string& what) {
   const int n = 1500;
   std::vector<Job> jobs;
   for (int i = 0; i < n; ++i) {
     SamplingParams p;
-    p.temperature = 1.5f;
+    p.temperature = 1.0f;
     p.top_k = 3;
     p.max_tokens = 3;
     p.ignore_eos = true;
@@ -372,7 +372,7 @@ TEST(DSparkServing, SampledOutputKeepsItsDistribution) {
   }
   auto plain_engine = Engine::create(&model, dspark_options(0));
   auto spec_engine = Engine::create(&model, dspark_options(3));
-  ASSERT_TRUE(plain_engine.ok() && spec_engine.ok());
+  EXPECT_TRUE(plain_engine.ok() && spec_engine.ok());
   const Outcome plain = run(std::move(*plain_engine), jobs), spec = run(std::move(*spec_engine), jobs);
   EXPECT_GT(spec.stats.drafts_proposed, 0);
   std::map<std::vector<int32_t>, std::pair<int, int>> counts;
@@ -381,11 +381,56 @@ TEST(DSparkServing, SampledOutputKeepsItsDistribution) {
     ++counts[spec.tokens[i]].second;
   }
   const testing::ChiSquare chi = testing::two_sample_chi_square(counts);
-  ASSERT_GE(chi.cells, 5u) << "too few outcomes for the test to mean anything";
-  EXPECT_LT(chi.statistic, chi.critical) << chi.cells << " cells";
-  std::printf("  chi-square %.1f over %zu cells (critical %.1f); %lld of %lld drafts accepted\n", chi.statistic, chi.cells,
-              chi.critical, static_cast<long long>(spec.stats.drafts_accepted),
+  EXPECT_GE(chi.cells, 5u) << what << ": too few outcomes for the test to mean anything";
+  EXPECT_LT(chi.statistic, chi.critical) << what << ": " << chi.cells << " cells";
+  std::printf("  %s: chi-square %.1f over %zu cells (critical %.1f); %lld of %lld drafts accepted\n", what.c_str(),
+              chi.statistic, chi.cells, chi.critical, static_cast<long long>(spec.stats.drafts_accepted),
               static_cast<long long>(spec.stats.drafts_proposed));
+  return static_cast<double>(spec.stats.drafts_accepted) / std::max<int64_t>(1, spec.stats.drafts_proposed);
+}
+
+// The golden checkpoint's drafter is random: it is almost never accepted.
+TEST(DSparkServing, SampledOutputKeepsItsDistribution) {
+  expect_sampled_distribution_kept(golden_model("dspark-tiny", kernels::Numerics::kFast), "dspark-tiny");
+}
+
+// A drafter that agrees (mkmodel --dspark-drafts-agree): greedy decoding
+// accepts every draft the request has room for, and sampled decoding keeps
+// its distribution while most drafts are accepted (the p/q rule and the
+// residual both at work).
+TEST(DSparkServing, AnAgreeingDrafterIsAcceptedAndKeepsTheDistribution) {
+  testing::TempDir dir("dsv4_test_dspark_agrees");
+  PresetCounts counts;
+  counts.dspark = true;
+  auto config = synthetic_config("small", "", counts);
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  SyntheticOptions opt;
+  opt.dspark_drafts_agree = true;
+  ASSERT_TRUE(write_synthetic_checkpoint(*config, opt, dir.path()).ok());
+  ModelOptions mo;
+  mo.numerics = kernels::Numerics::kFast;
+  auto model = load_deepseek_v4(dir.path(), mo);
+  ASSERT_TRUE(model.ok()) << model.status().message();
+
+  std::vector<Job> jobs = dspark_jobs();
+  for (Job& j : jobs)
+    for (int32_t& t : j.prompt) t %= config->vocab_size;
+  auto plain_engine = Engine::create(model->get(), dspark_options(0));
+  auto spec_engine = Engine::create(model->get(), dspark_options(5));
+  ASSERT_TRUE(plain_engine.ok() && spec_engine.ok());
+  const Outcome plain = run(std::move(*plain_engine), jobs), spec = run(std::move(*spec_engine), jobs);
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    EXPECT_EQ(spec.tokens[j], plain.tokens[j]) << "job " << j;
+    EXPECT_EQ(plain.tokens[j], std::vector<int32_t>(plain.tokens[j].size(), jobs[j].prompt.back()))
+        << "the model repeats the prompt's last token";
+  }
+  EXPECT_EQ(spec.stats.drafts_accepted, spec.stats.drafts_proposed) << "greedy drafts of an agreeing drafter";
+  EXPECT_GT(spec.stats.drafts_proposed, 0);
+  EXPECT_LT(spec.stats.steps, plain.stats.steps / 2) << "five drafts a step make fewer steps";
+
+  const double accepted = expect_sampled_distribution_kept(**model, "agreeing drafter");
+  EXPECT_GT(accepted, 0.3);
+  EXPECT_LT(accepted, 0.95) << "rejections too, so the residual draw is exercised";
 }
 
 }  // namespace

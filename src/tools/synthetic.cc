@@ -61,6 +61,10 @@ class Rng {
 // its own stream (seed, tensor number, chunk): the same numbers however
 // many threads draw them.
 constexpr int64_t kRandomChunk = 1 << 14;
+// SyntheticOptions::dspark_drafts_agree: the logit of repeating the token
+// read, the others near 0 (greedy repeats; at temperature 1 with top-k 3
+// the repeat has about two thirds of the mass).
+constexpr float kRepeatMargin = 2.0f;
 
 int64_t numel(const std::vector<int64_t>& shape) {
   int64_t n = 1;
@@ -130,13 +134,16 @@ class ShardedOutput {
   // With mtp_copies_last_block the blocks before the last add nothing to
   // the streams (their output projections are zero), so the last block and
   // the MTP block both see token embeddings.
+  // With dspark_drafts_agree, every block of the model and the drafter.
   bool silenced(const std::string& prefix) const {
-    if (!opt_.mtp_copies_last_block || prefix.rfind("layers.", 0) != 0) return false;
-    if (std::atoi(prefix.c_str() + 7) >= cfg_.n_layers - 1) return false;
     auto ends = [&](const std::string& tail) {
       return prefix.size() >= tail.size() && prefix.compare(prefix.size() - tail.size(), tail.size(), tail) == 0;
     };
-    return ends(".wo_b") || ends(".w2");
+    const bool output = ends(".wo_b") || ends(".w2");
+    if (opt_.dspark_drafts_agree) return output && (prefix.rfind("layers.", 0) == 0 || prefix.rfind("mtp.", 0) == 0);
+    if (!opt_.mtp_copies_last_block || prefix.rfind("layers.", 0) != 0) return false;
+    if (std::atoi(prefix.c_str() + 7) >= cfg_.n_layers - 1) return false;
+    return output;
   }
 
   // prefix.weight = diagonal * I [n, n], FP8 blocks with fp8 weights.
@@ -410,11 +417,24 @@ Status write_synthetic_checkpoint(const ModelConfig& c, const SyntheticOptions& 
   if (opt.weights == SyntheticWeights::kFp8 && (c.dim % 128 || c.q_lora_rank % 128 || c.moe_inter_dim % 128 ||
                                                  (int64_t{c.o_groups} * c.o_lora_rank) % 128))
     return invalid_argument("fp8 weights need hidden_size, q_lora_rank, moe_intermediate_size and o_groups*o_lora_rank divisible by 128");
+  if (opt.dspark_drafts_agree && !c.has_dspark())
+    return invalid_argument("a drafter that agrees needs a DSpark checkpoint (--dspark)");
   ShardedOutput out(opt, c);
-  out.bf16("embed.weight", {c.vocab_size, c.dim}, out.random({c.vocab_size, c.dim}, 1.0f));
+  const Floats embed = out.random({c.vocab_size, c.dim}, 1.0f);
+  out.bf16("embed.weight", {c.vocab_size, c.dim}, embed);
   for (int i = 0; i < c.n_layers; ++i) write_block(out, c, "layers." + std::to_string(i) + ".", i);
   out.bf16("norm.weight", {c.dim}, out.random({c.dim}, 0.1f, 1.0f));
-  out.bf16("head.weight", {c.vocab_size, c.dim}, out.random({c.vocab_size, c.dim}, 1.0f / std::sqrt(static_cast<float>(c.dim))));
+  if (opt.dspark_drafts_agree) {
+    // The streams stay the token's embedding e_t (every block silenced,
+    // identical copies mixed by doubly stochastic combs), so logit v is
+    // about margin * <e_v, e_t> / dim: margin for v = t, near 0 otherwise.
+    Floats head = embed;
+    for (float& v : head) v *= kRepeatMargin / static_cast<float>(c.dim);
+    out.bf16("head.weight", {c.vocab_size, c.dim}, head);
+  } else {
+    out.bf16("head.weight", {c.vocab_size, c.dim},
+             out.random({c.vocab_size, c.dim}, 1.0f / std::sqrt(static_cast<float>(c.dim))));
+  }
   write_hc_head(out, c, "");
   for (int i = 0; i < c.n_mtp_layers; ++i) {
     const std::string p = "mtp." + std::to_string(i) + ".";
@@ -442,9 +462,27 @@ Status write_synthetic_checkpoint(const ModelConfig& c, const SyntheticOptions& 
     const std::string last = "mtp." + std::to_string(c.dspark_stages - 1) + ".";
     out.bf16(last + "norm.weight", {c.dim}, out.random({c.dim}, 0.1f, 1.0f));
     write_hc_head(out, c, last);
-    out.bf16(last + "markov_head.markov_w1.weight", {c.vocab_size, rank}, out.random({c.vocab_size, rank}, 1.0f));
-    out.bf16(last + "markov_head.markov_w2.weight", {c.vocab_size, rank},
-             out.random({c.vocab_size, rank}, 1.0f / std::sqrt(static_cast<float>(rank))));
+    if (opt.dspark_drafts_agree) {
+      // Rows u_t of norm sqrt(rank): the bias w2 . w1[prev] = strength *
+      // <u_v, u_prev> / rank is the strength at v = prev and about
+      // strength / sqrt(rank) elsewhere, far above the noise rows' logits.
+      Floats u = out.random({c.vocab_size, rank}, 1.0f);
+      for (int64_t t = 0; t < c.vocab_size; ++t) {
+        double sq = 0.0;
+        for (int64_t r = 0; r < rank; ++r) sq += double{u[t * rank + r]} * u[t * rank + r];
+        const float scale = static_cast<float>(std::sqrt(rank / std::max(sq, 1e-12)));
+        for (int64_t r = 0; r < rank; ++r) u[t * rank + r] *= scale;
+      }
+      constexpr float kRepeatStrength = 48.0f;
+      Floats w2 = u;
+      for (float& v : w2) v *= kRepeatStrength / static_cast<float>(rank);
+      out.bf16(last + "markov_head.markov_w1.weight", {c.vocab_size, rank}, u);
+      out.bf16(last + "markov_head.markov_w2.weight", {c.vocab_size, rank}, w2);
+    } else {
+      out.bf16(last + "markov_head.markov_w1.weight", {c.vocab_size, rank}, out.random({c.vocab_size, rank}, 1.0f));
+      out.bf16(last + "markov_head.markov_w2.weight", {c.vocab_size, rank},
+               out.random({c.vocab_size, rank}, 1.0f / std::sqrt(static_cast<float>(rank))));
+    }
     out.bf16(last + "confidence_head.proj.weight", {1, c.dim + rank},
              out.random({1, c.dim + rank}, 1.0f / std::sqrt(static_cast<float>(c.dim + rank))));
   }

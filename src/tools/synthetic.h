@@ -23,6 +23,16 @@ struct SyntheticOptions {
   // with the model most of the time (speculative decoding tests and
   // benchmarks).
   bool mtp_copies_last_block = false;
+  // A DSpark checkpoint whose drafts the model accepts: every block of the
+  // model and of the drafter adds nothing to the streams (zero wo_b and
+  // w2), the head is the embedding scaled (so the model predicts the token
+  // it reads again, with a logit margin of about 2), and the
+  // Markov head strongly favours repeating the previous token. Greedy
+  // decoding repeats the prompt's last token and accepts every draft;
+  // sampled decoding accepts a draft about as often as the model's own
+  // probability of repeating. The blocks still compute at their shapes
+  // (speculative decoding benchmarks and tests).
+  bool dspark_drafts_agree = false;
 };
 
 // Counts a preset can be shrunk to while every layer keeps its shape (0:
