@@ -151,12 +151,18 @@ EngineOptions dspark_options(int k) {
   return o;
 }
 
+EngineOptions whole_prompt_options(EngineOptions o) {
+  o.scheduler.max_num_batched_tokens = 1024;
+  o.cache.enable_prefix_caching = false;
+  return o;
+}
+
 std::vector<Job> dspark_jobs() {
   std::vector<Job> jobs;
   for (int i = 0; i < 5; ++i) {
     // 1 token (nothing to draft from at position 0), short, and past the
     // 128-slot ring.
-    std::vector<int32_t> p(i == 0 ? 1 : 30 + 60 * i);
+    std::vector<int32_t> p(i == 0 ? 1 : i == 2 ? 160 : 30 + 60 * i);  // 160: the window starts on a page
     for (size_t t = 0; t < p.size(); ++t) p[t] = static_cast<int32_t>((t * 29 + i * 11 + 3) % 1000);
     jobs.push_back({p, testing::greedy(14 + 3 * i)});
     jobs.back().params.ignore_eos = true;
@@ -193,6 +199,11 @@ TEST(DSparkServing, GreedyOutputIsPlainDecodingsWithAnyNumberOfDrafts) {
       std::printf("  %s k=%d: %lld of %lld drafts accepted\n", name, k, static_cast<long long>(spec.stats.drafts_accepted),
                   static_cast<long long>(spec.stats.drafts_proposed));
     }
+    // Whole prompts in one step, no prefix cache: the pages hold only each
+    // chunk's last window, which is all the rings read.
+    auto engine = Engine::create(&model, whole_prompt_options(dspark_options(5)));
+    ASSERT_TRUE(engine.ok()) << engine.status().message();
+    expect_same(run(std::move(*engine), jobs), plain, std::string(name) + " whole prompts");
   }
   // More drafts than the block proposes, or a checkpoint without the drafter.
   EXPECT_FALSE(Engine::create(&golden_model("dspark-tiny", kernels::Numerics::kFast), dspark_options(6)).ok());
@@ -417,10 +428,14 @@ TEST(DSparkServing, AnAgreeingDrafterIsAcceptedAndKeepsTheDistribution) {
     for (int32_t& t : j.prompt) t %= config->vocab_size;
   auto plain_engine = Engine::create(model->get(), dspark_options(0));
   auto spec_engine = Engine::create(model->get(), dspark_options(5));
-  ASSERT_TRUE(plain_engine.ok() && spec_engine.ok());
-  const Outcome plain = run(std::move(*plain_engine), jobs), spec = run(std::move(*spec_engine), jobs);
+  auto whole_engine = Engine::create(model->get(), whole_prompt_options(dspark_options(5)));
+  ASSERT_TRUE(plain_engine.ok() && spec_engine.ok() && whole_engine.ok());
+  const Outcome plain = run(std::move(*plain_engine), jobs), spec = run(std::move(*spec_engine), jobs),
+                whole = run(std::move(*whole_engine), jobs);
+  EXPECT_EQ(whole.stats.drafts_accepted, whole.stats.drafts_proposed);
   for (size_t j = 0; j < jobs.size(); ++j) {
     EXPECT_EQ(spec.tokens[j], plain.tokens[j]) << "job " << j;
+    EXPECT_EQ(whole.tokens[j], plain.tokens[j]) << "whole prompts, job " << j;
     EXPECT_EQ(plain.tokens[j], std::vector<int32_t>(plain.tokens[j].size(), jobs[j].prompt.back()))
         << "the model repeats the prompt's last token";
   }

@@ -158,9 +158,13 @@ StatusOr<GroupResult> RankWorker::draft_dspark(const StepPlan& plan) {
     if (from < 0 || (from + n) * width > static_cast<int64_t>(taps_.size()))
       return internal_error("a DSpark job names rows the step's forward did not keep");
     caches.push_back(std::make_unique<PagedSequenceCache>(store_, &job.pages, job.start));
-    const int64_t fill = job.drafts > 0 ? n - 1 : n;
+    // Rows the rings will read: the window ending at the job's last
+    // position (the pages hold no more unless a prefix cache keeps blocks).
+    const int64_t first = plan.keep_raw_kv ? 0 : std::max<int64_t>(0, n - c.window_size);
+    const int64_t fill = (job.drafts > 0 ? n - 1 : n) - first;
     if (fill > 0)
-      DSV4_RETURN_IF_ERROR(model_->dspark_fill(caches.back().get(), &taps_[from * width], fill, job.start, plan.keep_raw_kv));
+      DSV4_RETURN_IF_ERROR(model_->dspark_fill(caches.back().get(), &taps_[(from + first) * width], fill,
+                                               job.start + first, plan.keep_raw_kv));
     if (job.drafts <= 0) continue;
     DSparkCall call;
     call.cache = caches.back().get();
