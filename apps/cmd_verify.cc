@@ -51,16 +51,16 @@ const char* kHelp =
 }  // namespace
 
 // A DSpark case (../shared/golden/DSPARK.md): both protocols, each with its
-// bounds; the end-to-end one's tensors go to --dump.
-static int verify_dspark_case(const DeepseekV4& model, const std::string& dir, const VerifyOptions& opt, bool parallel,
-                       double load_s) {
-  if (parallel) {
-    std::fprintf(stderr, "dsv4 verify: DSpark cases run on one rank (no --tp/--dp/--ep yet)\n");
-    return 2;
-  }
+// bounds; the end-to-end one's tensors go to --dump. On a TP x EP layout
+// (parallel) the ranks are threads that load their own shares.
+static int verify_dspark_case(const DeepseekV4& model, const std::string& dir, const VerifyOptions& opt,
+                              const ParallelVerifyOptions* parallel, double load_s) {
   std::printf("dsv4 verify (DSpark drafter)\n  model   %s (%s)\n  loaded in %.2fs; kernels %s, numerics %s\n  golden  %s\n",
               dir.c_str(), model.config().summary().c_str(), load_s, kernels::isa_name(kernels::active_isa()),
               kernels::numerics_name(model.numerics()), opt.golden_path.c_str());
+  if (parallel)
+    std::printf("  layout  TP%d x EP%d, ranks as threads\n", parallel->topology.tp,
+                parallel->topology.ep > 0 ? parallel->topology.ep : parallel->topology.tp);
   bool pass = true;
   for (bool end_to_end : {false, true}) {
     DSparkVerifyOptions o;
@@ -69,7 +69,7 @@ static int verify_dspark_case(const DeepseekV4& model, const std::string& dir, c
     o.chunk = opt.chunk;
     if (end_to_end) o.dump_path = opt.dump_path;
     const auto t0 = std::chrono::steady_clock::now();
-    auto report = verify_dspark(model, o);
+    auto report = parallel ? verify_dspark_parallel(dir, o, *parallel) : verify_dspark(model, o);
     if (!report.ok()) {
       std::fprintf(stderr, "dsv4 verify: %s\n", report.status().message().c_str());
       return 2;
@@ -133,7 +133,7 @@ int cmd_verify(int argc, char** argv) {
   opt.chunk = static_cast<int>(chunk);
   opt.dump_path = args.get("dump");
   if ((*model)->config().has_dspark() && is_dspark_golden(opt.golden_path))
-    return verify_dspark_case(**model, dir, opt, parallel, load_s);
+    return verify_dspark_case(**model, dir, opt, parallel ? &par : nullptr, load_s);
   auto bounds = GoldenBounds::for_run(opt.golden_path, par.numerics, model_is_w8a8(**model));
   if (!bounds.ok()) {
     std::fprintf(stderr, "dsv4 verify: %s\n", bounds.status().message().c_str());

@@ -26,6 +26,7 @@
 #include "runtime/sampler.h"
 #include "test_util.h"
 #include "tools/dspark_verify.h"
+#include "tools/parallel_verify.h"
 
 namespace dsv4 {
 namespace {
@@ -89,6 +90,33 @@ TEST_P(DSparkGolden, BothProtocolsWithinTheirBounds) {
   }
 }
 
+// Ranks as threads on TP2 and TP4 (experts over the same ranks): both
+// protocols within their bounds, the drafter fed the golden taps
+// bit-identical to the reference as on one rank.
+TEST(DSpark, GoldenOnTensorParallelRanks) {
+  for (int tp : {2, 4}) {
+    for (bool end_to_end : {false, true}) {
+      DSparkVerifyOptions o;
+      o.golden_path = golden_dir() + "/dspark-fp8/golden.safetensors";
+      o.end_to_end = end_to_end;
+      o.chunk = tp == 2 ? 37 : 0;
+      ParallelVerifyOptions p;
+      p.topology.tp = tp;
+      auto report = verify_dspark_parallel(golden_dir() + "/dspark-fp8", o, p);
+      ASSERT_TRUE(report.ok()) << report.status().message();
+      EXPECT_TRUE(report->pass()) << "TP" << tp << (end_to_end ? " end to end\n" : " isolated\n") << report->format();
+      if (!end_to_end) {
+        for (const TensorCheck& t : report->tensors) EXPECT_EQ(t.rel_l2, 0.0) << "TP" << tp << " " << t.name;
+      }
+    }
+  }
+  ParallelVerifyOptions dp;
+  dp.topology.dp = 2;
+  DSparkVerifyOptions o;
+  o.golden_path = golden_dir() + "/dspark-fp8/golden.safetensors";
+  EXPECT_FALSE(verify_dspark_parallel(golden_dir() + "/dspark-fp8", o, dp).ok()) << "one data-parallel group only";
+}
+
 INSTANTIATE_TEST_SUITE_P(Cases, DSparkGolden,
                          ::testing::Values(Case{"dspark-tiny", kernels::Numerics::kExact, 0},
                                            Case{"dspark-tiny", kernels::Numerics::kExact, 37},
@@ -116,7 +144,8 @@ struct Job {
 
 struct Outcome {
   std::vector<std::vector<int32_t>> tokens;
-  std::vector<std::map<int64_t, std::vector<float>>> logits;  // per job: position -> logits
+  std::vector<std::map<int64_t, std::vector<float>>> logits;    // per job: position -> logits
+  std::vector<std::map<int64_t, std::vector<int32_t>>> drafts;  // per job: position -> drafts
   EngineStats stats;
 };
 
@@ -124,10 +153,14 @@ Outcome run(std::unique_ptr<Engine> engine, const std::vector<Job>& jobs) {
   Outcome out;
   out.tokens.resize(jobs.size());
   out.logits.resize(jobs.size());
+  out.drafts.resize(jobs.size());
   std::map<int64_t, size_t> job_of;
   const int64_t vocab = engine->config().vocab_size;
   engine->set_logits_observer([&, vocab](int64_t id, int64_t pos, const float* logits) {
     out.logits[job_of.at(id)][pos].assign(logits, logits + vocab);
+  });
+  engine->set_draft_observer([&](int64_t id, int64_t pos, const std::vector<int32_t>& drafts) {
+    out.drafts[job_of.at(id)][pos] = drafts;
   });
   for (size_t j = 0; j < jobs.size(); ++j) {
     auto id = engine->add_request(jobs[j].prompt, jobs[j].params);
@@ -210,7 +243,8 @@ TEST(DSparkServing, GreedyOutputIsPlainDecodingsWithAnyNumberOfDrafts) {
   EXPECT_FALSE(Engine::create(&golden_model("tiny-a"), dspark_options(2)).ok());
 }
 
-// Ranks as threads (TP2 x DP2, experts over all four): the same tokens.
+// Ranks as threads (TP2 x DP2, experts over all four): the same tokens and
+// the same drafts as one rank.
 TEST(DSparkServing, RanksAsThreadsGiveTheSameTokens) {
   const std::string dir = golden_dir() + "/dspark-tiny";
   const DeepseekV4& model = golden_model("dspark-tiny", kernels::Numerics::kFast);
@@ -218,6 +252,9 @@ TEST(DSparkServing, RanksAsThreadsGiveTheSameTokens) {
   auto plain_engine = Engine::create(&model, dspark_options(0));
   ASSERT_TRUE(plain_engine.ok());
   const Outcome plain = run(std::move(*plain_engine), jobs);
+  auto single_engine = Engine::create(&model, dspark_options(3));
+  ASSERT_TRUE(single_engine.ok());
+  const Outcome single = run(std::move(*single_engine), jobs);
   ParallelOptions p;
   p.topology.tp = 2;
   p.topology.dp = 2;
@@ -231,7 +268,12 @@ TEST(DSparkServing, RanksAsThreadsGiveTheSameTokens) {
   auto engine = Engine::create(std::move(*executor), o.scheduler);
   ASSERT_TRUE(engine.ok()) << engine.status().message();
   const Outcome spec = run(std::move(*engine), jobs);
-  for (size_t j = 0; j < jobs.size(); ++j) EXPECT_EQ(spec.tokens[j], plain.tokens[j]) << "job " << j;
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    EXPECT_EQ(spec.tokens[j], plain.tokens[j]) << "job " << j;
+    // The drafter shards like the trunk (its stages' heads and experts,
+    // the vocabulary of the embedding and head): the same drafts.
+    EXPECT_EQ(spec.drafts[j], single.drafts[j]) << "job " << j << ": drafts on TP2 x DP2 differ from one rank's";
+  }
   EXPECT_GT(spec.stats.drafts_proposed, 0);
 }
 

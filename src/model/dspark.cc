@@ -119,7 +119,7 @@ Status DeepseekV4::dspark_draft(const std::vector<DSparkCall>& calls, std::vecto
   std::vector<float> h(rows * flat);
   {
     std::vector<float> e(rows * dim);
-    for (int64_t r = 0; r < rows; ++r) weights_->embed.row(batch.token_ids[r], &e[r * dim]);
+    embed(batch, e.data());  // the trunk's embedding (sharded by vocabulary under TP)
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t s = 0; s < hc; ++s) std::memcpy(&h[r * flat + s * dim], &e[r * dim], sizeof(float) * dim);
   }

@@ -2,6 +2,7 @@
 #include "tools/parallel_verify.h"
 
 #include <algorithm>
+#include <memory>
 #include <thread>
 
 #include "dist/local_communicator.h"
@@ -10,11 +11,22 @@
 
 namespace dsv4 {
 
-StatusOr<RankVerify> verify_golden_on_rank(const std::string& dir, const VerifyOptions& options,
-                                           const ParallelVerifyOptions& p, Communicator& world) {
+namespace {
+
+// One rank's share of the model with its groups joined. Collective over
+// `world`: every rank loads before any steps into a forward.
+struct RankModel {
+  Topology topology;
+  RankGroups groups;
+  std::unique_ptr<DeepseekV4> model;
+};
+
+StatusOr<RankModel> load_rank_model(const std::string& dir, const ParallelVerifyOptions& p, Communicator& world) {
   DSV4_ASSIGN_OR_RETURN(ModelConfig config, load_model_config(dir + "/config.json"));
-  DSV4_ASSIGN_OR_RETURN(Topology topo, Topology::make(p.topology, config, world.size()));
-  RankGroups groups = RankGroups::split(world, topo);
+  RankModel out;
+  DSV4_ASSIGN_OR_RETURN(out.topology, Topology::make(p.topology, config, world.size()));
+  const Topology& topo = out.topology;
+  out.groups = RankGroups::split(world, topo);
   const int rank = world.rank();
   ModelOptions mo;
   mo.experts = {topo.ep_rank(rank), topo.ep};
@@ -22,27 +34,39 @@ StatusOr<RankVerify> verify_golden_on_rank(const std::string& dir, const VerifyO
   mo.flashcomm = p.flashcomm;
   mo.numerics = p.numerics;
   auto model = load_deepseek_v4(dir, mo);
-  // Every rank must get this far before any of them steps into the forward.
   int loaded = model.ok(), all_loaded = 1;
   std::vector<int> flags(world.size());
   world.all_gather(&loaded, sizeof loaded, flags.data());
   for (int f : flags) all_loaded &= f;
   if (!model.ok()) return model.status();
   if (!all_loaded) return internal_error("another rank could not load its share of the model");
-  if (topo.tp > 1) (*model)->set_tensor_group(groups.tp.get());
-  if (topo.ep > 1) (*model)->set_expert_group(groups.ep.get());
+  out.model = std::move(*model);
+  if (topo.tp > 1) out.model->set_tensor_group(out.groups.tp.get());
+  if (topo.ep > 1) out.model->set_expert_group(out.groups.ep.get());
+  return out;
+}
+
+}  // namespace
+
+StatusOr<RankVerify> verify_golden_on_rank(const std::string& dir, const VerifyOptions& options,
+                                           const ParallelVerifyOptions& p, Communicator& world) {
+  DSV4_ASSIGN_OR_RETURN(RankModel rm, load_rank_model(dir, p, world));
+  const Topology& topo = rm.topology;
+  const RankGroups& groups = rm.groups;
+  const DeepseekV4* model = rm.model.get();
+  const int rank = world.rank();
   VerifyOptions o = options;
   o.dp_rank = topo.dp_rank(rank);
   o.dp_size = topo.dp;
   o.merge = groups.peers.get();
-  if (model_is_w8a8(**model)) o.bounds = GoldenBounds::w8a8();
+  if (model_is_w8a8(*model)) o.bounds = GoldenBounds::w8a8();
   if (rank != 0) o.dump_path.clear();
-  DSV4_ASSIGN_OR_RETURN(VerifyReport report, verify_golden(**model, o));
+  DSV4_ASSIGN_OR_RETURN(VerifyReport report, verify_golden(*model, o));
   RankVerify out;
   out.topology = topo;
   out.report = std::move(report);
-  out.weight_bytes = (*model)->weights().resident_bytes();
-  out.flashcomm_forwards = (*model)->flashcomm_forwards();
+  out.weight_bytes = model->weights().resident_bytes();
+  out.flashcomm_forwards = model->flashcomm_forwards();
   const Communicator* comms[] = {&world, groups.tp.get(), groups.ep.get(), groups.peers.get()};
   for (const Communicator* c : comms) {
     out.traffic.bytes += c->traffic().bytes;
@@ -75,6 +99,37 @@ StatusOr<ParallelVerify> verify_golden_parallel(const std::string& dir, const Ve
   DSV4_ASSIGN_OR_RETURN(auto single, load_deepseek_v4(dir));
   out.weight_bytes_single = single->weights().resident_bytes();
   return out;
+}
+
+StatusOr<VerifyReport> verify_dspark_parallel(const std::string& dir, const DSparkVerifyOptions& options,
+                                              const ParallelVerifyOptions& p) {
+  DSV4_ASSIGN_OR_RETURN(ModelConfig config, load_model_config(dir + "/config.json"));
+  DSV4_ASSIGN_OR_RETURN(Topology topo, Topology::make(p.topology, config));
+  if (topo.dp != 1)
+    return invalid_argument("a DSpark case runs on one data-parallel group (--tp and --ep layouts, --dp 1)");
+  auto comms = LocalCommunicator::create(topo.world);
+  std::vector<StatusOr<VerifyReport>> runs(topo.world, Status(StatusCode::kInternal, "not run"));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < topo.world; ++r)
+    threads.emplace_back([&, r] {
+      auto rm = load_rank_model(dir, p, *comms[r]);
+      if (!rm.ok()) {
+        runs[r] = rm.status();
+        return;
+      }
+      DSparkVerifyOptions o = options;
+      if (r != 0) o.dump_path.clear();
+      runs[r] = verify_dspark(*rm->model, o);
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < topo.world; ++r) DSV4_RETURN_IF_ERROR(runs[r].status());
+  for (int r = 1; r < topo.world; ++r)
+    for (size_t i = 0; i < runs[0]->tensors.size(); ++i)
+      if (runs[r]->tensors[i].rel_l2 != runs[0]->tensors[i].rel_l2)
+        return internal_error("ranks disagree on " + runs[0]->tensors[i].name + ": rank 0 " +
+                              std::to_string(runs[0]->tensors[i].rel_l2) + ", rank " + std::to_string(r) + " " +
+                              std::to_string(runs[r]->tensors[i].rel_l2));
+  return std::move(*runs[0]);
 }
 
 }  // namespace dsv4

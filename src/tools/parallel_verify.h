@@ -11,6 +11,7 @@
 #include "dist/communicator.h"
 #include "dist/topology.h"
 #include "model/forward_scope.h"
+#include "tools/dspark_verify.h"
 #include "tools/golden_verify.h"
 
 namespace dsv4 {
@@ -43,5 +44,11 @@ struct ParallelVerify {
 
 StatusOr<ParallelVerify> verify_golden_parallel(const std::string& model_dir, const VerifyOptions& options,
                                                 const ParallelVerifyOptions& parallel);
+
+// A DSpark case (both protocols, one per call) with ranks as threads on a
+// TP x EP layout (one data-parallel group): rank 0's report, the ranks
+// checked to agree.
+StatusOr<VerifyReport> verify_dspark_parallel(const std::string& model_dir, const DSparkVerifyOptions& options,
+                                              const ParallelVerifyOptions& parallel);
 
 }  // namespace dsv4
