@@ -7,6 +7,7 @@
 
 #include "dist/mpi_communicator.h"
 #include "model/deepseek_v4.h"
+#include "tools/dspark_verify.h"
 #include "tools/golden_verify.h"
 #include "tools/parallel_verify.h"
 
@@ -28,6 +29,28 @@ int verify_over_mpi(int argc, char** argv, const std::string& dir, const std::st
   VerifyOptions opt;
   opt.golden_path = golden.empty() ? dir + "/golden.safetensors" : golden;
   opt.chunk = chunk;
+  if (is_dspark_golden(opt.golden_path)) {
+    // Both protocols of a DSpark case; rank 0 reports.
+    bool pass = true;
+    for (bool end_to_end : {false, true}) {
+      DSparkVerifyOptions o;
+      o.golden_path = opt.golden_path;
+      o.end_to_end = end_to_end;
+      o.chunk = chunk;
+      auto report = verify_dspark_on_rank(dir, o, parallel, *world);
+      if (!report.ok()) {
+        std::fprintf(stderr, "dsv4 verify (rank %d of %d): %s\n", rank, size, report.status().message().c_str());
+        return finish(2);
+      }
+      if (rank == 0)
+        std::printf("dsv4 verify (DSpark drafter) over %d MPI ranks, numerics %s\n  model   %s\n%s\n%s", size,
+                    kernels::numerics_name(parallel.numerics), dir.c_str(),
+                    end_to_end ? "end to end: the target's own taps" : "drafter fed the golden taps",
+                    report->format().c_str());
+      pass &= report->pass();
+    }
+    return finish(pass ? 0 : 1);
+  }
   auto bounds = GoldenBounds::for_run(opt.golden_path, parallel.numerics, false);  // W8A8: verify_golden_on_rank
   if (!bounds.ok()) {
     std::fprintf(stderr, "dsv4 verify (rank %d of %d): %s\n", rank, size, bounds.status().message().c_str());

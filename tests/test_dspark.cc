@@ -398,6 +398,46 @@ TEST(DSparkServing, PrefixCacheHitsRestoreTheRings) {
   }
 }
 
+
+// The step that finishes a request may complete a 128-token block; the
+// drafter still takes that step's rows before the pages go to the prefix
+// cache, so a later prompt extending the finished one drafts as on a
+// fresh engine (the hit's recomputed rows are not written again).
+TEST(DSparkServing, TheFinishingStepsRingRowsReachThePrefixCache) {
+  const DeepseekV4& model = golden_model("dspark-tiny", kernels::Numerics::kFast);
+  std::vector<int32_t> prompt(250);
+  for (size_t t = 0; t < prompt.size(); ++t) prompt[t] = static_cast<int32_t>((t * 37 + 5) % 1000);
+  auto warm_engine = Engine::create(&model, dspark_options(3));
+  ASSERT_TRUE(warm_engine.ok());
+  Engine* e = warm_engine->get();
+  // 7 tokens: the step that finishes computes position 255, the end of
+  // block 1.
+  SamplingParams p = testing::greedy(7);
+  p.ignore_eos = true;
+  ASSERT_TRUE(e->add_request(prompt, p).ok());
+  std::vector<int32_t> longer = prompt;
+  while (e->has_unfinished())
+    for (const RequestOutput& o : e->step()) longer.insert(longer.end(), o.new_tokens.begin(), o.new_tokens.end());
+  ASSERT_EQ(longer.size(), prompt.size() + 7);
+  for (int t = 0; t < 20; ++t) longer.push_back(static_cast<int32_t>((t * 11 + 3) % 1000));
+  // The longer prompt on the same engine (a hit on blocks 0 and 1) and on a
+  // fresh one: the same drafts.
+  std::map<int64_t, std::vector<int32_t>> warm_drafts;  // position -> drafts
+  int64_t longer_id = -1;
+  e->set_draft_observer([&](int64_t id, int64_t position, const std::vector<int32_t>& d) {
+    if (id == longer_id) warm_drafts[position] = d;
+  });
+  p.max_tokens = 12;
+  longer_id = *e->add_request(longer, p);
+  while (e->has_unfinished()) e->step();
+  EXPECT_GE(e->stats().prefix_hit_tokens, 256 - 4) << "blocks 0 and 1 (less the replayed rows) come from the cache";
+  auto cold_engine = Engine::create(&model, dspark_options(3));
+  ASSERT_TRUE(cold_engine.ok());
+  const Outcome cold = run(std::move(*cold_engine), {{longer, p}});
+  ASSERT_FALSE(warm_drafts.empty());
+  EXPECT_EQ(warm_drafts, cold.drafts[0]);
+}
+
 }  // namespace
 }  // namespace dsv4
 

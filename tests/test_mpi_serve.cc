@@ -103,6 +103,39 @@ TEST(MpiServe, SpeculationAndPrefixCachingOverProcesses) {
   EXPECT_EQ(server.wait_exit(30), 0) << server.log();
 }
 
+// The DSpark drafter over two processes (TP2: its stages' heads, experts
+// and the vocabulary split like the trunk's): greedy text like one rank
+// without drafts, and drafts accepted or not, proposed.
+TEST(MpiServe, DSparkSpeculationOverProcesses) {
+  const std::string model = testing::golden_dir() + "/dspark-tiny";
+  const std::string spec = R"({"method":"dspark","num_speculative_tokens":3})";
+  auto ask = [](const ServerProcess& server) {
+    httplib::Client cli(server.url());
+    cli.set_read_timeout(60);
+    json body = {{"prompt", "speculation over processes"}, {"max_tokens", 24}, {"temperature", 0}, {"ignore_eos", true}};
+    auto r = cli.Post("/v1/completions", body.dump(), "application/json");
+    return r && r->status == 200 ? json::parse(r->body)["choices"][0]["text"].get<std::string>() : "<failed>";
+  };
+  std::string expected;
+  {
+    ServerProcess one(with({"--model", model}));
+    ASSERT_GT(one.port(), 0) << one.log();
+    expected = ask(one);
+  }
+  ASSERT_NE(expected, "<failed>");
+  ServerProcess server(with({"--model", model, "--dist", "mpi", "--tp", "2", "--speculative-config", spec}), kMpi);
+  ASSERT_GT(server.port(), 0) << server.log();
+  EXPECT_EQ(ask(server), expected);
+  httplib::Client cli(server.url());
+  auto m = cli.Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_NE(m->body.find("dsv4_spec_decode_num_draft_tokens_per_pos{position=\"2\"}"), std::string::npos) << m->body;
+  const pid_t rank0 = pid_of_rank(server, 0);
+  ASSERT_GT(rank0, 0) << server.log();
+  ASSERT_EQ(kill(rank0, SIGTERM), 0);
+  EXPECT_EQ(server.wait_exit(30), 0) << server.log();
+}
+
 TEST(MpiServe, AHungRankMakesTheServerUnhealthyAndTheJobFail) {
   ServerProcess server(with({"--dist", "mpi", "--dp", "2", "--dist-timeout-ms", "2000"}), kMpi);
   ASSERT_GT(server.port(), 0) << server.log();

@@ -298,12 +298,18 @@ std::vector<RequestOutput> Engine::step() {
     o.drafts_accepted = r->drafts_accepted;
     if (o.finish_reason != FinishReason::kNone) {
       o.finished = true;
-      finish(r->id, o.finish_reason);
       finished[ci] = 1;
+      // A drafter still takes its committed rows (below): a block they
+      // complete may serve later requests from the prefix cache.
+      if (!speculative()) finish(r->id, o.finish_reason);
     }
     outputs.push_back(std::move(o));
   }
-  if (speculative()) draft(schedule, committed, finished);
+  if (speculative()) {
+    draft(schedule, committed, finished);
+    for (const RequestOutput& o : outputs)
+      if (o.finished) finish(o.id, o.finish_reason);
+  }
   return outputs;
 }
 
@@ -315,7 +321,6 @@ void Engine::draft(const SchedulerOutput& schedule, const std::vector<int64_t>& 
   plan.keep_raw_kv = executor_->cache(0)->keeps_all_raw_kv();
   const int k = scheduler_->options().num_speculative_tokens;
   for (size_t ci = 0; ci < schedule.chunks.size(); ++ci) {
-    if (finished[ci]) continue;  // its pages are gone
     const ScheduledChunk& c = schedule.chunks[ci];
     Request* r = c.request;
     PlannedChunk job;
@@ -328,7 +333,7 @@ void Engine::draft(const SchedulerOutput& schedule, const std::vector<int64_t>& 
     for (int64_t i = 0; i < committed[ci]; ++i) job.tokens.push_back(r->token(c.start + i + 1));
     // A decoding request drafts for its next step, within its max_tokens,
     // when its pages reach that far.
-    if (r->num_computed == r->num_tokens() - 1) {
+    if (!finished[ci] && r->num_computed == r->num_tokens() - 1) {
       const int64_t room = r->params.max_tokens - static_cast<int64_t>(r->output.size()) - 1;
       const int64_t drafts = std::min<int64_t>(k, room);
       // DSpark drafts from the last committed position p >= 1 (a call at 0

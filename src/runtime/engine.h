@@ -134,7 +134,8 @@ class Engine {
   // prompt_logprobs: scores the prompt tokens a chunk's logit rows predict.
   void score_prompt(const ScheduledChunk& c, const SampledLogits* rows, RequestOutput* o);
   // Runs the drafter (the MTP block, or DSpark) over the rows the step
-  // committed and drafts the next step's tokens of the decoding requests.
+  // committed (finished requests' too: their pages are freed after) and
+  // drafts the next step's tokens of the decoding requests.
   void draft(const SchedulerOutput& schedule, const std::vector<int64_t>& committed,
              const std::vector<uint8_t>& finished);
   bool speculative() const { return scheduler_->options().num_speculative_tokens > 0; }

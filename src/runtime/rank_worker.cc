@@ -159,8 +159,10 @@ StatusOr<GroupResult> RankWorker::draft_dspark(const StepPlan& plan) {
       return internal_error("a DSpark job names rows the step's forward did not keep");
     caches.push_back(std::make_unique<PagedSequenceCache>(store_, &job.pages, job.start));
     // Rows the rings will read: the window ending at the job's last
-    // position (the pages hold no more unless a prefix cache keeps blocks).
-    const int64_t first = plan.keep_raw_kv ? 0 : std::max<int64_t>(0, n - c.window_size);
+    // position (the pages hold no more unless a prefix cache keeps blocks),
+    // but not the rows pages shared with the prefix cache hold already.
+    const int64_t first = std::clamp<int64_t>(
+        std::max(plan.keep_raw_kv ? 0 : n - c.window_size, job.cached_until - job.start), 0, n);
     const int64_t fill = (job.drafts > 0 ? n - 1 : n) - first;
     if (fill > 0)
       DSV4_RETURN_IF_ERROR(model_->dspark_fill(caches.back().get(), &taps_[(from + first) * width], fill,

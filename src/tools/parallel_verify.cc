@@ -101,26 +101,27 @@ StatusOr<ParallelVerify> verify_golden_parallel(const std::string& dir, const Ve
   return out;
 }
 
+StatusOr<VerifyReport> verify_dspark_on_rank(const std::string& dir, const DSparkVerifyOptions& options,
+                                             const ParallelVerifyOptions& p, Communicator& world) {
+  DSV4_ASSIGN_OR_RETURN(ModelConfig config, load_model_config(dir + "/config.json"));
+  DSV4_ASSIGN_OR_RETURN(Topology topo, Topology::make(p.topology, config, world.size()));
+  if (topo.dp != 1)
+    return invalid_argument("a DSpark case runs on one data-parallel group (--tp and --ep layouts, --dp 1)");
+  DSV4_ASSIGN_OR_RETURN(RankModel rm, load_rank_model(dir, p, world));
+  DSparkVerifyOptions o = options;
+  if (world.rank() != 0) o.dump_path.clear();
+  return verify_dspark(*rm.model, o);
+}
+
 StatusOr<VerifyReport> verify_dspark_parallel(const std::string& dir, const DSparkVerifyOptions& options,
                                               const ParallelVerifyOptions& p) {
   DSV4_ASSIGN_OR_RETURN(ModelConfig config, load_model_config(dir + "/config.json"));
   DSV4_ASSIGN_OR_RETURN(Topology topo, Topology::make(p.topology, config));
-  if (topo.dp != 1)
-    return invalid_argument("a DSpark case runs on one data-parallel group (--tp and --ep layouts, --dp 1)");
   auto comms = LocalCommunicator::create(topo.world);
   std::vector<StatusOr<VerifyReport>> runs(topo.world, Status(StatusCode::kInternal, "not run"));
   std::vector<std::thread> threads;
   for (int r = 0; r < topo.world; ++r)
-    threads.emplace_back([&, r] {
-      auto rm = load_rank_model(dir, p, *comms[r]);
-      if (!rm.ok()) {
-        runs[r] = rm.status();
-        return;
-      }
-      DSparkVerifyOptions o = options;
-      if (r != 0) o.dump_path.clear();
-      runs[r] = verify_dspark(*rm->model, o);
-    });
+    threads.emplace_back([&, r] { runs[r] = verify_dspark_on_rank(dir, options, p, *comms[r]); });
   for (auto& t : threads) t.join();
   for (int r = 0; r < topo.world; ++r) DSV4_RETURN_IF_ERROR(runs[r].status());
   for (int r = 1; r < topo.world; ++r)

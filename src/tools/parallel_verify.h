@@ -45,9 +45,13 @@ struct ParallelVerify {
 StatusOr<ParallelVerify> verify_golden_parallel(const std::string& model_dir, const VerifyOptions& options,
                                                 const ParallelVerifyOptions& parallel);
 
-// A DSpark case (both protocols, one per call) with ranks as threads on a
-// TP x EP layout (one data-parallel group): rank 0's report, the ranks
-// checked to agree.
+// A DSpark case (one protocol per call) on a TP x EP layout (one
+// data-parallel group). Collective over `world`: every rank calls it.
+StatusOr<VerifyReport> verify_dspark_on_rank(const std::string& model_dir, const DSparkVerifyOptions& options,
+                                             const ParallelVerifyOptions& parallel, Communicator& world);
+
+// The same with ranks as threads: rank 0's report, the ranks checked to
+// agree.
 StatusOr<VerifyReport> verify_dspark_parallel(const std::string& model_dir, const DSparkVerifyOptions& options,
                                               const ParallelVerifyOptions& parallel);
 
