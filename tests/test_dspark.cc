@@ -184,6 +184,18 @@ EngineOptions dspark_options(int k) {
   return o;
 }
 
+// mkmodel --preset small --dspark (with opt's weights) written to dir and
+// loaded in fast numerics.
+StatusOr<std::unique_ptr<DeepseekV4>> synthetic_dspark_model(const std::string& dir, const SyntheticOptions& opt) {
+  PresetCounts counts;
+  counts.dspark = true;
+  DSV4_ASSIGN_OR_RETURN(ModelConfig config, synthetic_config("small", "", counts));
+  DSV4_RETURN_IF_ERROR(write_synthetic_checkpoint(config, opt, dir));
+  ModelOptions mo;
+  mo.numerics = kernels::Numerics::kFast;
+  return load_deepseek_v4(dir, mo);
+}
+
 EngineOptions whole_prompt_options(EngineOptions o) {
   o.scheduler.max_num_batched_tokens = 1024;
   o.cache.enable_prefix_caching = false;
@@ -493,17 +505,11 @@ TEST(DSparkServing, SampledOutputKeepsItsDistribution) {
 // residual both at work).
 TEST(DSparkServing, AnAgreeingDrafterIsAcceptedAndKeepsTheDistribution) {
   testing::TempDir dir("dsv4_test_dspark_agrees");
-  PresetCounts counts;
-  counts.dspark = true;
-  auto config = synthetic_config("small", "", counts);
-  ASSERT_TRUE(config.ok()) << config.status().message();
   SyntheticOptions opt;
   opt.dspark_drafts_agree = true;
-  ASSERT_TRUE(write_synthetic_checkpoint(*config, opt, dir.path()).ok());
-  ModelOptions mo;
-  mo.numerics = kernels::Numerics::kFast;
-  auto model = load_deepseek_v4(dir.path(), mo);
+  auto model = synthetic_dspark_model(dir.path(), opt);
   ASSERT_TRUE(model.ok()) << model.status().message();
+  const ModelConfig* config = &(*model)->config();
 
   std::vector<Job> jobs = dspark_jobs();
   for (Job& j : jobs)
@@ -587,20 +593,14 @@ TEST(DSparkServing, SampledDraftsComeFromTheDistributionVerificationUses) {
 // greedy DSpark decoding with plain decoding's tokens.
 TEST(DSpark, SyntheticCheckpointLoadsAndServes) {
   testing::TempDir dir("dsv4_test_dspark_synthetic");
-  PresetCounts counts;
-  counts.dspark = true;
-  auto config = synthetic_config("small", "", counts);
-  ASSERT_TRUE(config.ok()) << config.status().message();
+  SyntheticOptions opt;
+  opt.weights = SyntheticWeights::kFp8;
+  auto model = synthetic_dspark_model(dir.path(), opt);
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  const ModelConfig* config = &(*model)->config();
   ASSERT_TRUE(config->has_dspark());
   EXPECT_EQ(config->dspark_stages, 3);
   EXPECT_EQ(config->n_mtp_layers, 0);
-  SyntheticOptions opt;
-  opt.weights = SyntheticWeights::kFp8;
-  ASSERT_TRUE(write_synthetic_checkpoint(*config, opt, dir.path()).ok());
-  ModelOptions mo;
-  mo.numerics = kernels::Numerics::kFast;
-  auto model = load_deepseek_v4(dir.path(), mo);
-  ASSERT_TRUE(model.ok()) << model.status().message();
   ASSERT_TRUE((*model)->weights().dspark.has_value());
   EXPECT_EQ((*model)->weights().dspark->main_proj.format, WeightFormat::kFp8Block);
   std::vector<Job> jobs = dspark_jobs();

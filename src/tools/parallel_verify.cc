@@ -46,6 +46,35 @@ StatusOr<RankModel> load_rank_model(const std::string& dir, const ParallelVerify
   return out;
 }
 
+// Runs on_rank(world communicator of rank r) for every rank of `world` as
+// a thread: each rank's result, or the first error.
+template <class T, class Fn>
+StatusOr<std::vector<T>> run_rank_threads(int world, Fn on_rank) {
+  auto comms = LocalCommunicator::create(world);
+  std::vector<StatusOr<T>> runs(world, Status(StatusCode::kInternal, "not run"));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) threads.emplace_back([&, r] { runs[r] = on_rank(*comms[r]); });
+  for (auto& t : threads) t.join();
+  std::vector<T> out;
+  for (int r = 0; r < world; ++r) {
+    DSV4_RETURN_IF_ERROR(runs[r].status());
+    out.push_back(std::move(*runs[r]));
+  }
+  return out;
+}
+
+// Every rank's report must be rank 0's, tensor by tensor.
+Status ranks_agree(const std::vector<const VerifyReport*>& reports) {
+  const VerifyReport& first = *reports[0];
+  for (size_t r = 1; r < reports.size(); ++r)
+    for (size_t i = 0; i < first.tensors.size(); ++i)
+      if (reports[r]->tensors[i].rel_l2 != first.tensors[i].rel_l2)
+        return internal_error("ranks disagree on " + first.tensors[i].name + ": rank 0 " +
+                              std::to_string(first.tensors[i].rel_l2) + ", rank " + std::to_string(r) + " " +
+                              std::to_string(reports[r]->tensors[i].rel_l2));
+  return Status::Ok();
+}
+
 }  // namespace
 
 StatusOr<RankVerify> verify_golden_on_rank(const std::string& dir, const VerifyOptions& options,
@@ -79,22 +108,17 @@ StatusOr<ParallelVerify> verify_golden_parallel(const std::string& dir, const Ve
                                                 const ParallelVerifyOptions& p) {
   DSV4_ASSIGN_OR_RETURN(ModelConfig config, load_model_config(dir + "/config.json"));
   DSV4_ASSIGN_OR_RETURN(Topology topo, Topology::make(p.topology, config));
-  auto comms = LocalCommunicator::create(topo.world);
-  std::vector<StatusOr<RankVerify>> runs(topo.world, Status(StatusCode::kInternal, "not run"));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < topo.world; ++r)
-    threads.emplace_back([&, r] { runs[r] = verify_golden_on_rank(dir, options, p, *comms[r]); });
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < topo.world; ++r) DSV4_RETURN_IF_ERROR(runs[r].status());
+  auto on_rank = [&](Communicator& world) { return verify_golden_on_rank(dir, options, p, world); };
+  DSV4_ASSIGN_OR_RETURN(std::vector<RankVerify> runs, run_rank_threads<RankVerify>(topo.world, on_rank));
+  std::vector<const VerifyReport*> reports;
+  for (const RankVerify& run : runs) reports.push_back(&run.report);
+  DSV4_RETURN_IF_ERROR(ranks_agree(reports));
   ParallelVerify out;
   out.topology = topo;
-  out.report = runs[0]->report;
-  for (int r = 0; r < topo.world; ++r) {
-    for (size_t i = 0; i < out.report.tensors.size(); ++i)
-      if (runs[r]->report.tensors[i].rel_l2 != out.report.tensors[i].rel_l2)
-        return internal_error("ranks disagree on " + out.report.tensors[i].name);
-    out.weight_bytes_per_rank = std::max(out.weight_bytes_per_rank, runs[r]->weight_bytes);
-    out.flashcomm_forwards += runs[r]->flashcomm_forwards;
+  out.report = runs[0].report;
+  for (const RankVerify& run : runs) {
+    out.weight_bytes_per_rank = std::max(out.weight_bytes_per_rank, run.weight_bytes);
+    out.flashcomm_forwards += run.flashcomm_forwards;
   }
   DSV4_ASSIGN_OR_RETURN(auto single, load_deepseek_v4(dir));
   out.weight_bytes_single = single->weights().resident_bytes();
@@ -117,20 +141,12 @@ StatusOr<VerifyReport> verify_dspark_parallel(const std::string& dir, const DSpa
                                               const ParallelVerifyOptions& p) {
   DSV4_ASSIGN_OR_RETURN(ModelConfig config, load_model_config(dir + "/config.json"));
   DSV4_ASSIGN_OR_RETURN(Topology topo, Topology::make(p.topology, config));
-  auto comms = LocalCommunicator::create(topo.world);
-  std::vector<StatusOr<VerifyReport>> runs(topo.world, Status(StatusCode::kInternal, "not run"));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < topo.world; ++r)
-    threads.emplace_back([&, r] { runs[r] = verify_dspark_on_rank(dir, options, p, *comms[r]); });
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < topo.world; ++r) DSV4_RETURN_IF_ERROR(runs[r].status());
-  for (int r = 1; r < topo.world; ++r)
-    for (size_t i = 0; i < runs[0]->tensors.size(); ++i)
-      if (runs[r]->tensors[i].rel_l2 != runs[0]->tensors[i].rel_l2)
-        return internal_error("ranks disagree on " + runs[0]->tensors[i].name + ": rank 0 " +
-                              std::to_string(runs[0]->tensors[i].rel_l2) + ", rank " + std::to_string(r) + " " +
-                              std::to_string(runs[r]->tensors[i].rel_l2));
-  return std::move(*runs[0]);
+  auto on_rank = [&](Communicator& world) { return verify_dspark_on_rank(dir, options, p, world); };
+  DSV4_ASSIGN_OR_RETURN(std::vector<VerifyReport> runs, run_rank_threads<VerifyReport>(topo.world, on_rank));
+  std::vector<const VerifyReport*> reports;
+  for (const VerifyReport& run : runs) reports.push_back(&run);
+  DSV4_RETURN_IF_ERROR(ranks_agree(reports));
+  return std::move(runs[0]);
 }
 
 }  // namespace dsv4
