@@ -117,6 +117,33 @@ TEST(DSpark, GoldenOnTensorParallelRanks) {
   EXPECT_FALSE(verify_dspark_parallel(golden_dir() + "/dspark-fp8", o, dp).ok()) << "one data-parallel group only";
 }
 
+// dsv4 convert --to w8a8 takes the drafter's linears too (main_proj, the
+// stages' projections and experts, the Markov head's w2): the converted
+// dspark-fp8 loads with a W8A8 drafter and passes both protocols within
+// the case's end-to-end bounds (W8A8 re-quantizes the weights, so the
+// reference's roundings are not there to match).
+TEST(DSpark, W8a8ConversionCoversTheDrafter) {
+  testing::TempDir dir("dsv4_test_dspark_w8a8");
+  auto r = testing::run_dsv4("convert --to w8a8 --model " + golden_dir() + "/dspark-fp8 --out " + dir.path());
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("251 linears to W8A8"), std::string::npos) << r.output;
+  ModelOptions mo;
+  mo.numerics = kernels::Numerics::kFast;
+  auto model = load_deepseek_v4(dir.path(), mo);
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  const DSparkWeights& d = *(*model)->weights().dspark;
+  EXPECT_EQ(d.main_proj.format, WeightFormat::kInt8Channel);
+  EXPECT_EQ(d.stages[0].attn.wkv.format, WeightFormat::kInt8Channel);
+  for (bool end_to_end : {false, true}) {
+    DSparkVerifyOptions o;
+    o.golden_path = golden_dir() + "/dspark-fp8/golden.safetensors";
+    o.end_to_end = end_to_end;
+    auto report = verify_dspark(**model, o);
+    ASSERT_TRUE(report.ok()) << report.status().message();
+    EXPECT_TRUE(report->pass()) << (end_to_end ? "end to end\n" : "isolated\n") << report->format();
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Cases, DSparkGolden,
                          ::testing::Values(Case{"dspark-tiny", kernels::Numerics::kExact, 0},
                                            Case{"dspark-tiny", kernels::Numerics::kExact, 37},
