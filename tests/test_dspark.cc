@@ -21,6 +21,7 @@
 #include "checkpoint/safetensors.h"
 #include "runtime/engine.h"
 #include "runtime/local_executor.h"
+#include "kv/kv_cache_manager.h"
 #include "model/contiguous_cache.h"
 #include "model/deepseek_v4.h"
 #include "runtime/sampler.h"
@@ -437,6 +438,42 @@ TEST(DSparkServing, PrefixCacheHitsRestoreTheRings) {
   }
 }
 
+
+// The rings are a cache family of their own (dspark_ring): the stages'
+// window rows, block_size positions a page, reserved in the budget beside
+// ori's, held while a request runs and released behind the window and when
+// it ends.
+TEST(DSparkServing, TheRingsAreACacheFamilyOfTheirOwn) {
+  const DeepseekV4& model = golden_model("dspark-tiny", kernels::Numerics::kFast);
+  const ModelConfig& c = model.config();
+  auto engine = Engine::create(&model, whole_prompt_options(dspark_options(3)));
+  ASSERT_TRUE(engine.ok());
+  Engine* e = engine->get();
+  KvCacheManager& kv = e->cache(0);
+  const PageLayout& layout = kv.layout();
+  const int64_t row = layout.geometry.kv_row.bytes(), bs = layout.block_size;
+  EXPECT_EQ(layout.family(CacheFamily::kDSparkRing).page_bytes, c.dspark_stages * bs * row);
+  EXPECT_EQ(layout.family(CacheFamily::kOri).page_bytes, c.n_layers * bs * row) << "ori keeps the model's layers only";
+  const PagePool& ring = kv.pool(CacheFamily::kDSparkRing);
+  EXPECT_EQ(ring.num_pages(), kv.pool(CacheFamily::kOri).num_pages());
+  std::vector<int32_t> prompt(250);
+  for (size_t t = 0; t < prompt.size(); ++t) prompt[t] = static_cast<int32_t>((t * 13 + 1) % 1000);
+  SamplingParams p = testing::greedy(40);
+  p.ignore_eos = true;
+  ASSERT_TRUE(e->add_request(prompt, p).ok());
+  int64_t most = 0;
+  while (e->has_unfinished()) {
+    e->step();
+    const int64_t held = ring.num_pages() - ring.free_pages();
+    most = std::max(most, held);
+    if (e->has_unfinished()) {
+      EXPECT_GT(held, 0);
+      EXPECT_LE(held, (c.window_size + bs - 1) / bs + 2) << "pages behind the window are released";
+    }
+  }
+  EXPECT_GT(most, 0);
+  EXPECT_EQ(ring.free_pages(), ring.num_pages()) << "every ring page is back once the request ends";
+}
 
 // The step that finishes a request may complete a 128-token block; the
 // drafter still takes that step's rows before the pages go to the prefix

@@ -130,6 +130,7 @@ TEST(MpiServe, DSparkSpeculationOverProcesses) {
   auto m = cli.Get("/metrics");
   ASSERT_TRUE(m);
   EXPECT_NE(m->body.find("dsv4_spec_decode_num_draft_tokens_per_pos{position=\"2\"}"), std::string::npos) << m->body;
+  EXPECT_NE(m->body.find("dsv4_kv_cache_usage{family=\"dspark_ring\"}"), std::string::npos) << m->body;
   const pid_t rank0 = pid_of_rank(server, 0);
   ASSERT_GT(rank0, 0) << server.log();
   ASSERT_EQ(kill(rank0, SIGTERM), 0);

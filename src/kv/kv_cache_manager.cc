@@ -14,7 +14,7 @@ namespace {
 
 constexpr CacheFamily kAllFamilies[] = {CacheFamily::kOri,      CacheFamily::kCmpC4,          CacheFamily::kCmpC128,
                                         CacheFamily::kIdx,      CacheFamily::kCsaState,       CacheFamily::kCsaInnerState,
-                                        CacheFamily::kHcaState};
+                                        CacheFamily::kHcaState, CacheFamily::kDSparkRing};
 
 bool is_state(CacheFamily f) {
   return f == CacheFamily::kCsaState || f == CacheFamily::kCsaInnerState || f == CacheFamily::kHcaState;
@@ -71,11 +71,13 @@ FixedCost fixed_cost(const PageLayout& layout, const KvCacheOptions& o) {
     c.ring_pages += ceil_div(o.max_num_batched_tokens, o.block_size) + o.max_num_seqs;
     c.cached_ori_per_compressed_page_x4 = kBlockTokens / o.block_size;
   }
+  // The window families hold as many pages each.
+  const int64_t window_page = pf(CacheFamily::kOri) + pf(CacheFamily::kDSparkRing);
   c.fixed_bytes =
       o.max_num_seqs * (pf(CacheFamily::kCsaState) + pf(CacheFamily::kCsaInnerState) + pf(CacheFamily::kHcaState)) +
-      c.ring_pages * pf(CacheFamily::kOri);
+      c.ring_pages * window_page;
   c.per_compressed_page = pf(CacheFamily::kCmpC4) + pf(CacheFamily::kCmpC128) + pf(CacheFamily::kIdx) +
-                          c.cached_ori_per_compressed_page_x4 * pf(CacheFamily::kOri) / 4;
+                          c.cached_ori_per_compressed_page_x4 * window_page / 4;
   return c;
 }
 
@@ -109,7 +111,7 @@ StatusOr<KvCachePlan> KvCacheManager::plan(const CacheGeometry& geometry, const 
   for (CacheFamily f : kAllFamilies) {
     int64_t n = 0;
     if (pf(f) == 0) n = 0;
-    else if (f == CacheFamily::kOri) n = cost.ring_pages + compressed_pages * cost.cached_ori_per_compressed_page_x4 / 4;
+    else if (is_window_family(f)) n = cost.ring_pages + compressed_pages * cost.cached_ori_per_compressed_page_x4 / 4;
     else if (is_state(f)) n = o.max_num_seqs;
     else n = compressed_pages;
     plan.pages[static_cast<int>(f)] = n;
@@ -152,7 +154,7 @@ StatusOr<std::unique_ptr<KvCacheManager>> KvCacheManager::create(const CacheGeom
 
 int64_t KvCacheManager::pages_needed(CacheFamily f, int64_t len) const {
   if (layout_.family(f).page_bytes == 0 || len <= 0) return 0;
-  if (f == CacheFamily::kOri) return ceil_div(len, layout_.block_size);
+  if (is_window_family(f)) return ceil_div(len, layout_.block_size);
   if (is_compressed(f)) return ceil_div(len, kCompressedPageTokens);
   return 1;
 }
@@ -172,7 +174,7 @@ bool KvCacheManager::allocate(BlockTable* table, int64_t new_len) {
     const auto& ids = table->of(f);
     const int64_t want = pages_needed(f, new_len);
     int64_t n = 0;
-    for (int64_t p = static_cast<int64_t>(ids.size()); p < want; ++p) n += f != CacheFamily::kOri || p >= ring_from;
+    for (int64_t p = static_cast<int64_t>(ids.size()); p < want; ++p) n += !is_window_family(f) || p >= ring_from;
     need[static_cast<int>(f)] = n;
   }
   for (CacheFamily f : kAllFamilies) {
@@ -185,8 +187,8 @@ bool KvCacheManager::allocate(BlockTable* table, int64_t new_len) {
     const int64_t want = pages_needed(f, new_len);
     while (static_cast<int64_t>(ids.size()) < want) {
       const int64_t p = static_cast<int64_t>(ids.size());
-      ids.push_back(f != CacheFamily::kOri || p >= ring_from ? pool(f).allocate() : -1);
-      DSV4_CHECK(f == CacheFamily::kOri && p < ring_from ? ids.back() == -1 : ids.back() >= 0);
+      ids.push_back(!is_window_family(f) || p >= ring_from ? pool(f).allocate() : -1);
+      DSV4_CHECK(is_window_family(f) && p < ring_from ? ids.back() == -1 : ids.back() >= 0);
     }
   }
   table->covered = std::max(table->covered, new_len);
@@ -195,10 +197,12 @@ bool KvCacheManager::allocate(BlockTable* table, int64_t new_len) {
 
 void KvCacheManager::release_behind_window(BlockTable* table, int64_t length) {
   const int64_t needed_from = std::max<int64_t>(0, length - layout_.geometry.window + 1);
-  auto& ids = table->of(CacheFamily::kOri);
-  for (int64_t p = 0; p < static_cast<int64_t>(ids.size()) && (p + 1) * layout_.block_size <= needed_from; ++p) {
-    if (ids[p] >= 0) pool(CacheFamily::kOri).release(ids[p]);
-    ids[p] = -1;
+  for (CacheFamily f : kWindowFamilies) {
+    auto& ids = table->of(f);
+    for (int64_t p = 0; p < static_cast<int64_t>(ids.size()) && (p + 1) * layout_.block_size <= needed_from; ++p) {
+      if (ids[p] >= 0) pool(f).release(ids[p]);
+      ids[p] = -1;
+    }
   }
 }
 
@@ -221,7 +225,7 @@ double kv_bytes_per_token(const PageLayout& layout, int64_t length) {
     const int64_t page = layout.family(f).page_bytes;
     if (page == 0) continue;
     int64_t pages = 1;  // a state page
-    if (f == CacheFamily::kOri) pages = (length - 1) / bs - std::max<int64_t>(0, length - w + 1) / bs + 1;
+    if (is_window_family(f)) pages = (length - 1) / bs - std::max<int64_t>(0, length - w + 1) / bs + 1;
     else if (is_compressed(f)) pages = ceil_div(length, kCompressedPageTokens);
     bytes += pages * page;
   }
@@ -285,7 +289,7 @@ uint8_t* PagedSequenceCache::row(CacheFamily f, int layer, int64_t page_index, i
 
 uint8_t* PagedSequenceCache::window_row(int layer, int64_t pos) {
   const int64_t bs = layout_.block_size;
-  return row(CacheFamily::kOri, layer, pos / bs, pos % bs, layout_.geometry.kv_row.bytes());
+  return row(layout_.window_family(layer), layer, pos / bs, pos % bs, layout_.geometry.kv_row.bytes());
 }
 
 uint8_t* PagedSequenceCache::compressed_row(int layer, int64_t r) {

@@ -11,6 +11,7 @@ const char* family_name(CacheFamily f) {
     case CacheFamily::kCsaState: return "csa_state";
     case CacheFamily::kCsaInnerState: return "csa_inner_state";
     case CacheFamily::kHcaState: return "hca_state";
+    case CacheFamily::kDSparkRing: return "dspark_ring";
   }
   return "?";
 }
@@ -34,7 +35,7 @@ StatusOr<PageLayout> PageLayout::of(const CacheGeometry& g, int64_t block_size) 
   const int64_t kv_row = g.kv_row.bytes();
   for (int l = 0; l < layers; ++l) {
     const LayerCacheShape& s = g.layers[l];
-    add(CacheFamily::kOri, l, block_size * kv_row, block_size);
+    add(p.window_family(l), l, block_size * kv_row, block_size);
     if (!s.ratio) continue;
     if (kCompressedPageTokens % s.ratio != 0)
       return invalid_argument("compress ratio " + std::to_string(s.ratio) + " of cache layer " + std::to_string(l) +

@@ -1,6 +1,7 @@
-// Where each cache layer's rows live inside the pages of the seven cache
-// families. A page of a family holds that family's rows for every layer of
-// the family, so one page id serves all of them (as vLLM's block ids do):
+// Where each cache layer's rows live inside the pages of the cache
+// families (seven for the model, an eighth for a DSpark drafter). A page of
+// a family holds that family's rows for every layer of the family, so one
+// page id serves all of them (as vLLM's block ids do):
 //
 // Rows are stored as the reference rounds them (FP8 KV rows, FP4 index keys,
 // see kernels/cache_rows.h); compressor states are float32 rings.
@@ -13,6 +14,9 @@
 //   csa_state        ratio-4 compressor states, one page per request
 //   csa_inner_state  the indexers' compressor states, one page per request
 //   hca_state        the other compressors' states, one page per request
+//   dspark_ring      the DSpark stages' rings: window rows like ori's (slot
+//                    position % window is the same set of rows), paged and
+//                    released the same way, block_size tokens per page
 #pragma once
 
 #include <array>
@@ -25,9 +29,14 @@
 
 namespace dsv4 {
 
-enum class CacheFamily { kOri, kCmpC4, kCmpC128, kIdx, kCsaState, kCsaInnerState, kHcaState };
-inline constexpr int kNumCacheFamilies = 7;
+enum class CacheFamily { kOri, kCmpC4, kCmpC128, kIdx, kCsaState, kCsaInnerState, kHcaState, kDSparkRing };
+inline constexpr int kNumCacheFamilies = 8;
 const char* family_name(CacheFamily f);
+// Families of window rows indexed by position / block_size (ori and the
+// DSpark rings): allocated, released behind the window and kept by the
+// prefix cache alike.
+inline constexpr CacheFamily kWindowFamilies[] = {CacheFamily::kOri, CacheFamily::kDSparkRing};
+inline bool is_window_family(CacheFamily f) { return f == CacheFamily::kOri || f == CacheFamily::kDSparkRing; }
 
 // Source tokens one compressed page covers.
 inline constexpr int64_t kCompressedPageTokens = kBlockTokens;
@@ -54,6 +63,10 @@ struct PageLayout {
   // The family holding cache layer l's compressed rows.
   CacheFamily compressed_family(int layer) const {
     return geometry.layers[layer].ratio == 4 ? CacheFamily::kCmpC4 : CacheFamily::kCmpC128;
+  }
+  // The family holding cache layer l's window rows.
+  CacheFamily window_family(int layer) const {
+    return geometry.layers[layer].dspark_ring ? CacheFamily::kDSparkRing : CacheFamily::kOri;
   }
 };
 

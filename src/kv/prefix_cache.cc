@@ -65,8 +65,8 @@ void PrefixCache::attach(const std::vector<uint64_t>& keys, BlockTable* table) {
   DSV4_CHECK(table->covered == 0);
   const int64_t bs = layout_->block_size, end = static_cast<int64_t>(keys.size()) * kBlockTokens;
   const auto [first_kept, pages_end] = resume_pages(*layout_, end);
-  auto& ori = table->of(CacheFamily::kOri);
-  ori.assign(pages_end, -1);
+  for (CacheFamily f : kWindowFamilies)
+    if (layout_->family(f).page_bytes) table->of(f).assign(pages_end, -1);
   for (size_t k = 0; k < keys.size(); ++k) {
     const Block& b = blocks_.at(keys[k]);
     for (CacheFamily f : kCompressedFamilies) {
@@ -75,12 +75,14 @@ void PrefixCache::attach(const std::vector<uint64_t>& keys, BlockTable* table) {
       pool(f).retain(id);
       table->of(f).push_back(id);
     }
-    const auto& own = b.pages[static_cast<int>(CacheFamily::kOri)];
-    for (size_t i = 0; i < own.size(); ++i) {
-      const int64_t page = static_cast<int64_t>(k) * kBlockTokens / bs + static_cast<int64_t>(i);
-      if (page < first_kept || own[i] < 0) continue;
-      pool(CacheFamily::kOri).retain(own[i]);
-      ori[page] = own[i];
+    for (CacheFamily f : kWindowFamilies) {
+      const auto& own = b.pages[static_cast<int>(f)];
+      for (size_t i = 0; i < own.size(); ++i) {
+        const int64_t page = static_cast<int64_t>(k) * kBlockTokens / bs + static_cast<int64_t>(i);
+        if (page < first_kept || own[i] < 0) continue;
+        pool(f).retain(own[i]);
+        table->of(f)[page] = own[i];
+      }
     }
   }
   table->covered = end;
@@ -105,11 +107,14 @@ uint64_t PrefixCache::insert(uint64_t parent, int64_t index, const int32_t* toke
     b.pages[static_cast<int>(f)].push_back(ids[index]);
   }
   const int64_t bs = layout_->block_size, end = (index + 1) * kBlockTokens;
-  const auto& ori = table.of(CacheFamily::kOri);
-  for (int64_t p = index * kBlockTokens / bs; p < end / bs; ++p) {
-    const int32_t id = p < static_cast<int64_t>(ori.size()) ? ori[p] : -1;
-    if (id >= 0) pool(CacheFamily::kOri).retain(id);
-    b.pages[static_cast<int>(CacheFamily::kOri)].push_back(id);
+  for (CacheFamily f : kWindowFamilies) {
+    if (layout_->family(f).page_bytes == 0) continue;
+    const auto& ids = table.of(f);
+    for (int64_t p = index * kBlockTokens / bs; p < end / bs; ++p) {
+      const int32_t id = p < static_cast<int64_t>(ids.size()) ? ids[p] : -1;
+      if (id >= 0) pool(f).retain(id);
+      b.pages[static_cast<int>(f)].push_back(id);
+    }
   }
   if (parent) ++blocks_.at(parent).children;
   blocks_.emplace(key, std::move(b));
@@ -119,10 +124,13 @@ uint64_t PrefixCache::insert(uint64_t parent, int64_t index, const int32_t* toke
 bool PrefixCache::resumable_after(const std::vector<const Block*>& chain) const {
   const int64_t bs = layout_->block_size, end = static_cast<int64_t>(chain.size()) * kBlockTokens;
   const auto [first, last] = resume_pages(*layout_, end);
-  for (int64_t p = first; p < last; ++p) {
-    const auto& own = chain[p * bs / kBlockTokens]->pages[static_cast<int>(CacheFamily::kOri)];
-    const int64_t i = p - p * bs / kBlockTokens * kBlockTokens / bs;
-    if (i >= static_cast<int64_t>(own.size()) || own[i] < 0) return false;
+  for (CacheFamily f : kWindowFamilies) {
+    if (layout_->family(f).page_bytes == 0) continue;
+    for (int64_t p = first; p < last; ++p) {
+      const auto& own = chain[p * bs / kBlockTokens]->pages[static_cast<int>(f)];
+      const int64_t i = p - p * bs / kBlockTokens * kBlockTokens / bs;
+      if (i >= static_cast<int64_t>(own.size()) || own[i] < 0) return false;
+    }
   }
   return true;
 }

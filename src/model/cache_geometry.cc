@@ -33,6 +33,7 @@ CacheGeometry CacheGeometry::of(const ModelConfig& c, int draft_slack) {
     LayerCacheShape s;
     s.ratio = c.compress_ratios[l];
     s.indexer = s.ratio == 4;
+    s.dspark_ring = l >= c.n_layers + c.n_mtp_layers;
     if (s.ratio) s.state_floats = g.compressor_state_floats(s.ratio, c.head_dim);
     if (s.indexer) s.index_state_floats = g.compressor_state_floats(4, c.index_head_dim);
     g.layers.push_back(s);

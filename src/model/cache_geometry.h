@@ -23,6 +23,7 @@ inline constexpr int64_t kBlockTokens = 128;
 
 struct LayerCacheShape {
   int ratio = 0;               // 0: sliding window only
+  bool dspark_ring = false;    // a DSpark stage: its window rows are the stage's ring
   bool indexer = false;        // ratio 4: indexer keys and their compressor
   int64_t state_floats = 0;    // one compressor state array (kv or score)
   int64_t index_state_floats = 0;
