@@ -114,9 +114,11 @@ TEST(EngineCore, SubmitAbortAndMetricsAnswerWhileALongStepRuns) {
 
 TEST(EngineCore, ABatchIsAdmittedWholeAndOverloadIsTransient) {
   auto service = service_over(golden_model("tiny-a"), nullptr, std::chrono::milliseconds(50), /*max_queue=*/4);
-  // Larger than max_queue, into an empty queue: taken whole.
+  // Larger than max_queue, into an empty queue: taken whole. Eight run at
+  // once for 20 steps of 50 ms, so four wait for a second at least (a
+  // loaded machine may pause this thread for a while between submits).
   std::vector<ChoiceRequest> batch;
-  for (int i = 0; i < 12; ++i) batch.push_back(request({1, 2, static_cast<int32_t>(3 + i)}, 2));
+  for (int i = 0; i < 12; ++i) batch.push_back(request({1, 2, static_cast<int32_t>(3 + i)}, 20));
   auto channel = std::make_shared<EventChannel>();
   auto ids = service->submit(std::move(batch), channel);
   ASSERT_TRUE(ids.ok()) << ids.status().message();
