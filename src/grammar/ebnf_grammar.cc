@@ -3,6 +3,7 @@
 #include <cctype>
 #include <map>
 
+#include "base/utf8.h"
 #include "grammar/regex_grammar.h"
 
 namespace dsv4 {
@@ -192,16 +193,7 @@ class EbnfParser {
           break;
         case 'u':
           if (!hex(4, &v)) return error("four hex digits after \\u");
-          if (v < 0x80) {
-            bytes += static_cast<char>(v);
-          } else if (v < 0x800) {
-            bytes += static_cast<char>(0xC0 | (v >> 6));
-            bytes += static_cast<char>(0x80 | (v & 0x3F));
-          } else {
-            bytes += static_cast<char>(0xE0 | (v >> 12));
-            bytes += static_cast<char>(0x80 | ((v >> 6) & 0x3F));
-            bytes += static_cast<char>(0x80 | (v & 0x3F));
-          }
+          bytes += utf8_encode(v);
           break;
         default: bytes += e;
       }

@@ -6,6 +6,8 @@
 #include <utility>
 #include <vector>
 
+#include "base/utf8.h"
+
 namespace dsv4 {
 namespace {
 
@@ -35,25 +37,6 @@ Ranges complement(const Ranges& r) {
 
 int utf8_length(uint32_t cp) { return cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4; }
 
-std::string utf8(uint32_t cp) {
-  std::string s;
-  if (cp < 0x80) {
-    s += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    s += static_cast<char>(0xC0 | (cp >> 6));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    s += static_cast<char>(0xE0 | (cp >> 12));
-    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    s += static_cast<char>(0xF0 | (cp >> 18));
-    s += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-  return s;
-}
 
 class RegexCompiler {
  public:
@@ -361,7 +344,7 @@ class RegexCompiler {
         }
       }
     }
-    const std::string a = utf8(lo), b = utf8(hi);
+    const std::string a = utf8_encode(lo), b = utf8_encode(hi);
     Sequence seq;
     for (size_t k = 0; k < a.size(); ++k) seq.push_back(g_->bytes(ByteSet::range(static_cast<uint8_t>(a[k]), static_cast<uint8_t>(b[k]))));
     out->push_back(std::move(seq));

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/utf8.h"
 #include "tokenizer/incremental_detokenizer.h"
 
 namespace dsv4 {
@@ -18,20 +19,6 @@ using nlohmann::json;
 constexpr char kGpt2Pattern[] =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
-std::string utf8(uint32_t cp) {
-  std::string s;
-  if (cp < 0x80) {
-    s += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    s += static_cast<char>(0xC0 | (cp >> 6));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    s += static_cast<char>(0xE0 | (cp >> 12));
-    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-  return s;
-}
 
 bool printable_byte(int b) { return (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255); }
 
@@ -63,10 +50,10 @@ void split_isolated(const Regex& re, const std::string& text, std::vector<std::s
 }  // namespace
 
 std::string byte_level_char(uint8_t b) {
-  if (printable_byte(b)) return utf8(b);
+  if (printable_byte(b)) return utf8_encode(b);
   int n = 0;
   for (int x = 0; x < b; ++x) n += !printable_byte(x);
-  return utf8(256 + n);
+  return utf8_encode(256 + n);
 }
 
 StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::load(const std::string& dir) {
