@@ -439,6 +439,26 @@ TEST(DSparkServing, PrefixCacheHitsRestoreTheRings) {
 }
 
 
+// A request that finishes without choosing a token (max_tokens 0: only
+// the prompt's scores) still gives its rows to the drafter, without a row
+// for the token it never chose; speculating engines (DSpark and MTP) serve
+// it beside others.
+TEST(DSparkServing, PromptOnlyRequestsBesideSpeculation) {
+  for (const char* name : {"dspark-tiny", "tiny-a"}) {
+    const DeepseekV4& model = golden_model(name, kernels::Numerics::kFast);
+    EngineOptions o = dspark_options(2);
+    if (std::string(name) == "tiny-a") o.scheduler.drafter = SchedulerOptions::Drafter::kMtp;
+    auto engine = Engine::create(&model, o);
+    ASSERT_TRUE(engine.ok()) << engine.status().message();
+    SamplingParams score = testing::greedy(0);
+    score.prompt_logprobs = 0;
+    std::vector<Job> jobs = {{{5, 6, 7, 8, 9, 10}, score}, {{11, 12, 13}, testing::greedy(6)}, {{3, 4}, score}};
+    const Outcome out = run(std::move(*engine), jobs);
+    EXPECT_TRUE(out.tokens[0].empty()) << name;
+    EXPECT_EQ(out.tokens[1].size(), 6u) << name;
+  }
+}
+
 // The rings are a cache family of their own (dspark_ring): the stages'
 // window rows, block_size positions a page, reserved in the budget beside
 // ori's, held while a request runs and released behind the window and when

@@ -329,8 +329,11 @@ void Engine::draft(const SchedulerOutput& schedule, const std::vector<int64_t>& 
     job.prefill_len = static_cast<int64_t>(r->prompt.size());
     job.cached_until = r->cached_tokens;
     job.source = static_cast<int32_t>(ci);
-    // Row i carries the token after it: the prompt's, or the one just chosen.
-    for (int64_t i = 0; i < committed[ci]; ++i) job.tokens.push_back(r->token(c.start + i + 1));
+    // Row i carries the token after it: the prompt's, or the one just chosen
+    // (a request that finished without choosing one, as a prompt-only
+    // scoring request, has no token after its last row: that row is left out).
+    for (int64_t i = 0; i < committed[ci] && c.start + i + 1 < r->num_tokens(); ++i)
+      job.tokens.push_back(r->token(c.start + i + 1));
     // A decoding request drafts for its next step, within its max_tokens,
     // when its pages reach that far.
     if (!finished[ci] && r->num_computed == r->num_tokens() - 1) {
