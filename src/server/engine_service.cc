@@ -90,6 +90,10 @@ void EngineService::drain_inbox() {
     std::lock_guard<std::mutex> lock(mu_);
     submits.swap(submits_);
     finishes.swap(finishes_);
+    // They wait in the engine now; until the step's snapshot says how many
+    // it admitted, admission counts them as waiting (else a submit in
+    // between would find the queue empty).
+    engine_waiting_ += static_cast<int64_t>(submits.size());
   }
   for (Pending& p : submits) {
     const int64_t prompt_tokens = static_cast<int64_t>(p.request.prompt.size());
