@@ -491,6 +491,23 @@ TEST(Server, EveryClientLibraryEndToEnd) {
   EXPECT_EQ(server.stop(), 0);
 }
 
+// Structured outputs on the embedded random model (which unconstrained
+// writes garbage): 600 requests over JSON schemas, json_object, regexes,
+// choices, GBNF grammars and forced tool calls, greedy and sampled, each
+// validated by ajv / RegExp; then 600 more with MTP speculation (drafts the
+// grammar forbids are cut before verification).
+TEST(Server, StructuredOutputsAlwaysValidate) {
+  for (bool speculative : {false, true}) {
+    ServerProcess server(speculative ? with({"--speculative-config", R"({"method":"mtp","num_speculative_tokens":3})"}) : kBase);
+    ASSERT_GT(server.port(), 0) << server.log();
+    EXPECT_EQ(node("structured_outputs.mjs", server.url() + " dsv4-default 600 " + (speculative ? "7" : "1")), 0)
+        << (speculative ? "with speculation\n" : "") << server.log();
+    httplib::Client cli("127.0.0.1", server.port());
+    EXPECT_TRUE(settles(cli));
+    EXPECT_EQ(server.stop(), 0);
+  }
+}
+
 // lm-evaluation-harness scores a continuation through /v1/completions:
 // prompt = context + continuation token ids, echo, logprobs 1, max_tokens 1
 // (or 0), temperature 0; it reads token_logprobs[ctxlen:-1] and compares

@@ -27,6 +27,7 @@ const char* phase_name(Phase p) {
     case Phase::kHead: return "embedding + head";
     case Phase::kHyperConnections: return "mHC + norms";
     case Phase::kSampling: return "sampling";
+    case Phase::kGrammar: return "grammar";
     case Phase::kCommunication: return "communication";
     case Phase::kOther: break;
   }

@@ -18,6 +18,7 @@ enum class Phase {
   kHead,             // embedding, the hc head, the final norm and the vocabulary projection
   kHyperConnections, // mHC mixing (Sinkhorn) and the norms
   kSampling,
+  kGrammar,          // constrained decoding: grammar masks and advancing the automata
   kCommunication,    // collectives between ranks
   kOther,
 };

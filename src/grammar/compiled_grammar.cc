@@ -317,6 +317,16 @@ std::unique_ptr<CompiledGrammar::TokenClasses> CompiledGrammar::classify(const s
       t = n.end - 1;
     }
   }
+  out->known_need = out->accepted;
+  for (int64_t id = 0; id < v.size(); ++id) {
+    if (!((out->accepted[id >> 6] >> (id & 63)) & 1)) continue;
+    if (out->need[id] == kNeedUnknown) {
+      out->unknown_need.push_back(static_cast<int32_t>(id));
+      out->known_need[id >> 6] &= ~(uint64_t{1} << (id & 63));
+    } else {
+      out->max_need = std::max(out->max_need, out->need[id]);
+    }
+  }
   return out;
 }
 

@@ -111,6 +111,11 @@ class CompiledGrammar {
     // into them); start_need: the same before it.
     std::vector<uint16_t> need;
     int64_t start_need = 0;
+    // The accepted tokens whose need is known (bits), the largest such
+    // need, and the accepted ones whose need is not.
+    std::vector<uint64_t> known_need;
+    uint16_t max_need = 0;
+    std::vector<int32_t> unknown_need;
   };
   static constexpr uint16_t kNeedUnknown = 0xFFFF;
   // Frames of a stack's top that key the classes: the top item (a

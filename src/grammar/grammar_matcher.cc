@@ -72,10 +72,12 @@ void GrammarMatcher::fill_mask(uint64_t* bits, int64_t remaining_tokens) {
   std::memset(bits, 0, sizeof(uint64_t) * words);
   if (finished_.back()) return;
   const State& now = states_.back();
-  // Near the budget's end only tokens after which the text can still be
-  // finished in the tokens left (a byte a token at worst) are allowed.
-  const int64_t left = remaining_tokens - 1;  // after this token
-  const bool budget = remaining_tokens >= 0 && left < min_bytes_to_end() + v.max_token_bytes() + 8;
+  // With a budget, only tokens after which the text can still be finished
+  // in the tokens left (a byte a token at worst: single-byte tokens exist)
+  // are allowed. A token may commit to a long branch (an optional member,
+  // another call), so every token's need is checked, not only near the end.
+  const int64_t left = remaining_tokens - 2;  // after this token and the closing EOS
+  const bool budget = remaining_tokens >= 0;
 
   // Group the stacks by their top frames: each top's classes decide most
   // tokens; the stacks beneath decide the uncertain few. A top's need is
@@ -109,27 +111,39 @@ void GrammarMatcher::fill_mask(uint64_t* bits, int64_t remaining_tokens) {
     for (int32_t n : s.tops) need = std::min(need, forest_.min_complete(n));
     return need;
   };
+  auto set = [&](int32_t id) { bits[id >> 6] |= uint64_t{1} << (id & 63); };
+  auto is_set = [&](int32_t id) { return (bits[id >> 6] >> (id & 63)) & 1; };
   for (const Group& g : groups) {
     const CompiledGrammar::TokenClasses& c = *g.classes;
     if (!budget) {
       for (int64_t w = 0; w < words; ++w) bits[w] |= c.accepted[w];
       continue;
     }
-    for (int64_t w = 0; w < words; ++w)
-      for (uint64_t m = c.accepted[w] & ~bits[w]; m; m &= m - 1) {
-        const int32_t id = static_cast<int32_t>(w * 64 + __builtin_ctzll(m));
-        const uint16_t need = c.need[id];
-        if (need == CompiledGrammar::kNeedUnknown ? need_after(id) <= left : need + g.extra <= left)
-          bits[w] |= uint64_t{1} << (id & 63);
+    if (g.extra + c.max_need <= left) {
+      for (int64_t w = 0; w < words; ++w) bits[w] |= c.known_need[w];
+    } else if (g.extra <= left) {
+      // need + extra <= left, a word at a time.
+      const uint16_t* need = c.need.data();
+      const int64_t limit = std::min<int64_t>(left - g.extra, CompiledGrammar::kNeedUnknown - 1);
+      for (int64_t w = 0; w < words; ++w) {
+        const uint64_t known = c.known_need[w];
+        if (!known) continue;
+        uint64_t fit = 0;
+        const int64_t base = w * 64, n = std::min<int64_t>(64, v.size() - base);
+        for (int64_t b = 0; b < n; ++b) fit |= static_cast<uint64_t>(need[base + b] <= limit) << b;
+        bits[w] |= known & fit;
       }
+    }
+    for (int32_t id : c.unknown_need)
+      if (!is_set(id) && need_after(id) <= left) set(id);
   }
   for (const Group& g : groups)
     for (int32_t id : g.classes->uncertain) {
-      if ((bits[id >> 6] >> (id & 63)) & 1) continue;
-      if (budget ? need_after(id) <= left : allows(now, id)) bits[id >> 6] |= uint64_t{1} << (id & 63);
+      if (is_set(id)) continue;
+      if (budget ? need_after(id) <= left : allows(now, id)) set(id);
     }
   const int32_t eos = v.eos();
-  if (now.accept && eos >= 0 && eos < v.size()) bits[eos >> 6] |= uint64_t{1} << (eos & 63);
+  if (now.accept && eos >= 0 && eos < v.size()) set(eos);
   if (!budget) return;
   for (int64_t w = 0; w < words; ++w)
     if (bits[w]) return;

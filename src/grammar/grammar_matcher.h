@@ -7,7 +7,8 @@
 // With a token budget, the mask also keeps the text finishable: a token
 // after which the grammar needs more bytes than tokens remain is masked,
 // counting a byte per token (single-byte tokens exist in the byte-level
-// vocabularies), so a constrained answer ends complete within max_tokens.
+// vocabularies) and keeping one for EOS, so a constrained answer ends
+// complete, closed by EOS, within max_tokens.
 #pragma once
 
 #include <cstdint>

@@ -27,18 +27,15 @@ const std::set<std::string> kSupported = {"type", "properties", "required", "add
 
 class SchemaCompiler {
  public:
-  explicit SchemaCompiler(const json& root) : root_(root) {}
+  // Adds rules to *g; references resolve against `root`.
+  SchemaCompiler(Grammar* g, const json& root) : root_(root), g_(g) {}
 
-  StatusOr<Grammar> run() {
-    DSV4_ASSIGN_OR_RETURN(Symbol s, compile(root_, "#"));
-    g_.root = g_.choice({{s}}, "root").id;
-    return std::move(g_);
+  StatusOr<Symbol> run(const json& schema, const std::string& path, const std::string& name) {
+    DSV4_ASSIGN_OR_RETURN(Symbol s, compile(schema, path));
+    return g_->choice({{s}}, name);
   }
 
-  Grammar any_object() {
-    g_.root = g_.choice({{object_any()}}, "root").id;
-    return std::move(g_);
-  }
+  Symbol any_object() { return object_any(); }
 
  private:
   Status error(const std::string& path, const std::string& what) const {
@@ -60,12 +57,12 @@ class SchemaCompiler {
       if (!kSupported.count(key) && !kAnnotations.count(key))
         return error(path, "the keyword '" + key + "' is not supported");
     if (s.contains("$ref")) return ref(s["$ref"], path);
-    if (s.contains("const")) return Symbol{g_.choice({g_.literal(s["const"].dump())}, "const")};
+    if (s.contains("const")) return Symbol{g_->choice({g_->literal(s["const"].dump())}, "const")};
     if (s.contains("enum")) {
       if (!s["enum"].is_array() || s["enum"].empty()) return error(path, "enum must be a non-empty array");
       std::vector<Sequence> alts;
-      for (const json& v : s["enum"]) alts.push_back(g_.literal(v.dump()));
-      return g_.choice(std::move(alts), "enum");
+      for (const json& v : s["enum"]) alts.push_back(g_->literal(v.dump()));
+      return g_->choice(std::move(alts), "enum");
     }
     for (const char* key : {"anyOf", "oneOf"}) {
       if (!s.contains(key)) continue;
@@ -82,7 +79,7 @@ class SchemaCompiler {
         DSV4_ASSIGN_OR_RETURN(Symbol b, compile(branch, path + "/" + key + "/" + std::to_string(i)));
         alts.push_back({b});
       }
-      return g_.choice(std::move(alts), key);
+      return g_->choice(std::move(alts), key);
     }
     if (s.contains("allOf")) {
       if (!s["allOf"].is_array() || s["allOf"].size() != 1)
@@ -113,12 +110,12 @@ class SchemaCompiler {
       DSV4_ASSIGN_OR_RETURN(Symbol x, typed(s, t, path));
       alts.push_back({x});
     }
-    return g_.choice(std::move(alts), "type");
+    return g_->choice(std::move(alts), "type");
   }
 
   StatusOr<Symbol> typed(const json& s, const std::string& type, const std::string& path) {
-    if (type == "null") return Symbol{g_.choice({g_.literal("null")}, "null")};
-    if (type == "boolean") return Symbol{g_.choice({g_.literal("true"), g_.literal("false")}, "boolean")};
+    if (type == "null") return Symbol{g_->choice({g_->literal("null")}, "null")};
+    if (type == "boolean") return Symbol{g_->choice({g_->literal("true"), g_->literal("false")}, "boolean")};
     if (type == "string") return string(s, path);
     if (type == "integer") return integer(s, path);
     if (type == "number") return number(s, path);
@@ -141,10 +138,10 @@ class SchemaCompiler {
     }
     if (!root_.contains(pointer)) return error(path, "the reference '" + target + "' points nowhere");
     // The rule exists before its body so recursion refers to it.
-    const int32_t rule = g_.add_rule("ref:" + target);
+    const int32_t rule = g_->add_rule("ref:" + target);
     refs_[target] = rule;
     DSV4_ASSIGN_OR_RETURN(Symbol body, compile(root_.at(pointer), target));
-    g_.add_alternative(rule, {body});
+    g_->add_alternative(rule, {body});
     return Symbol::ref(rule);
   }
 
@@ -157,7 +154,7 @@ class SchemaCompiler {
       ByteSet plain;
       for (int b = 0x20; b < 0x7F; ++b)
         if (b != '"' && b != '\\') plain.add(static_cast<uint8_t>(b));
-      const Symbol hexd = g_.bytes([] {
+      const Symbol hexd = g_->bytes([] {
         ByteSet h = ByteSet::range('0', '9');
         h.add_range('a', 'f');
         h.add_range('A', 'F');
@@ -170,12 +167,12 @@ class SchemaCompiler {
       first_not_d.add_range('E', 'F');
       ByteSet simple;
       for (char c : std::string("\"\\/bfnrt")) simple.add(static_cast<uint8_t>(c));
-      const int32_t r = g_.add_rule("char");
-      g_.add_alternative(r, {g_.utf8_char(plain, "utf8")});
-      g_.add_alternative(r, {g_.byte('\\'), g_.bytes(simple)});
-      g_.add_alternative(r, {g_.byte('\\'), g_.byte('u'), g_.bytes(first_not_d), hexd, hexd, hexd});
-      g_.add_alternative(r, {g_.byte('\\'), g_.byte('u'), g_.bytes(ByteSet::of('d')), g_.bytes(ByteSet::range('0', '7')), hexd, hexd});
-      g_.add_alternative(r, {g_.byte('\\'), g_.byte('u'), g_.bytes(ByteSet::of('D')), g_.bytes(ByteSet::range('0', '7')), hexd, hexd});
+      const int32_t r = g_->add_rule("char");
+      g_->add_alternative(r, {g_->utf8_char(plain, "utf8")});
+      g_->add_alternative(r, {g_->byte('\\'), g_->bytes(simple)});
+      g_->add_alternative(r, {g_->byte('\\'), g_->byte('u'), g_->bytes(first_not_d), hexd, hexd, hexd});
+      g_->add_alternative(r, {g_->byte('\\'), g_->byte('u'), g_->bytes(ByteSet::of('d')), g_->bytes(ByteSet::range('0', '7')), hexd, hexd});
+      g_->add_alternative(r, {g_->byte('\\'), g_->byte('u'), g_->bytes(ByteSet::of('D')), g_->bytes(ByteSet::range('0', '7')), hexd, hexd});
       json_char_ = r;
     }
     return Symbol::ref(json_char_);
@@ -183,8 +180,8 @@ class SchemaCompiler {
 
   Symbol plain_string() {
     if (string_ < 0) {
-      Sequence body = {g_.byte('"'), g_.star({json_char()}, "chars"), g_.byte('"')};
-      string_ = g_.choice({std::move(body)}, "string").id;
+      Sequence body = {g_->byte('"'), g_->star({json_char()}, "chars"), g_->byte('"')};
+      string_ = g_->choice({std::move(body)}, "string").id;
     }
     return Symbol::ref(string_);
   }
@@ -196,9 +193,9 @@ class SchemaCompiler {
         return error(path, "pattern together with minLength, maxLength or format is not supported");
       RegexOptions o;
       o.json_string = true;
-      auto body = add_regex(&g_, s["pattern"].get<std::string>(), o, "pattern");
+      auto body = add_regex(g_, s["pattern"].get<std::string>(), o, "pattern");
       if (!body.ok()) return error(path, body.status().message());
-      return g_.choice({{g_.byte('"'), *body, g_.byte('"')}}, "pattern_string");
+      return g_->choice({{g_->byte('"'), *body, g_->byte('"')}}, "pattern_string");
     }
     if (s.contains("format")) {
       static const std::map<std::string, std::string> kFormats = {
@@ -211,20 +208,20 @@ class SchemaCompiler {
       };
       const auto f = kFormats.find(s["format"].is_string() ? s["format"].get<std::string>() : "");
       if (f == kFormats.end()) return error(path, "the format '" + s["format"].dump() + "' is not supported");
-      auto body = add_regex(&g_, f->second, {}, "format");
+      auto body = add_regex(g_, f->second, {}, "format");
       if (!body.ok()) return body.status();
-      return g_.choice({{g_.byte('"'), *body, g_.byte('"')}}, "format_string");
+      return g_->choice({{g_->byte('"'), *body, g_->byte('"')}}, "format_string");
     }
     const int64_t lo = s.value("minLength", int64_t{0}), hi = s.value("maxLength", int64_t{-1});
     if (lo < 0 || (hi >= 0 && hi < lo) || lo > 4096 || hi > 4096)
       return error(path, "minLength/maxLength must be 0 <= minLength <= maxLength <= 4096");
     if (lo == 0 && hi < 0) return plain_string();
-    return g_.choice({{g_.byte('"'), g_.repeat({json_char()}, lo, hi, "chars"), g_.byte('"')}}, "string");
+    return g_->choice({{g_->byte('"'), g_->repeat({json_char()}, lo, hi, "chars"), g_->byte('"')}}, "string");
   }
 
   // ------------------------------------------------------------ numbers
 
-  Symbol digit() { return g_.bytes(ByteSet::range('0', '9')); }
+  Symbol digit() { return g_->bytes(ByteSet::range('0', '9')); }
 
   // Decimal strings of equal length from a to b.
   void same_length(const std::string& a, const std::string& b, Sequence prefix, std::vector<Sequence>* out) {
@@ -234,7 +231,7 @@ class SchemaCompiler {
     }
     const std::string ra = a.substr(1), rb = b.substr(1);
     if (a[0] == b[0]) {
-      prefix.push_back(g_.byte(a[0]));
+      prefix.push_back(g_->byte(a[0]));
       same_length(ra, rb, std::move(prefix), out);
       return;
     }
@@ -244,18 +241,18 @@ class SchemaCompiler {
     const char to = high_full ? b[0] : static_cast<char>(b[0] - 1);
     if (!low_full) {
       Sequence p = prefix;
-      p.push_back(g_.byte(a[0]));
+      p.push_back(g_->byte(a[0]));
       same_length(ra, std::string(ra.size(), '9'), std::move(p), out);
     }
     if (from <= to) {
       Sequence p = prefix;
-      p.push_back(g_.bytes(ByteSet::range(static_cast<uint8_t>(from), static_cast<uint8_t>(to))));
+      p.push_back(g_->bytes(ByteSet::range(static_cast<uint8_t>(from), static_cast<uint8_t>(to))));
       for (size_t k = 0; k < ra.size(); ++k) p.push_back(digit());
       out->push_back(std::move(p));
     }
     if (!high_full) {
       Sequence p = prefix;
-      p.push_back(g_.byte(b[0]));
+      p.push_back(g_->byte(b[0]));
       same_length(std::string(rb.size(), '0'), rb, std::move(p), out);
     }
   }
@@ -279,10 +276,10 @@ class SchemaCompiler {
       for (Sequence& m : magnitudes(std::max<int64_t>(lo, 0), hi)) alts.push_back(std::move(m));
     }
     if (lo < 0) {
-      const Symbol neg = g_.choice(magnitudes(std::max<int64_t>(1, hi < 0 ? -hi : 1), -lo), "magnitude");
-      alts.push_back({g_.byte('-'), neg});
+      const Symbol neg = g_->choice(magnitudes(std::max<int64_t>(1, hi < 0 ? -hi : 1), -lo), "magnitude");
+      alts.push_back({g_->byte('-'), neg});
     }
-    return g_.choice(std::move(alts), "integer");
+    return g_->choice(std::move(alts), "integer");
   }
 
   StatusOr<int64_t> bound(const json& s, const char* key, const std::string& path, bool integral) {
@@ -322,28 +319,28 @@ class SchemaCompiler {
     return integer_range(lo, hi);
   }
 
-  Symbol fraction() { return g_.optional({g_.byte('.'), g_.repeat({digit()}, 1, kMaxDigits, "frac")}, "fraction"); }
+  Symbol fraction() { return g_->optional({g_->byte('.'), g_->repeat({digit()}, 1, kMaxDigits, "frac")}, "fraction"); }
 
   StatusOr<Symbol> number(const json& s, const std::string& path) {
     for (const char* key : {"exclusiveMinimum", "exclusiveMaximum"})
       if (s.contains(key)) return error(path, std::string(key) + " on a number (not an integer) is not supported");
     if (!s.contains("minimum") && !s.contains("maximum")) {
       if (number_ < 0) {
-        const Symbol exponent = g_.optional(
-            {g_.bytes([] {
+        const Symbol exponent = g_->optional(
+            {g_->bytes([] {
                ByteSet e = ByteSet::of('e');
                e.add('E');
                return e;
              }()),
-             g_.optional({g_.bytes([] {
+             g_->optional({g_->bytes([] {
                             ByteSet sign = ByteSet::of('+');
                             sign.add('-');
                             return sign;
                           }())},
                          "sign"),
-             g_.repeat({digit()}, 1, 2, "exp")},
+             g_->repeat({digit()}, 1, 2, "exp")},
             "exponent");
-        number_ = g_.choice({{integer_range(-kMaxSafe, kMaxSafe), fraction(), exponent}}, "number").id;
+        number_ = g_->choice({{integer_range(-kMaxSafe, kMaxSafe), fraction(), exponent}}, "number").id;
       }
       return Symbol::ref(number_);
     }
@@ -357,44 +354,44 @@ class SchemaCompiler {
     if (lo > hi) return error(path, "no number lies within the bounds");
     // Magnitudes m in [a, b]: whole parts a..b-1 with any fraction, or b
     // with a zero fraction.
-    const Symbol zeros = g_.optional({g_.byte('.'), g_.repeat({g_.byte('0')}, 1, kMaxDigits, "zeros")}, "zero_fraction");
+    const Symbol zeros = g_->optional({g_->byte('.'), g_->repeat({g_->byte('0')}, 1, kMaxDigits, "zeros")}, "zero_fraction");
     auto magnitude = [&](int64_t a, int64_t b) {
       std::vector<Sequence> alts;
-      if (a < b) alts.push_back({g_.choice(magnitudes(a, b - 1), "whole"), fraction()});
-      alts.push_back({g_.choice(magnitudes(b, b), "whole"), zeros});
-      return g_.choice(std::move(alts), "magnitude");
+      if (a < b) alts.push_back({g_->choice(magnitudes(a, b - 1), "whole"), fraction()});
+      alts.push_back({g_->choice(magnitudes(b, b), "whole"), zeros});
+      return g_->choice(std::move(alts), "magnitude");
     };
     std::vector<Sequence> alts;
     if (hi >= 0) alts.push_back({magnitude(std::max<int64_t>(lo, 0), hi)});
-    if (lo < 0) alts.push_back({g_.byte('-'), magnitude(hi < 0 ? -hi : 0, -lo)});
-    return g_.choice(std::move(alts), "number");
+    if (lo < 0) alts.push_back({g_->byte('-'), magnitude(hi < 0 ? -hi : 0, -lo)});
+    return g_->choice(std::move(alts), "number");
   }
 
   // ------------------------------------------------------------ objects
 
   Symbol object_any() {
     if (object_ < 0) {
-      object_ = g_.add_rule("object");
-      const Symbol member = g_.choice({{plain_string(), g_.byte(':'), value_any()}}, "member");
-      const Symbol rest = g_.star({g_.byte(','), member}, "members");
-      g_.add_alternative(object_, {g_.byte('{'), g_.byte('}')});
-      g_.add_alternative(object_, {g_.byte('{'), member, rest, g_.byte('}')});
+      object_ = g_->add_rule("object");
+      const Symbol member = g_->choice({{plain_string(), g_->byte(':'), value_any()}}, "member");
+      const Symbol rest = g_->star({g_->byte(','), member}, "members");
+      g_->add_alternative(object_, {g_->byte('{'), g_->byte('}')});
+      g_->add_alternative(object_, {g_->byte('{'), member, rest, g_->byte('}')});
     }
     return Symbol::ref(object_);
   }
 
   Symbol value_any() {
     if (value_ < 0) {
-      value_ = g_.add_rule("value");
-      const int32_t array = g_.add_rule("array");
-      const Symbol more = g_.star({g_.byte(','), Symbol::ref(value_)}, "elements");
-      g_.add_alternative(array, {g_.byte('['), g_.byte(']')});
-      g_.add_alternative(array, {g_.byte('['), Symbol::ref(value_), more, g_.byte(']')});
+      value_ = g_->add_rule("value");
+      const int32_t array = g_->add_rule("array");
+      const Symbol more = g_->star({g_->byte(','), Symbol::ref(value_)}, "elements");
+      g_->add_alternative(array, {g_->byte('['), g_->byte(']')});
+      g_->add_alternative(array, {g_->byte('['), Symbol::ref(value_), more, g_->byte(']')});
       json number_schema = json::object();
       const Symbol num = *number(number_schema, "#");
       for (Sequence alt : std::vector<Sequence>{{object_any()}, {Symbol::ref(array)}, {plain_string()}, {num},
-                                                g_.literal("true"), g_.literal("false"), g_.literal("null")})
-        g_.add_alternative(value_, std::move(alt));
+                                                g_->literal("true"), g_->literal("false"), g_->literal("null")})
+        g_->add_alternative(value_, std::move(alt));
     }
     return Symbol::ref(value_);
   }
@@ -413,11 +410,11 @@ class SchemaCompiler {
     }
     const json additional = s.value("additionalProperties", json(true));
     if (props.empty()) {
-      if (additional.is_boolean() && !additional.get<bool>()) return Symbol{g_.choice({g_.literal("{}")}, "empty_object")};
+      if (additional.is_boolean() && !additional.get<bool>()) return Symbol{g_->choice({g_->literal("{}")}, "empty_object")};
       // A map: keys are any strings, values follow additionalProperties.
       DSV4_ASSIGN_OR_RETURN(Symbol v, compile(additional, path + "/additionalProperties"));
-      const Symbol member = g_.choice({{plain_string(), g_.byte(':'), v}}, "entry");
-      return g_.choice({g_.literal("{}"), {g_.byte('{'), member, g_.star({g_.byte(','), member}, "entries"), g_.byte('}')}},
+      const Symbol member = g_->choice({{plain_string(), g_->byte(':'), v}}, "entry");
+      return g_->choice({g_->literal("{}"), {g_->byte('{'), member, g_->star({g_->byte(','), member}, "entries"), g_->byte('}')}},
                        "map");
     }
     // Declared properties in order; optional ones may be left out. Rule
@@ -427,25 +424,25 @@ class SchemaCompiler {
     std::vector<std::pair<std::string, Symbol>> members;
     for (const auto& [name, sub] : props.items()) {
       DSV4_ASSIGN_OR_RETURN(Symbol v, compile(sub, path + "/properties/" + name));
-      Sequence kv = g_.literal(json(name).dump());
-      kv.push_back(g_.byte(':'));
+      Sequence kv = g_->literal(json(name).dump());
+      kv.push_back(g_->byte(':'));
       kv.push_back(v);
-      members.push_back({name, g_.choice({std::move(kv)}, "property")});
+      members.push_back({name, g_->choice({std::move(kv)}, "property")});
     }
     const int n = static_cast<int>(members.size());
     std::vector<std::array<Symbol, 2>> tail(n + 1);
-    tail[n] = {g_.choice({{}}, "end"), g_.choice({{}}, "end")};
+    tail[n] = {g_->choice({{}}, "end"), g_->choice({{}}, "end")};
     for (int i = n - 1; i >= 0; --i)
       for (int first = 0; first < 2; ++first) {
         Sequence with;
-        if (!first) with.push_back(g_.byte(','));
+        if (!first) with.push_back(g_->byte(','));
         with.push_back(members[i].second);
         with.push_back(tail[i + 1][0]);
         std::vector<Sequence> alts = {std::move(with)};
         if (!required.count(members[i].first)) alts.push_back({tail[i + 1][first]});
-        tail[i][first] = g_.choice(std::move(alts), "properties");
+        tail[i][first] = g_->choice(std::move(alts), "properties");
       }
-    return g_.choice({{g_.byte('{'), tail[0][1], g_.byte('}')}}, "object");
+    return g_->choice({{g_->byte('{'), tail[0][1], g_->byte('}')}}, "object");
   }
 
   // ------------------------------------------------------------- arrays
@@ -475,29 +472,29 @@ class SchemaCompiler {
     // most hi - k.
     Sequence body;
     for (int64_t i = 0; i < k; ++i) {
-      if (i) body.push_back(g_.byte(','));
+      if (i) body.push_back(g_->byte(','));
       body.push_back(prefix[i]);
     }
     const int64_t rest_lo = std::max<int64_t>(0, lo - k), rest_hi = !more_allowed ? 0 : hi < 0 ? -1 : hi - k;
     if (rest_hi != 0) {
       if (k > 0) {
-        body.push_back(g_.repeat({g_.byte(','), item}, rest_lo, rest_hi, "items"));
+        body.push_back(g_->repeat({g_->byte(','), item}, rest_lo, rest_hi, "items"));
       } else if (rest_lo > 0) {
         body.push_back(item);
-        body.push_back(g_.repeat({g_.byte(','), item}, rest_lo - 1, rest_hi < 0 ? -1 : rest_hi - 1, "items"));
+        body.push_back(g_->repeat({g_->byte(','), item}, rest_lo - 1, rest_hi < 0 ? -1 : rest_hi - 1, "items"));
       } else {
-        Sequence some = {item, g_.repeat({g_.byte(','), item}, 0, rest_hi < 0 ? -1 : rest_hi - 1, "items")};
-        body.push_back(g_.optional(std::move(some), "elements"));
+        Sequence some = {item, g_->repeat({g_->byte(','), item}, 0, rest_hi < 0 ? -1 : rest_hi - 1, "items")};
+        body.push_back(g_->optional(std::move(some), "elements"));
       }
     }
-    Sequence full = {g_.byte('[')};
+    Sequence full = {g_->byte('[')};
     full.insert(full.end(), body.begin(), body.end());
-    full.push_back(g_.byte(']'));
-    return g_.choice({std::move(full)}, "array");
+    full.push_back(g_->byte(']'));
+    return g_->choice({std::move(full)}, "array");
   }
 
   const json& root_;
-  Grammar g_;
+  Grammar* g_;
   std::map<std::string, int32_t> refs_;
   int32_t json_char_ = -1, string_ = -1, number_ = -1, object_ = -1, value_ = -1;
   int depth_ = 0;
@@ -505,11 +502,24 @@ class SchemaCompiler {
 
 }  // namespace
 
-StatusOr<Grammar> json_schema_grammar(const nlohmann::ordered_json& schema) { return SchemaCompiler(schema).run(); }
+StatusOr<Symbol> add_json_schema(Grammar* g, const nlohmann::ordered_json& schema, const std::string& name,
+                                 const nlohmann::ordered_json* refs_root, const std::string& path) {
+  return SchemaCompiler(g, refs_root ? *refs_root : schema).run(schema, path, name);
+}
+
+StatusOr<Grammar> json_schema_grammar(const nlohmann::ordered_json& schema) {
+  Grammar g;
+  DSV4_ASSIGN_OR_RETURN(Symbol root, add_json_schema(&g, schema, "root"));
+  g.root = root.id;
+  return g;
+}
 
 Grammar json_object_grammar() {
   const json none = json::object();
-  return SchemaCompiler(none).any_object();
+  Grammar g;
+  const Symbol object = SchemaCompiler(&g, none).any_object();
+  g.root = g.choice({{object}}, "root").id;
+  return g;
 }
 
 }  // namespace dsv4

@@ -26,6 +26,13 @@ namespace dsv4 {
 
 StatusOr<Grammar> json_schema_grammar(const nlohmann::ordered_json& schema);
 
+// A rule of `g` matching the JSON texts valid under `schema`, for grammars
+// that embed JSON values. Local references resolve against refs_root (the
+// document `schema` sits in; null: `schema` itself); path is where errors
+// say `schema` is ("#": the root).
+StatusOr<Symbol> add_json_schema(Grammar* g, const nlohmann::ordered_json& schema, const std::string& name,
+                                 const nlohmann::ordered_json* refs_root = nullptr, const std::string& path = "#");
+
 // Any JSON object (response_format json_object).
 Grammar json_object_grammar();
 

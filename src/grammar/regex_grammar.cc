@@ -141,7 +141,9 @@ class RegexCompiler {
     if (c == '[') return klass();
     if (c == '.') {
       ++at_;
-      return chars(complement({{'\n', '\n'}, {'\r', '\r'}}));
+      // ECMAScript's '.' (JSON Schema patterns are ECMA-262): anything but
+      // the line terminators.
+      return chars(complement({{'\n', '\n'}, {'\r', '\r'}, {0x2028, 0x2029}}));
     }
     if (c == '\\') {
       ++at_;
@@ -183,7 +185,9 @@ class RegexCompiler {
     const char c = peek();
     ++at_;
     const Ranges digit = {{'0', '9'}}, word = {{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}},
-                 space = {{'\t', '\r'}, {' ', ' '}};
+                 // ECMAScript's white space and line terminators.
+                 space = {{'\t', '\r'}, {' ', ' '}, {0xA0, 0xA0}, {0x1680, 0x1680}, {0x2000, 0x200A},
+                          {0x2028, 0x2029}, {0x202F, 0x202F}, {0x205F, 0x205F}, {0x3000, 0x3000}, {0xFEFF, 0xFEFF}};
     switch (c) {
       case 'd': *r = digit; return true;
       case 'w': *r = word; return true;

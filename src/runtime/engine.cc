@@ -86,12 +86,14 @@ StatusOr<int64_t> Engine::add_request(std::vector<int32_t> prompt, const Samplin
   stats_.requests_per_group.resize(num_groups(), 0);
   ++stats_.requests_per_group[scheduler_->find(next_id_)->partition];
   rngs_[next_id_] = params.seed ? std::mt19937_64(*params.seed) : std::mt19937_64(std::random_device{}());
+  if (params.grammar) constraints_.try_emplace(next_id_, params.grammar, params.grammar_after);
   return next_id_++;
 }
 
 bool Engine::finish(int64_t id, FinishReason reason) {
   rngs_.erase(id);
   draft_logits_.erase(id);
+  constraints_.erase(id);
   return scheduler_->finish(id, reason);
 }
 
@@ -172,15 +174,25 @@ StepPlan Engine::plan_step(const SchedulerOutput& schedule) const {
   return plan;
 }
 
-int64_t Engine::sample_chunk(const ScheduledChunk& c, const SampledLogits* rows, RequestOutput* o) {
+int64_t Engine::sample_chunk(const ScheduledChunk& c, SampledLogits* rows, RequestOutput* o) {
   PhaseTimer::Scope time(Phase::kSampling);
   Request* r = c.request;
   const int64_t vocab = config().vocab_size;
-  auto emit = [&](const SampledToken& t) {
+  auto found = constraints_.find(r->id);
+  TokenConstraint* constraint = found == constraints_.end() ? nullptr : &found->second;
+  std::vector<float> raw;  // a constrained row's own logits, for its logprobs
+  auto emit = [&](SampledToken t) {
+    if (constraint) {
+      if (r->params.logprobs && !raw.empty()) t = score_token(raw.data(), vocab, t.token, *r->params.logprobs);
+      constraint->take(t.token);
+    }
     o->new_tokens.push_back(t.token);
     if (r->params.logprobs) o->new_logprobs.push_back(t);
     ++stats_.generated_tokens;
     o->finish_reason = take_token(r, t);
+    // A complete grammar closed by EOS ends the request even with ignore_eos.
+    if (o->finish_reason == FinishReason::kNone && constraint && constraint->finished())
+      o->finish_reason = FinishReason::kStop;
     return o->finish_reason == FinishReason::kNone;
   };
   if (r->params.max_tokens == 0) {  // only the prompt's scores were wanted
@@ -196,8 +208,22 @@ int64_t Engine::sample_chunk(const ScheduledChunk& c, const SampledLogits* rows,
   // the target's own token ends the run. All kept: the last row adds one.
   int64_t kept = 0;
   for (int64_t i = 0; i <= c.draft_rows; ++i) {
-    const SampledLogits& s = rows[i];
+    SampledLogits& s = rows[i];
     if (observer_ && s.argmax < 0) observer_(r->id, first + i, s.logits.data());
+    if (constraint && constraint->active()) {
+      // Rows are masked one at a time: row i's grammar state is the one
+      // after the drafts kept before it. A draft the grammar forbids has
+      // no probability, so verification rejects it.
+      PhaseTimer::Scope masking(Phase::kGrammar);
+      raw.clear();
+      if (r->params.logprobs) raw = s.logits;
+      if (!constraint->mask(s.logits.data(), r->params.max_tokens - static_cast<int64_t>(r->output.size()))) {
+        o->finish_reason = FinishReason::kAbort;
+        o->error = "the grammar allows no token of the vocabulary after " + std::to_string(r->output.size()) +
+                   " output tokens (it needs bytes no token spells)";
+        break;
+      }
+    }
     SampledToken t;
     bool accepted = false;
     if (i == c.draft_rows) {
@@ -277,7 +303,7 @@ std::vector<RequestOutput> Engine::step() {
     const ScheduledChunk& c = schedule.chunks[ci];
     const PlannedChunk& planned = plan.chunks[ci];
     Request* r = c.request;
-    const SampledLogits* rows = sampled->data() + next;
+    SampledLogits* rows = sampled->data() + next;
     next += static_cast<size_t>(planned.logit_rows());
     committed[ci] = c.num_tokens - c.draft_rows;
     RequestOutput o;
@@ -368,6 +394,12 @@ void Engine::draft(const SchedulerOutput& schedule, const std::vector<int64_t>& 
     if (threshold > 0.0f)
       for (n = 0; n < d.drafts.size() && n < d.draft_confidence.size(); ++n)
         if (1.0f / (1.0f + std::exp(-d.draft_confidence[n])) < threshold) break;
+    // Drafts past the first the grammar forbids cannot be kept: not verified.
+    if (auto it = constraints_.find(r->id); it != constraints_.end()) {
+      PhaseTimer::Scope masking(Phase::kGrammar);
+      d.drafts.resize(n);
+      n = static_cast<size_t>(it->second.allowed_prefix(d.drafts));
+    }
     d.drafts.resize(n);
     r->draft = std::move(d.drafts);
     draft_logits_.erase(r->id);

@@ -18,6 +18,7 @@
 #include "model/deepseek_v4.h"
 #include "runtime/sampler.h"
 #include "runtime/step_executor.h"
+#include "runtime/token_constraint.h"
 #include "sched/scheduler.h"
 
 namespace dsv4 {
@@ -130,7 +131,8 @@ class Engine {
   FinishReason take_token(Request* r, const SampledToken& t) const;
   // Chooses a sampling chunk's tokens from its logit rows (verifying its
   // drafts) into o; returns how many drafts were kept.
-  int64_t sample_chunk(const ScheduledChunk& c, const SampledLogits* rows, RequestOutput* o);
+  // A constrained request's rows are masked in place.
+  int64_t sample_chunk(const ScheduledChunk& c, SampledLogits* rows, RequestOutput* o);
   // prompt_logprobs: scores the prompt tokens a chunk's logit rows predict.
   void score_prompt(const ScheduledChunk& c, const SampledLogits* rows, RequestOutput* o);
   // Runs the drafter (the MTP block, or DSpark) over the rows the step
@@ -149,6 +151,8 @@ class Engine {
   // DSpark drafts a sampling request's chain at its temperature: per
   // request, the logits its pending drafts were drawn from [drafts, vocab].
   std::map<int64_t, std::vector<float>> draft_logits_;
+  // Constrained requests' grammars, by request id.
+  std::map<int64_t, TokenConstraint> constraints_;
   LogitsObserver observer_;
   DraftObserver draft_observer_;
   EngineStats stats_;

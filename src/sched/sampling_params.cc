@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "grammar/compiled_grammar.h"
+
 namespace dsv4 {
 
 Status SamplingParams::validate(int64_t vocab_size) const {
@@ -33,6 +35,9 @@ Status SamplingParams::validate(int64_t vocab_size) const {
       return invalid_argument("logit_bias: the bias of token " + std::to_string(id) + " must be in [-100, 100], got " +
                               std::to_string(bias));
   }
+  if (grammar && grammar->vocab().size() != vocab_size)
+    return invalid_argument("the grammar was compiled for a vocabulary of " + std::to_string(grammar->vocab().size()) +
+                            " tokens, the model has " + std::to_string(vocab_size));
   for (int32_t id : stop_token_ids)
     if (id < 0 || id >= vocab_size)
       return invalid_argument("stop_token_ids: " + std::to_string(id) + " is not a token id (vocabulary " +

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -13,6 +14,8 @@
 #include "base/status.h"
 
 namespace dsv4 {
+
+class CompiledGrammar;
 
 struct SamplingParams {
   float temperature = 1.0f;  // 0: greedy
@@ -38,6 +41,13 @@ struct SamplingParams {
   // Added to the logits of these token ids before choosing (OpenAI's
   // logit_bias, each in [-100, 100]); logprobs stay the model's own.
   std::vector<std::pair<int32_t, float>> logit_bias;
+  // Constrained decoding: every token chosen keeps the output a prefix of
+  // the grammar's language, and EOS comes only where the text may end (a
+  // request whose grammar is complete stops there). grammar_after: the
+  // grammar starts once the output ends with this text (thinking mode's
+  // </think>); empty: from the first token.
+  std::shared_ptr<const CompiledGrammar> grammar;
+  std::string grammar_after;
 
   bool greedy() const { return temperature == 0.0f; }
   // The plain argmax of the raw logits decides the token: greedy, no
@@ -45,9 +55,10 @@ struct SamplingParams {
   // exchange only their best).
   bool argmax_only() const {
     return greedy() && presence_penalty == 0.0f && frequency_penalty == 0.0f && repetition_penalty == 1.0f &&
-           !logprobs && logit_bias.empty();
+           !logprobs && logit_bias.empty() && !grammar;
   }
-  // Checks every range; token ids against the vocabulary.
+  // Checks every range; token ids against the vocabulary (and the
+  // grammar's against it too).
   Status validate(int64_t vocab_size) const;
   // Reads the OpenAI/vLLM request fields present in `j` over the defaults
   // (temperature, top_p, top_k, min_p, seed, presence_penalty,

@@ -166,6 +166,10 @@ PlanOrError plan_messages(const ordered_json& b, const ServedModel& m) {
     else if (type == "tool" && tc.contains("name") && tc["name"].is_string())
       chat["tool_choice"] = {{"type", "function"}, {"function", {{"name", tc["name"]}}}};
     else return fail("tool_choice must be {\"type\": \"auto\" | \"any\" | \"none\"} or {\"type\": \"tool\", \"name\": ...}", "tool_choice");
+    if (tc.contains("disable_parallel_tool_use")) {
+      if (!tc["disable_parallel_tool_use"].is_boolean()) return fail("tool_choice.disable_parallel_tool_use must be a boolean", "tool_choice");
+      chat["parallel_tool_calls"] = !tc["disable_parallel_tool_use"].get<bool>();
+    }
   }
   if (given(b, "thinking")) {
     const auto& t = b["thinking"];
@@ -190,6 +194,8 @@ PlanOrError plan_messages(const ordered_json& b, const ServedModel& m) {
                 msg.rfind("stop", 0) == 0 ? "stop_sequences" : "");
   }
   p.params = *params;
+  // tool_choice any / tool forces a call (the chat body carries them).
+  if (auto e = constrain_output(chat, rendered.forced, rendered.mode, m, &p.params)) return {std::nullopt, *e};
   const int64_t prompt = static_cast<int64_t>(p.prompts[0].size());
   if (prompt + p.params.max_tokens > m.max_model_len)
     return {std::nullopt, api_error(400, "prompt is too long: " + std::to_string(prompt) + " tokens + max_tokens " +

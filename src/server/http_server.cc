@@ -12,6 +12,7 @@
 #include "server/connection_watch.h"
 #include "server/generation.h"
 #include "server/openai_response.h"
+#include "server/structured_output.h"
 
 namespace dsv4 {
 namespace {
@@ -148,6 +149,10 @@ HttpServer::HttpServer(EngineService* service, const Tokenizer* tokenizer, const
   served_.tokenizer = tokenizer;
   served_.max_model_len = service->max_model_len();
   served_.vocab_size = service->config().vocab_size;
+  const ModelConfig& config = service->config();
+  structured_ = std::make_unique<StructuredOutputs>(
+      grammar_vocabulary(*tokenizer, config.vocab_size, config.bos_token_id, config.eos_token_id));
+  served_.structured = structured_.get();
   const int threads = options.threads;
   http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   http_->set_payload_max_length(options.max_body_bytes);

@@ -64,6 +64,7 @@ class HttpServer {
   const Tokenizer* tokenizer_;
   HttpServerOptions options_;
   std::vector<std::string> origins_;
+  std::unique_ptr<StructuredOutputs> structured_;
   ServedModel served_;
   std::unique_ptr<httplib::Server> http_;
   Metrics metrics_;

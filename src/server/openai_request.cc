@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cctype>
 
+#include "server/structured_output.h"
+
 namespace dsv4 {
 namespace {
 
@@ -89,6 +91,15 @@ ApiError api_error(int status, std::string message, std::string param, std::stri
   e.code = std::move(code);
   e.type = std::move(type);
   return e;
+}
+
+std::optional<ApiError> constrain_output(const ordered_json& b, const ForcedToolCalls& forced, ChatMode mode,
+                                         const ServedModel& m, SamplingParams* params) {
+  if (m.structured) return m.structured->apply(b, forced, mode, params);
+  if (StructuredOutputs::asked(b, forced))
+    return api_error(400, "structured outputs (response_format, guided_*, forced tool calls) are not available here",
+                     "response_format");
+  return std::nullopt;
 }
 
 std::optional<ApiError> check_model(const ordered_json& b, const ServedModel& m, std::string* name) {
@@ -181,6 +192,7 @@ PlanOrError plan_completion(const ordered_json& b, const ServedModel& m) {
   if (!given(b, "max_tokens")) p.params.max_tokens = 16;  // OpenAI's completions default
   if (p.params.max_tokens == 0 && !p.echo)
     return fail("max_tokens must be at least 1 (0 only with echo, to score the prompt)", "max_tokens");
+  if (auto e = constrain_output(b, {}, ChatMode::kChat, m, &p.params)) return fail(*e);
   if (auto e = check_params(&p, m, "prompt")) return fail(*e);
   return {p, {}};
 }
@@ -247,19 +259,10 @@ std::optional<ApiError> render_chat(const ordered_json& b, ChatRender* out) {
     o.add_generation_prompt = false;
     messages.back()["wo_eos"] = true;
   }
-  if (given(b, "response_format")) {
-    const auto& rf = b["response_format"];
-    const std::string type = rf.is_object() && rf.contains("type") && rf["type"].is_string() ? rf["type"].get<std::string>() : "";
-    if (type != "text" && type != "json_object" && type != "json_schema")
-      return err("response_format.type must be text, json_object or json_schema", "response_format");
-    if (type == "json_schema" && !(rf.contains("json_schema") && rf["json_schema"].is_object()))
-      return err("response_format json_schema needs a json_schema object", "response_format");
-  }
   // tool_choice: "none", "auto", "required", or {"type": "function",
-  // "function": {"name": N}} naming one of the tools. Nothing forces the
-  // model to call a tool yet (constrained decoding comes later): "required"
-  // offers the tools as "auto" does, and a named function is the only tool
-  // offered (docs/api.md).
+  // "function": {"name": N}} naming one of the tools. "required" constrains
+  // the reply to calls of the tools (constrain_output), a named function to
+  // one call of it, the only tool offered.
   ordered_json tools = given(b, "tools") ? b["tools"] : ordered_json::array();
   if (!tools.is_array()) return err("tools must be an array", "tools", "invalid_type");
   for (const auto& t : tools)
@@ -285,10 +288,17 @@ std::optional<ApiError> render_chat(const ordered_json& b, ChatRender* out) {
       if (named.empty()) return err("tool_choice names function '" + name + "', which is not in tools", "tool_choice");
       tools = named;
       choice = "required";
+      out->forced.parallel = false;
     } else {
       return err("tool_choice must be a string or an object", "tool_choice", "invalid_type");
     }
   }
+  if (given(b, "parallel_tool_calls")) {
+    if (!b["parallel_tool_calls"].is_boolean())
+      return err("parallel_tool_calls must be true or false", "parallel_tool_calls", "invalid_type");
+    if (!b["parallel_tool_calls"].get<bool>()) out->forced.parallel = false;
+  }
+  out->forced.tools = choice == "required" ? tools : ordered_json::array();
   out->parse_tools = false;
   if (!tools.empty() && choice != "none") {
     // Tools go on the first system or developer message (a system message
@@ -316,6 +326,7 @@ PlanOrError plan_chat(const ordered_json& b, const ServedModel& m) {
   p.mode = rendered.mode;
   p.parse_tools = rendered.parse_tools;
   p.prompts.push_back(m.tokenizer->encode(rendered.prompt));
+  if (auto e = constrain_output(b, rendered.forced, rendered.mode, m, &p.params)) return fail(*e);
   if (given(b, "top_logprobs") && !(b.contains("logprobs") && b["logprobs"].is_boolean() && b["logprobs"].get<bool>()))
     return fail("top_logprobs needs logprobs: true", "top_logprobs");
   p.logprobs = p.params.logprobs;

@@ -42,20 +42,38 @@ struct GenerationPlan {
   std::string model;
 };
 
+// The tools a chat request forces a call of (tool_choice "required" or a
+// named function): the reply is constrained to a call of one of them.
+struct ForcedToolCalls {
+  nlohmann::ordered_json tools = nlohmann::ordered_json::array();  // OpenAI tool objects
+  bool parallel = true;  // more than one call allowed (parallel_tool_calls; a named function: one)
+};
+
 // A chat request's messages, tools and template options rendered to the
 // prompt text (what chat completions and /tokenize both use).
 struct ChatRender {
   std::string prompt;
   ChatMode mode = ChatMode::kChat;
   bool parse_tools = false;  // tools given and tool_choice not "none"
+  ForcedToolCalls forced;
 };
+
+class StructuredOutputs;
 
 struct ServedModel {
   std::string name;
   const Tokenizer* tokenizer = nullptr;
   int64_t max_model_len = 0;
   int64_t vocab_size = 0;
+  // Compiles response_format, guided_* and forced tool calls (null: a
+  // request asking for them is refused).
+  StructuredOutputs* structured = nullptr;
 };
+
+// Sets params->grammar from the body's structured-output fields and the
+// forced tool calls (see structured_output.h).
+std::optional<ApiError> constrain_output(const nlohmann::ordered_json& body, const ForcedToolCalls& forced,
+                                         ChatMode mode, const ServedModel& model, SamplingParams* params);
 
 // Either a plan or an error.
 struct PlanOrError {
@@ -67,7 +85,8 @@ PlanOrError plan_completion(const nlohmann::ordered_json& body, const ServedMode
 PlanOrError plan_chat(const nlohmann::ordered_json& body, const ServedModel& model);
 // messages, tools, tool_choice, reasoning_effort, chat_template_kwargs
 // (thinking, enable_thinking, drop_thinking), add_generation_prompt,
-// continue_final_message, response_format.
+// continue_final_message, parallel_tool_calls (response_format:
+// constrain_output).
 std::optional<ApiError> render_chat(const nlohmann::ordered_json& body, ChatRender* out);
 // The model field: absent, or the served model (else 404 model_not_found).
 std::optional<ApiError> check_model(const nlohmann::ordered_json& body, const ServedModel& model, std::string* name);

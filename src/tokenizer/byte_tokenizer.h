@@ -14,6 +14,8 @@ class ByteTokenizer : public Tokenizer {
   std::vector<int32_t> encode(const std::string& text) const override;
   std::string token_bytes(int32_t id) const override;
   int64_t vocab_size() const override { return vocab_size_; }
+  // Ids above the bytes are placeholders ("<|id|>"), not text.
+  bool spells_text(int32_t id) const override { return id >= 0 && id < 256; }
 
  private:
   int64_t vocab_size_;

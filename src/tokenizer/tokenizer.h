@@ -22,6 +22,9 @@ class Tokenizer {
   // Id of a token by its text (special tokens, vocabulary entries); -1 if none.
   virtual int32_t token_id(const std::string& token) const { return -1; }
   virtual bool is_special(int32_t id) const { return false; }
+  // Whether the token spells text a model may write (not a control marker
+  // or a placeholder): what constrained decoding may choose inside text.
+  virtual bool spells_text(int32_t id) const { return !is_special(id); }
 
   std::string decode(const std::vector<int32_t>& ids) const {
     std::string s;
