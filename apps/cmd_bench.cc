@@ -29,6 +29,7 @@ const char* kHelp =
     "                  [--flashcomm1-sp-min-token-num N]\n"
     "       dsv4 bench --serving [--model DIR] [--ctx 4096] [--gen N] [--k 1,3,7] [--csv FILE]\n"
     "       dsv4 bench --soak [--host H] [--port P] [--duration S] [--clients N] [--seed S]\n"
+    "       dsv4 bench --structured [--model DIR] [--tokenizer DIR] [--cases FILE] [--batch 16] [--gen 32]\n"
     "  (default)          prefill and decode throughput at each context length and batch size,\n"
     "                     measured incrementally (each row times only its own interval), KV bytes\n"
     "                     per token, and this machine's memory read bandwidth and the GEMM kernel's\n"
@@ -52,6 +53,11 @@ const char* kHelp =
     "                     and long prompts, streaming and not, chat, n=2, shared prefixes, abandoned\n"
     "                     streams; reports errors, lost requests, latency percentiles and whether\n"
     "                     page accounting returns to baseline; exit 0 only when all is clean\n"
+    "  --structured       constrained decoding's cost: per case of --cases (default\n"
+    "                     tests/js/structured_cases.json) the compile time and the time of each\n"
+    "                     token's mask over random walks on the vocabulary of --tokenizer (a\n"
+    "                     directory with tokenizer.json; default the model's, else byte-level), then\n"
+    "                     the grammar's share of a --batch decode step against the batch unconstrained\n"
     "  --model DIR        checkpoint (default: the embedded default model)\n"
     "  --prompt-len N     tokens each data-parallel group prefills in the measured step (default 1024)\n"
     "  --flashcomm1-sp-min-token-num N   FlashComm1 threshold for the 'on' rows (default: the prompt length)\n";
@@ -132,12 +138,16 @@ int bench_serving(const DeepseekV4& model, const std::string& name, int64_t ctx,
 
 int bench_soak(const std::string& host, int port, double duration_s, int clients, uint64_t seed);  // bench_soak.cc
 
+int bench_structured(const DeepseekV4& m, const std::string& name, const std::string& model_dir,
+                     const std::string& tokenizer_dir, const std::string& cases_path, int64_t batch,
+                     int64_t gen);  // bench_structured.cc
+
 int cmd_bench(int argc, char** argv) {
   std::set<std::string> valued = {"model", "prompt-len", "ctx", "batch", "gen", "csv", "k",
                                   "host", "port", "duration", "clients", "seed", "numerics",
-                                  "peer-gguf", "peer-harness"};
+                                  "peer-gguf", "peer-harness", "tokenizer", "cases"};
   for (const auto& k : parallel_option_names()) valued.insert(k);
-  Args args(argc, argv, 2, valued, {"help", "topology", "serving", "soak"});
+  Args args(argc, argv, 2, valued, {"help", "topology", "serving", "soak", "structured"});
   if (args.has("help")) {
     std::fputs(kHelp, stdout);
     return 0;
@@ -166,7 +176,7 @@ int cmd_bench(int argc, char** argv) {
   const int64_t gen = args.get_int("gen", 16);
   if (args.ok() && contexts.empty()) args.set_error("--ctx needs positive lengths such as 1024,4096");
   if (args.ok() && batches.empty()) args.set_error("--batch needs positive sizes such as 1,16");
-  if (args.ok() && gen < 1) args.set_error("--gen must be at least 1");
+  if (args.ok() && gen < (args.has("structured") ? 0 : 1)) args.set_error("--gen must be at least 1");
   if (args.ok() && prompt_len < 1) args.set_error("--prompt-len must be at least 1");
   if (!args.ok()) {
     std::fprintf(stderr, "dsv4 bench: %s\n%s", args.error().c_str(), kHelp);
@@ -197,6 +207,10 @@ int cmd_bench(int argc, char** argv) {
   if (args.has("serving"))
     return bench_serving(**one, model_name(args.get("model")), args.get_int("ctx", 4096), args.get_int("gen", 64), ks,
                          args.get("csv"));
+  if (args.has("structured"))
+    return bench_structured(**one, model_name(args.get("model")), args.get("model"), args.get("tokenizer"),
+                            args.get("cases", "tests/js/structured_cases.json"), args.has("batch") ? batches[0] : 16,
+                            args.get_int("gen", 32));
   if (!args.has("topology")) {
     ThroughputOptions t;
     t.name = model_name(args.get("model"));

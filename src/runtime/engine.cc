@@ -184,6 +184,7 @@ int64_t Engine::sample_chunk(const ScheduledChunk& c, SampledLogits* rows, Reque
   auto emit = [&](SampledToken t) {
     if (constraint) {
       if (r->params.logprobs && !raw.empty()) t = score_token(raw.data(), vocab, t.token, *r->params.logprobs);
+      PhaseTimer::Scope advancing(Phase::kGrammar);
       constraint->take(t.token);
     }
     o->new_tokens.push_back(t.token);

@@ -8,6 +8,7 @@
 // usage: node structured_outputs.mjs BASE_URL MODEL REQUESTS [SEED]
 import Ajv from "ajv/dist/2020.js";
 import assert from "node:assert/strict";
+import fs from "node:fs";
 
 const [base, model, requestsArg, seedArg] = process.argv.slice(2);
 const total = Number(requestsArg ?? 600);
@@ -29,137 +30,11 @@ ajv.addFormat("time", /^\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)$/);
 
 // ------------------------------------------------------------ the cases
 
-const schemas = {
-  person: {
-    type: "object",
-    properties: {
-      name: { type: "string", minLength: 1, maxLength: 20 },
-      age: { type: "integer", minimum: 0, maximum: 130 },
-      email: { type: "string", format: "email" },
-      tags: { type: "array", items: { type: "string", maxLength: 8 }, maxItems: 4 },
-    },
-    required: ["name", "age"],
-    additionalProperties: false,
-  },
-  nested: {
-    type: "object",
-    properties: {
-      order: {
-        type: "object",
-        properties: {
-          id: { type: "string", format: "uuid" },
-          lines: {
-            type: "array",
-            minItems: 1,
-            maxItems: 3,
-            items: {
-              type: "object",
-              properties: { sku: { type: "string", pattern: "^[A-Z]{3}-\\d{4}$" }, qty: { type: "integer", minimum: 1, maximum: 99 } },
-              required: ["sku", "qty"],
-            },
-          },
-          placed: { type: "string", format: "date-time" },
-        },
-        required: ["id", "lines"],
-      },
-      paid: { type: "boolean" },
-    },
-    required: ["order", "paid"],
-  },
-  enums: {
-    type: "object",
-    properties: {
-      color: { enum: ["red", "green", "blue", null, 7] },
-      size: { type: "string", enum: ["S", "M", "L", "XL"] },
-      version: { const: "v2" },
-    },
-    required: ["color", "size", "version"],
-  },
-  anyOf: {
-    type: "object",
-    properties: {
-      value: { anyOf: [{ type: "integer", minimum: -50, maximum: 50 }, { type: "string", maxLength: 6 }, { type: "null" }] },
-      shape: {
-        oneOf: [
-          { type: "object", properties: { kind: { const: "circle" }, r: { type: "number", minimum: 0, maximum: 10 } }, required: ["kind", "r"], additionalProperties: false },
-          { type: "object", properties: { kind: { const: "square" }, side: { type: "integer", minimum: 1, maximum: 9 } }, required: ["kind", "side"], additionalProperties: false },
-        ],
-      },
-    },
-    required: ["value", "shape"],
-  },
-  refs: {
-    $defs: {
-      node: {
-        type: "object",
-        properties: { label: { type: "string", maxLength: 5 }, children: { type: "array", items: { $ref: "#/$defs/node" }, maxItems: 2 } },
-        required: ["label"],
-        additionalProperties: false,
-      },
-    },
-    type: "object",
-    properties: { root: { $ref: "#/$defs/node" } },
-    required: ["root"],
-  },
-  numbers: {
-    type: "object",
-    properties: {
-      temperature: { type: "number" },
-      ratio: { type: "number", minimum: 0, maximum: 1 },
-      count: { type: "integer", exclusiveMinimum: -10, exclusiveMaximum: 1000 },
-      big: { type: "integer" },
-    },
-    required: ["temperature", "ratio", "count", "big"],
-  },
-  unicode: {
-    type: "object",
-    properties: {
-      greek: { type: "string", pattern: "^[α-ω]{2,6}$" },
-      text: { type: "string", minLength: 2, maxLength: 12 },
-      emoji: { type: "string", pattern: "^(😀|🚀|日本語)+$" },
-    },
-    required: ["greek", "text", "emoji"],
-  },
-  arrays: {
-    type: "array",
-    prefixItems: [{ type: "string", format: "date" }, { type: "boolean" }],
-    items: { type: "integer", minimum: 0, maximum: 9 },
-    minItems: 3,
-    maxItems: 6,
-  },
-  map: { type: "object", additionalProperties: { type: "integer", minimum: 0, maximum: 5 } },
-  nullable: {
-    type: "object",
-    properties: { when: { type: ["string", "null"], format: "time" }, note: { type: "string", nullable: true, maxLength: 5 } },
-    required: ["when", "note"],
-  },
-  any: {},
-};
-
-const regexes = ["\\d{3}-\\d{4}", "(yes|no|maybe)!?", "[A-Z][a-z]{2,8}( [A-Z][a-z]{2,8}){0,2}", "0x[0-9a-f]{2,8}",
-  "[^\\n]{4,16}", "(\\w+@\\w+\\.(com|org))", "ab*c?d+", "[ぁ-ゖ]{1,4}-[0-9]"];
-const choices = [["positive", "negative", "neutral"], ["A", "B", "C", "D"], ["東京", "Paris", "New York", "São Paulo"]];
-// GBNF grammars with the regular expressions they spell.
-const grammars = [
-  { gbnf: 'root ::= item ("," item){0,3}\nitem ::= [a-z]{1,5} | [0-9]+', re: /^([a-z]{1,5}|[0-9]+)(,([a-z]{1,5}|[0-9]+)){0,3}$/ },
-  { gbnf: 'root ::= "SELECT " cols " FROM " name ";"\ncols ::= "*" | name (", " name)*\nname ::= [a-z_]{1,8}',
-    re: /^SELECT (\*|[a-z_]{1,8}(, [a-z_]{1,8})*) FROM [a-z_]{1,8};$/ },
-  { gbnf: 'root ::= "(" expr ")"\nexpr ::= num (op num)*\nop ::= "+" | "-" | "*"\nnum ::= [1-9] [0-9]?',
-    re: /^\([1-9][0-9]?([+\-*][1-9][0-9]?)*\)$/ },
-];
-const toolSets = [
-  [{ type: "function", function: { name: "get_weather", description: "Weather in a city",
-    parameters: { type: "object", properties: { city: { type: "string" }, unit: { type: "string", enum: ["celsius", "fahrenheit"] },
-      days: { type: "integer", minimum: 1, maximum: 7 } }, required: ["city"] } } }],
-  [{ type: "function", function: { name: "search", parameters: { type: "object", properties: { query: { type: "string" },
-      filters: { type: "object", properties: { year: { type: "integer", minimum: 1990, maximum: 2030 }, lang: { enum: ["en", "de", "zh"] } },
-        required: ["lang"] }, limit: { type: "integer", minimum: 1, maximum: 50 } }, required: ["query", "filters"] } } },
-   { type: "function", function: { name: "open_page", parameters: { type: "object", properties: { url: { type: "string", pattern: "^https://[a-z]{3,10}\\.(com|org)/[a-z]{0,8}$" } },
-      required: ["url"] } } }],
-  [{ type: "function", function: { name: "no_args", parameters: { type: "object", properties: {} } } },
-   { type: "function", function: { name: "add", parameters: { type: "object", properties: { a: { type: "number" }, b: { type: "number" },
-      labels: { type: "array", items: { type: "string", maxLength: 4 }, maxItems: 2 } }, required: ["a", "b"] } } }],
-];
+// Shared with dsv4 bench --structured, which times their masks.
+const cases = JSON.parse(fs.readFileSync(new URL("./structured_cases.json", import.meta.url), "utf8"));
+const { schemas, regexes, choices } = cases;
+const grammars = cases.grammars.map((g) => ({ gbnf: g.gbnf, re: new RegExp(g.regex) }));
+const toolSets = cases.tools;
 
 const validators = Object.fromEntries(Object.entries(schemas).map(([k, s]) => [k, ajv.compile(s)]));
 const toolValidators = new Map();
