@@ -212,18 +212,6 @@ EngineOptions dspark_options(int k) {
   return o;
 }
 
-// mkmodel --preset small --dspark (with opt's weights) written to dir and
-// loaded in fast numerics.
-StatusOr<std::unique_ptr<DeepseekV4>> synthetic_dspark_model(const std::string& dir, const SyntheticOptions& opt) {
-  PresetCounts counts;
-  counts.dspark = true;
-  DSV4_ASSIGN_OR_RETURN(ModelConfig config, synthetic_config("small", "", counts));
-  DSV4_RETURN_IF_ERROR(write_synthetic_checkpoint(config, opt, dir));
-  ModelOptions mo;
-  mo.numerics = kernels::Numerics::kFast;
-  return load_deepseek_v4(dir, mo);
-}
-
 EngineOptions whole_prompt_options(EngineOptions o) {
   o.scheduler.max_num_batched_tokens = 1024;
   o.cache.enable_prefix_caching = false;
@@ -591,7 +579,7 @@ TEST(DSparkServing, AnAgreeingDrafterIsAcceptedAndKeepsTheDistribution) {
   testing::TempDir dir("dsv4_test_dspark_agrees");
   SyntheticOptions opt;
   opt.dspark_drafts_agree = true;
-  auto model = synthetic_dspark_model(dir.path(), opt);
+  auto model = testing::synthetic_dspark_model(dir.path(), opt);
   ASSERT_TRUE(model.ok()) << model.status().message();
   const ModelConfig* config = &(*model)->config();
 
@@ -679,7 +667,7 @@ TEST(DSpark, SyntheticCheckpointLoadsAndServes) {
   testing::TempDir dir("dsv4_test_dspark_synthetic");
   SyntheticOptions opt;
   opt.weights = SyntheticWeights::kFp8;
-  auto model = synthetic_dspark_model(dir.path(), opt);
+  auto model = testing::synthetic_dspark_model(dir.path(), opt);
   ASSERT_TRUE(model.ok()) << model.status().message();
   const ModelConfig* config = &(*model)->config();
   ASSERT_TRUE(config->has_dspark());

@@ -22,6 +22,7 @@
 #include "checkpoint/safetensors.h"
 #include "checkpoint/safetensors_writer.h"
 #include "sched/sampling_params.h"
+#include "tools/synthetic.h"
 
 namespace dsv4::testing {
 
@@ -181,6 +182,18 @@ inline ChiSquare chi_square_fit(const std::vector<int>& observed, const std::vec
   }
   r.critical = chi_square_critical(static_cast<int>(r.cells) - 1);
   return r;
+}
+
+// mkmodel --preset small --dspark (with opt's weights) written to dir and
+// loaded in fast numerics.
+inline StatusOr<std::unique_ptr<DeepseekV4>> synthetic_dspark_model(const std::string& dir, const SyntheticOptions& opt) {
+  PresetCounts counts;
+  counts.dspark = true;
+  DSV4_ASSIGN_OR_RETURN(ModelConfig config, synthetic_config("small", "", counts));
+  DSV4_RETURN_IF_ERROR(write_synthetic_checkpoint(config, opt, dir));
+  ModelOptions mo;
+  mo.numerics = kernels::Numerics::kFast;
+  return load_deepseek_v4(dir, mo);
 }
 
 }  // namespace dsv4::testing

@@ -1,11 +1,13 @@
 // The API as real clients use it, against a running dsv4 serve: the official
 // openai SDK (aborts, logit_bias, n with usage, errors), the Vercel AI SDK
 // (ai + @ai-sdk/openai-compatible), LangChain JS (@langchain/openai) and the
-// official Anthropic SDK (@anthropic-ai/sdk) on /v1/messages.
+// official Anthropic SDK (@anthropic-ai/sdk) on /v1/messages; forced tool
+// calls and structured outputs through each of them (the embedded model is
+// random: only constrained decoding makes these replies well formed).
 // usage: node e2e_clients.mjs BASE_URL MODEL
 import OpenAI from "openai";
 import Anthropic from "@anthropic-ai/sdk";
-import { generateText, streamText } from "ai";
+import { generateObject, generateText, jsonSchema, streamText, tool } from "ai";
 import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
 import { ChatOpenAI } from "@langchain/openai";
 import assert from "node:assert/strict";
@@ -77,6 +79,46 @@ await expectError(openai.chat.completions.create({ model, messages: [{ role: "us
   400, "messages", "invalid_value", "image parts on a text-only model");
 const named = await openai.chat.completions.create({ model, messages: [{ role: "user", content: "x" }], tools, tool_choice: { type: "function", function: { name: "get_weather" } }, max_tokens: 2 });
 check(named.choices.length === 1, "a named tool_choice in tools is accepted");
+// Forced tool calls and JSON schema replies.
+const weather = [{ type: "function", function: { name: "get_weather", description: "Weather in a city",
+  parameters: { type: "object", properties: { city: { type: "string" }, days: { type: "integer", minimum: 1, maximum: 7 } }, required: ["city"] } } },
+  { type: "function", function: { name: "get_time", parameters: { type: "object", properties: { zone: { enum: ["UTC", "CET"] } }, required: ["zone"] } } }];
+const argsOk = (call) => {
+  const a = JSON.parse(call.function.arguments);
+  return call.function.name === "get_weather" ? typeof a.city === "string" && (a.days === undefined || (Number.isInteger(a.days) && a.days >= 1 && a.days <= 7))
+    : call.function.name === "get_time" && ["UTC", "CET"].includes(a.zone);
+};
+for (const temperature of [0, 1]) {
+  const req = await openai.chat.completions.create({ model, messages: [{ role: "user", content: "Weather in Paris?" }], tools: weather,
+    tool_choice: "required", max_tokens: 300, temperature, seed: 3 });
+  const m = req.choices[0].message;
+  check(req.choices[0].finish_reason === "tool_calls" && m.tool_calls?.length >= 1 && m.tool_calls.every(argsOk),
+    `openai: tool_choice required gives valid tool calls (temperature ${temperature}): ${JSON.stringify(m)}`);
+}
+const forced = await openai.chat.completions.create({ model, messages: [{ role: "user", content: "x" }], tools: weather,
+  tool_choice: { type: "function", function: { name: "get_time" } }, max_tokens: 300 });
+check(forced.choices[0].message.tool_calls?.length === 1 && forced.choices[0].message.tool_calls[0].function.name === "get_time" &&
+  argsOk(forced.choices[0].message.tool_calls[0]), "openai: a named tool_choice gives one call of it");
+let streamedCalls = {};
+for await (const chunk of await openai.chat.completions.create({ model, messages: [{ role: "user", content: "x" }], tools: weather,
+  tool_choice: "required", max_tokens: 300, stream: true })) {
+  for (const d of chunk.choices[0]?.delta?.tool_calls ?? []) {
+    const c = (streamedCalls[d.index] ??= { function: { name: "", arguments: "" } });
+    if (d.function?.name) c.function.name += d.function.name;
+    if (d.function?.arguments) c.function.arguments += d.function.arguments;
+  }
+}
+check(Object.values(streamedCalls).length >= 1 && Object.values(streamedCalls).every(argsOk), "openai: streamed forced tool calls");
+const person = { type: "object", properties: { name: { type: "string", maxLength: 16 }, age: { type: "integer", minimum: 0, maximum: 120 } },
+  required: ["name", "age"], additionalProperties: false };
+const structured = await openai.chat.completions.create({ model, messages: [{ role: "user", content: "A person" }], max_tokens: 200,
+  response_format: { type: "json_schema", json_schema: { name: "person", schema: person, strict: true } } });
+const p = JSON.parse(structured.choices[0].message.content);
+check(typeof p.name === "string" && Number.isInteger(p.age) && p.age >= 0 && p.age <= 120 && Object.keys(p).length === 2,
+  "openai: response_format json_schema");
+await expectError(openai.chat.completions.create({ model, messages: [{ role: "user", content: "x" }],
+  response_format: { type: "json_schema", json_schema: { name: "x", schema: { type: "string", pattern: "(a)\\1" } } } }),
+  400, "response_format", "invalid_value", "a schema we cannot compile is a 400");
 const model_card = await openai.models.retrieve(model);
 check(model_card.id === model, "GET /v1/models/{id}");
 
@@ -90,6 +132,21 @@ for await (const part of st.textStream) aiText += part;
 check(aiText === gen.text, "ai: streamText equals generateText");
 check((await st.usage).outputTokens === gen.usage.outputTokens, "ai: stream usage");
 
+const aiTools = {
+  get_weather: tool({ description: "Weather in a city", inputSchema: jsonSchema(weather[0].function.parameters) }),
+  get_time: tool({ inputSchema: jsonSchema(weather[1].function.parameters) }),
+};
+const aiCall = await generateText({ model: provider(model), prompt: "Weather in Paris?", tools: aiTools, toolChoice: "required",
+  maxOutputTokens: 300, temperature: 0 });
+check(aiCall.toolCalls.length >= 1 && aiCall.toolCalls.every((c) => argsOk({ function: { name: c.toolName, arguments: JSON.stringify(c.input) } })),
+  `ai: toolChoice required gives tool calls: ${JSON.stringify(aiCall.toolCalls)}`);
+const aiNamed = await generateText({ model: provider(model), prompt: "Time?", tools: aiTools, toolChoice: { type: "tool", toolName: "get_time" },
+  maxOutputTokens: 300, temperature: 1 });
+check(aiNamed.toolCalls.length === 1 && aiNamed.toolCalls[0].toolName === "get_time", "ai: a named toolChoice");
+const structuredProvider = createOpenAICompatible({ name: "dsv4", baseURL: `${base}/v1`, apiKey: "unused", supportsStructuredOutputs: true });
+const aiObject = await generateObject({ model: structuredProvider(model), schema: jsonSchema(person), prompt: "A person", maxOutputTokens: 200 });
+check(typeof aiObject.object.name === "string" && Number.isInteger(aiObject.object.age), "ai: generateObject with a JSON schema");
+
 // --- LangChain ---
 const llm = new ChatOpenAI({ model, apiKey: "unused", configuration: { baseURL: `${base}/v1` }, maxTokens: 6, temperature: 0, maxRetries: 0 });
 const msg = await llm.invoke("Say hi");
@@ -99,6 +156,10 @@ for await (const chunk of await llm.stream("Say hi")) lcText += chunk.content;
 check(lcText === msg.content, "langchain: stream equals invoke");
 const batch = await llm.batch(["a", "b", "c"]);
 check(batch.length === 3, "langchain: batch");
+const lcStructured = new ChatOpenAI({ model, apiKey: "unused", configuration: { baseURL: `${base}/v1` }, maxTokens: 200, maxRetries: 0 })
+  .withStructuredOutput({ title: "person", ...person });
+const lcPerson = await lcStructured.invoke("A person");
+check(typeof lcPerson.name === "string" && Number.isInteger(lcPerson.age), `langchain: withStructuredOutput ${JSON.stringify(lcPerson)}`);
 
 // --- Anthropic ---
 const anthropic = new Anthropic({ baseURL: base, apiKey: "unused", maxRetries: 0 });
@@ -128,6 +189,12 @@ const toolHistory = await anthropic.messages.create({ model, max_tokens: 4,
     { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_1", content: "sunny" }] },
   ] });
 check(["end_turn", "max_tokens", "tool_use"].includes(toolHistory.stop_reason), "anthropic: tool_use / tool_result history");
+const anyTool = await anthropic.messages.create({ model, max_tokens: 300,
+  tools: [{ name: "get_weather", description: "Weather", input_schema: weather[0].function.parameters }],
+  tool_choice: { type: "any" }, messages: [{ role: "user", content: "Weather in Paris?" }] });
+const uses = anyTool.content.filter((b) => b.type === "tool_use");
+check(anyTool.stop_reason === "tool_use" && uses.length >= 1 && uses.every((b) => b.name === "get_weather" && typeof b.input.city === "string"),
+  `anthropic: tool_choice any gives tool_use blocks: ${JSON.stringify(anyTool.content)}`);
 const first = am.content.map((b) => b.text).join("").slice(0, 1);
 if (first) {
   const stopped = await anthropic.messages.create({ model: "claude-sonnet-4-5", max_tokens: 6, temperature: 0, system: "Be terse.",
