@@ -1,9 +1,12 @@
 // UTF-8 encoding of one code point (the tokenizer's byte map, the grammar
-// compilers' literals and character ranges).
+// compilers' literals and character ranges), and the hex digits of the
+// escapes (\xHH, \uHHHH) that spell code points.
 #pragma once
 
+#include <cctype>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace dsv4 {
 
@@ -25,6 +28,18 @@ inline std::string utf8_encode(uint32_t cp) {
     s += static_cast<char>(0x80 | (cp & 0x3F));
   }
   return s;
+}
+
+// The value of `n` hex digits at text[at...]; false (and at where the
+// digits stop) when fewer are there. Advances at past them.
+inline bool read_hex(std::string_view text, size_t* at, int n, uint32_t* value) {
+  *value = 0;
+  for (int k = 0; k < n; ++k, ++*at) {
+    if (*at >= text.size() || !std::isxdigit(static_cast<unsigned char>(text[*at]))) return false;
+    const char h = text[*at];
+    *value = *value * 16 + static_cast<uint32_t>(h <= '9' ? h - '0' : (h | 0x20) - 'a' + 10);
+  }
+  return true;
 }
 
 }  // namespace dsv4

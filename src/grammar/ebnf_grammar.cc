@@ -173,15 +173,7 @@ class EbnfParser {
       ++at_;
       if (!more()) return error("an escape");
       const char e = t_[at_++];
-      auto hex = [&](int n, uint32_t* v) {
-        *v = 0;
-        for (int k = 0; k < n; ++k, ++at_) {
-          if (!more() || !std::isxdigit(static_cast<unsigned char>(t_[at_]))) return false;
-          const char h = t_[at_];
-          *v = *v * 16 + static_cast<uint32_t>(h <= '9' ? h - '0' : (h | 0x20) - 'a' + 10);
-        }
-        return true;
-      };
+      auto hex = [&](int n, uint32_t* v) { return read_hex(t_, &at_, n, v); };
       uint32_t v = 0;
       switch (e) {
         case 'n': bytes += '\n'; break;

@@ -171,11 +171,7 @@ class RegexCompiler {
 
   StatusOr<uint32_t> hex(int digits) {
     uint32_t v = 0;
-    for (int k = 0; k < digits; ++k, ++at_) {
-      if (!more() || !std::isxdigit(static_cast<unsigned char>(peek()))) return error("a bad hex escape");
-      const char h = peek();
-      v = v * 16 + static_cast<uint32_t>(h <= '9' ? h - '0' : (h | 0x20) - 'a' + 10);
-    }
+    if (!read_hex(p_, &at_, digits, &v)) return error("a bad hex escape");
     return v;
   }
 
