@@ -260,13 +260,26 @@ TEST(Grammar, OnTheDeepSeekVocabularyMasksEqualTheBruteForce) {
     if (step % 7 == 0 || step > budget - 4) {
       std::vector<uint64_t> free(bits.size());
       m.fill_mask(free.data());
-      int64_t differ = 0;
+      // With the budget: the tokens after which the rest fits in the tokens
+      // left, one kept for EOS (all the grammar allows when none does).
+      const int64_t left = budget - step - 2;
+      int64_t differ = 0, budget_differ = 0, fitting = 0;
+      std::vector<uint8_t> fits(vocab->size(), 0);
       for (int32_t id = 0; id < vocab->size(); ++id) {
         const bool takes = m.accept_token(id);
-        if (takes) m.rollback(1);
+        if (takes) {
+          fits[id] = id == vocab->eos() || m.min_bytes_to_end() <= left;
+          fitting += fits[id];
+          m.rollback(1);
+        }
         differ += takes != static_cast<bool>((free[id >> 6] >> (id & 63)) & 1);
       }
+      for (int32_t id = 0; id < vocab->size(); ++id) {
+        const bool want = fitting ? fits[id] : static_cast<bool>((free[id >> 6] >> (id & 63)) & 1);
+        budget_differ += want != static_cast<bool>((bits[id >> 6] >> (id & 63)) & 1);
+      }
       EXPECT_EQ(differ, 0) << "step " << step;
+      EXPECT_EQ(budget_differ, 0) << "step " << step << " with " << budget - step << " tokens left";
     }
     std::vector<int32_t> ids;
     for (int32_t id = 0; id < vocab->size(); ++id)

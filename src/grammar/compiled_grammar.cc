@@ -253,19 +253,7 @@ int64_t CompiledGrammar::num_classified() const {
   return static_cast<int64_t>(classes_.size());
 }
 
-std::unique_ptr<CompiledGrammar::TokenClasses> CompiledGrammar::classify(const std::vector<int32_t>& top) const {
-  const TokenVocabulary& v = *vocab_;
-  auto out = std::make_unique<TokenClasses>();
-  out->accepted.assign((v.size() + 63) / 64, 0);
-  out->need.assign(v.size(), kNeedUnknown);
-  auto accept = [&](int32_t id, int64_t need) {
-    out->accepted[id >> 6] |= uint64_t{1} << (id & 63);
-    out->need[id] = static_cast<uint16_t>(std::min<int64_t>(need, kNeedUnknown));
-  };
-
-  // The known frames: the top's, then each rule the deepest returns to
-  // alone.
-  StackForest forest(this);
+int32_t CompiledGrammar::known_start(const std::vector<int32_t>& top, StackForest* forest, const ByteSet** follow) const {
   const bool ends_below = top.back() == kAcceptBelow;
   std::vector<int32_t> chain(top.begin() + 1, top.end() - (ends_below ? 1 : 0));  // ref items, innermost first
   int32_t rule = rule_of_[chain.empty() ? top[0] : chain.back()];
@@ -280,10 +268,39 @@ std::unique_ptr<CompiledGrammar::TokenClasses> CompiledGrammar::classify(const s
     chain.push_back(ref);
     rule = rule_of_[ref];
   }
-  const ByteSet& follow = follow_[rule];  // what may come after the last known rule
+  *follow = &follow_[rule];  // what may come after the last known rule
   int32_t parent = bottom;
-  for (auto it = chain.rbegin(); it != chain.rend(); ++it) parent = forest.node(*it, parent);
-  const int32_t start = forest.node(top[0], parent);
+  for (auto it = chain.rbegin(); it != chain.rend(); ++it) parent = forest->node(*it, parent);
+  return forest->node(top[0], parent);
+}
+
+void CompiledGrammar::split_needs(TokenClasses* out) const {
+  const int64_t n = vocab_->size();
+  out->known_need = out->accepted;
+  for (int64_t id = 0; id < n; ++id) {
+    if (!((out->accepted[id >> 6] >> (id & 63)) & 1)) continue;
+    if (out->need[id] == kNeedUnknown) {
+      out->unknown_need.push_back(static_cast<int32_t>(id));
+      out->known_need[id >> 6] &= ~(uint64_t{1} << (id & 63));
+    } else {
+      out->max_need = std::max(out->max_need, out->need[id]);
+    }
+  }
+}
+
+std::unique_ptr<CompiledGrammar::TokenClasses> CompiledGrammar::classify(const std::vector<int32_t>& top) const {
+  const TokenVocabulary& v = *vocab_;
+  auto out = std::make_unique<TokenClasses>();
+  out->accepted.assign((v.size() + 63) / 64, 0);
+  out->need.assign(v.size(), kNeedUnknown);
+  auto accept = [&](int32_t id, int64_t need) {
+    out->accepted[id >> 6] |= uint64_t{1} << (id & 63);
+    out->need[id] = static_cast<uint16_t>(std::min<int64_t>(need, kNeedUnknown));
+  };
+  StackForest forest(this);
+  const ByteSet* follow_set = nullptr;
+  const int32_t start = known_start(top, &forest, &follow_set);
+  const ByteSet& follow = *follow_set;
   out->start_need = forest.min_complete(start);
 
   const auto& trie = v.trie();
@@ -317,16 +334,7 @@ std::unique_ptr<CompiledGrammar::TokenClasses> CompiledGrammar::classify(const s
       t = n.end - 1;
     }
   }
-  out->known_need = out->accepted;
-  for (int64_t id = 0; id < v.size(); ++id) {
-    if (!((out->accepted[id >> 6] >> (id & 63)) & 1)) continue;
-    if (out->need[id] == kNeedUnknown) {
-      out->unknown_need.push_back(static_cast<int32_t>(id));
-      out->known_need[id >> 6] &= ~(uint64_t{1} << (id & 63));
-    } else {
-      out->max_need = std::max(out->max_need, out->need[id]);
-    }
-  }
+  split_needs(out.get());
   return out;
 }
 

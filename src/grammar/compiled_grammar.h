@@ -131,8 +131,14 @@ class CompiledGrammar {
  private:
   CompiledGrammar(Grammar g, std::shared_ptr<const TokenVocabulary> vocab) : grammar_(std::move(g)), vocab_(std::move(vocab)) {}
   Status analyze();
-  // Walks the vocabulary trie from the top's known frames.
+  // The stack node of a top's known frames (its top item over the frames
+  // it names, extended by the rules they return to alone), in `forest`,
+  // and the bytes that may follow the deepest known rule.
+  int32_t known_start(const std::vector<int32_t>& top, StackForest* forest, const ByteSet** follow) const;
+  // Walks the whole vocabulary trie from the top's known frames.
   std::unique_ptr<TokenClasses> classify(const std::vector<int32_t>& top) const;
+  // Fills the known / unknown need split of classes just computed.
+  void split_needs(TokenClasses* out) const;
 
   Grammar grammar_;
   std::shared_ptr<const TokenVocabulary> vocab_;
