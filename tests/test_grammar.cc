@@ -233,6 +233,32 @@ TEST(Grammar, RecursiveSchemasCompile) {
   }
 }
 
+// A grammar with more states than a grammar keeps classes for: the oldest
+// are dropped and computed again, and every mask stays the brute-force one.
+TEST(Grammar, ClassesPastTheLimitAreDroppedAndRecomputed) {
+  std::string text;
+  for (size_t i = 0; i < CompiledGrammar::kMaxClasses + 40; ++i) text += static_cast<char>('a' + (i * 7) % 26);
+  auto g = compiled(choice_grammar({text, text.substr(0, 50) + "!"}));
+  for (int pass = 0; pass < 2; ++pass) {
+    GrammarMatcher m(g);
+    for (size_t i = 0; i < text.size(); ++i) {
+      if (i % 37 == 0) {
+        const std::vector<int32_t> ids = allowed(m);
+        for (int32_t id = 0; id < g->vocab().size(); ++id) {
+          const bool takes = m.accept_token(id);
+          if (takes) m.rollback(1);
+          EXPECT_EQ(std::binary_search(ids.begin(), ids.end(), id), takes) << "pass " << pass << " at " << i << " token " << id;
+        }
+      } else {
+        allowed(m);
+      }
+      ASSERT_TRUE(m.accept_token(static_cast<uint8_t>(text[i])));
+    }
+    EXPECT_TRUE(m.can_end());
+    EXPECT_LE(g->num_classified(), static_cast<int64_t>(CompiledGrammar::kMaxClasses));
+  }
+}
+
 // The DeepSeek tokenizer's 128,815 text tokens (up to 128 bytes each,
 // special tokens excluded): along a walk through a schema, the mask is the
 // brute-force answer, with and without a budget near its end.

@@ -241,11 +241,16 @@ Status CompiledGrammar::analyze() {
 
 // ------------------------------------------------------------ classify
 
-const CompiledGrammar::TokenClasses& CompiledGrammar::classes(const std::vector<int32_t>& top) const {
+std::shared_ptr<const CompiledGrammar::TokenClasses> CompiledGrammar::classes(const std::vector<int32_t>& top) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = classes_.find(top);
-  if (it == classes_.end()) it = classes_.emplace(top, classify(top)).first;
-  return *it->second;
+  if (it != classes_.end()) return it->second;
+  if (classes_.size() >= kMaxClasses) {
+    classes_.erase(classified_.front());
+    classified_.pop_front();
+  }
+  classified_.push_back(top);
+  return classes_.emplace(top, classify(top)).first->second;
 }
 
 int64_t CompiledGrammar::num_classified() const {

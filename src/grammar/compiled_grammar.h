@@ -19,6 +19,7 @@
 
 #include <array>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <map>
 #include <mutex>
@@ -123,8 +124,11 @@ class CompiledGrammar {
   // kAcceptBelow when the stack ends there.
   static constexpr int kTopFrames = 6;
   static constexpr int32_t kAcceptBelow = -1;
-  // Computed on first use (thread-safe), then kept.
-  const TokenClasses& classes(const std::vector<int32_t>& top) const;
+  // Computed on first use (thread-safe), then kept: up to kMaxClasses
+  // tops per grammar (about 300 KB each on a 129K vocabulary), the oldest
+  // dropped past that and computed again if reached again.
+  static constexpr size_t kMaxClasses = 256;
+  std::shared_ptr<const TokenClasses> classes(const std::vector<int32_t>& top) const;
   int64_t num_classified() const;
   int64_t num_items() const { return static_cast<int64_t>(kind_.size()); }
 
@@ -154,7 +158,8 @@ class CompiledGrammar {
   std::vector<ByteSet> follow_;
 
   mutable std::mutex mu_;
-  mutable std::map<std::vector<int32_t>, std::unique_ptr<TokenClasses>> classes_;
+  mutable std::map<std::vector<int32_t>, std::shared_ptr<const TokenClasses>> classes_;
+  mutable std::deque<std::vector<int32_t>> classified_;  // the keys of classes_, oldest first
 };
 
 }  // namespace dsv4

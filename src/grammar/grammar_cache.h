@@ -19,7 +19,9 @@ namespace dsv4 {
 
 class GrammarCache {
  public:
-  GrammarCache(std::shared_ptr<const TokenVocabulary> vocab, size_t capacity = 256);
+  // capacity: grammars kept (each holds up to CompiledGrammar::kMaxClasses
+  // token classes).
+  GrammarCache(std::shared_ptr<const TokenVocabulary> vocab, size_t capacity = 64);
 
   using Build = std::function<StatusOr<Grammar>()>;
   // The grammar compiled under `key` (its kind and source text), built and

@@ -84,7 +84,7 @@ void GrammarMatcher::fill_mask(uint64_t* bits, int64_t remaining_tokens) {
   // relative to its frames: `extra` is what the real stack adds beneath.
   struct Group {
     std::vector<int32_t> top;
-    const CompiledGrammar::TokenClasses* classes = nullptr;
+    std::shared_ptr<const CompiledGrammar::TokenClasses> classes;
     int64_t extra = INT64_MAX;
   };
   std::vector<Group> groups;
@@ -101,7 +101,7 @@ void GrammarMatcher::fill_mask(uint64_t* bits, int64_t remaining_tokens) {
     if (g == groups.end()) {
       groups.push_back({std::move(top), nullptr, INT64_MAX});
       g = groups.end() - 1;
-      g->classes = &grammar_->classes(g->top);
+      g->classes = grammar_->classes(g->top);
     }
     g->extra = std::min(g->extra, forest_.min_complete(n) - g->classes->start_need);
   }
