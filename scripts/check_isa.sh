@@ -13,16 +13,23 @@ binary=${1:-build/dsv4}
 
 objdump -d -C "$binary" 2>/dev/null | awk '
   # A function: "0000000000401000 <name>:"
-  /^[0-9a-f]+ <.*>:$/ { fn = substr($0, index($0, "<") + 1); sub(/>:$/, "", fn); next }
+  /^[0-9a-f]+ <.*>:$/ { fn = substr($0, index($0, "<") + 1); sub(/>:$/, "", fn); off = 0; data = 0; next }
   # An instruction: "  401000:\t62 f1 ...\tvmovaps ..." (continuation lines have no third field)
   /^ *[0-9a-f]+:\t/ {
     n = split($0, field, "\t")
-    if (n < 3) next
+    nb = split(field[2], byte, " ")
+    at = off
+    off += nb
+    # clang'"'"'s -fsanitize=function starts a function with a jump over six
+    # bytes of signature data (eb 06 ...); objdump decodes them (and the
+    # first real bytes) as instructions, a VEX one when the type hash holds
+    # c4 or c5.
+    if (at == 0 && byte[1] == "eb" && byte[2] == "06") data = 8
+    if (n < 3 || at < data) next
     # Bytes objdump cannot decode are data inside the text (e.g. the
     # signature clang'"'"'s -fsanitize=function puts before a function), not
     # instructions.
     if (field[3] ~ /\(bad\)/) next
-    split(field[2], byte, " ")
     i = 1
     while (byte[i] ~ /^(2e|3e|26|36|64|65|66|67|f0|f2|f3)$/) i++  # legacy prefixes
     kind = byte[i] == "62" ? "avx512" : (byte[i] == "c4" || byte[i] == "c5") ? "avx" : ""
