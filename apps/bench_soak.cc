@@ -7,7 +7,6 @@
 // and time-to-first-token percentiles, and whether page accounting returns
 // to its baseline (nothing running, every cache family at 0) once the load
 // stops. Exit 0 only with zero errors, zero lost requests and the baseline.
-#include <httplib.h>
 
 #include <algorithm>
 #include <atomic>
@@ -20,6 +19,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "http/http_client.h"
 
 namespace dsv4::app {
 namespace {
@@ -68,8 +69,8 @@ std::string text_of(std::mt19937_64& rng, size_t n) {
 // One request of a random kind; records its outcome.
 void one_request(const std::string& host, int port, std::mt19937_64& rng, const std::vector<std::string>& prefixes,
                  Tally* t) {
-  httplib::Client cli(host, port);
-  cli.set_read_timeout(300);
+  HttpClient cli(host, port);
+  cli.set_read_timeout_ms(300000);
   const int kind = static_cast<int>(rng() % 6);
   const bool chat = kind == 3;
   const bool stream = kind == 1 || kind == 4 || (kind == 2 && rng() % 2);
@@ -90,7 +91,7 @@ void one_request(const std::string& host, int port, std::mt19937_64& rng, const 
   }
   const auto t0 = Clock::now();
   if (!stream) {
-    auto r = cli.Post(path, body.dump(), "application/json");
+    auto r = cli.post(path, body.dump(), "application/json");
     if (!r) return t->error("no answer to " + path);
     if (r->status != 200) return t->error("HTTP " + std::to_string(r->status) + ": " + r->body.substr(0, 200));
     const json j = json::parse(r->body, nullptr, false);
@@ -109,14 +110,9 @@ void one_request(const std::string& host, int port, std::mt19937_64& rng, const 
   double first = -1;
   bool done = false;
   int finishes = 0;
-  httplib::Request req;
-  req.method = "POST";
-  req.path = path;
-  req.body = body.dump();
-  req.set_header("Content-Type", "application/json");
-  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+  auto on_body = [&](std::string_view piece) {
     if (first < 0) first = since(t0);
-    buffer.append(data, n);
+    buffer.append(piece);
     for (size_t end; (end = buffer.find("\n\n")) != std::string::npos; buffer.erase(0, end + 2)) {
       const std::string event = buffer.substr(0, end);
       if (event == "data: [DONE]") {
@@ -129,7 +125,7 @@ void one_request(const std::string& host, int port, std::mt19937_64& rng, const 
     }
     return !abort_early;  // an abandoned stream: the client goes away
   };
-  auto r = cli.send(req);
+  auto r = cli.send("POST", path, body.dump(), {{"Content-Type", "application/json"}}, on_body);
   std::lock_guard<std::mutex> lock(t->mu);
   if (abort_early) {
     ++t->aborted;
@@ -148,10 +144,10 @@ void one_request(const std::string& host, int port, std::mt19937_64& rng, const 
 
 // Waits until nothing runs and no cache family holds a request page.
 bool settles(const std::string& host, int port, double timeout_s) {
-  httplib::Client cli(host, port);
+  HttpClient cli(host, port);
   const auto t0 = Clock::now();
   while (since(t0) < timeout_s) {
-    auto r = cli.Get("/metrics");
+    auto r = cli.get("/metrics");
     if (r && r->status == 200) {
       const auto usage = metric(r->body, "dsv4_kv_cache_usage");
       const auto running = metric(r->body, "dsv4_num_requests_running");
@@ -166,8 +162,8 @@ bool settles(const std::string& host, int port, double timeout_s) {
 }
 
 double metric_total(const std::string& host, int port, const std::string& name) {
-  httplib::Client cli(host, port);
-  auto r = cli.Get("/metrics");
+  HttpClient cli(host, port);
+  auto r = cli.get("/metrics");
   if (!r) return 0;
   const auto v = metric(r->body, name);
   return v.empty() ? 0 : v[0];

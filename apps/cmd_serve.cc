@@ -37,7 +37,21 @@ const char* kHelp =
     "  --allowed-origins LIST   CORS: comma-separated origins browsers may call from (default *: any)\n"
     "  --max-queue N            waiting choices before answering 503 + Retry-After (default 256;\n"
     "                           a request is taken whole, and always by an empty queue)\n"
-    "  --http-threads N         connections served at once (default 128)\n"
+    "  --http-threads N         I/O threads owning the client connections (default 2; each serves\n"
+    "                           thousands of connections without blocking)\n"
+    "  --max-connections N      open connections served at once (default 16384, within the open-file\n"
+    "                           limit, which is raised to its maximum at start); past it a connection\n"
+    "                           may only ask /health, others are answered 503 and closed\n"
+    "  --max-body-bytes N       largest request body (default 33554432; larger: 413)\n"
+    "  --http-idle-timeout-ms N a connection with no request for this long is closed (default 60000)\n"
+    "  --http-head-timeout-ms N a request head must arrive within this of its first byte (default 10000)\n"
+    "  --http-body-timeout-ms N a body must start within this, then keep up --http-min-body-rate\n"
+    "                           bytes/s (defaults 10000 and 1024); too slow: 408 and closed\n"
+    "  --http-write-timeout-ms N a client that takes no byte of its response for this long is\n"
+    "                           disconnected and its request aborted (default 30000)\n"
+    "  --http-stream-backlog N  bytes a stream may have waiting for its reader beyond what the\n"
+    "                           kernel holds; a reader further behind is cut off (default 1048576)\n"
+    "  --no-access-log          no log line per request\n"
     "  --shutdown-grace-ms N    on SIGTERM, time in-flight requests get to finish (default 10000)\n"
     "  --dist mpi               one rank per MPI process: mpirun -np TPxDP dsv4 serve --dist mpi ...\n"
     "                           (rank 0 serves HTTP; a rank that stops answering makes /health 503\n"
@@ -80,14 +94,29 @@ int serve(std::unique_ptr<Engine> engine, ServeSettings& s, const std::function<
   log_info(std::string("numerics ") + kernels::numerics_name(s.numerics) + ", kernels " +
            kernels::isa_name(kernels::active_isa()));
   log_info(engine->capacity_summary());
+  // Every connection is a descriptor: the limit goes as high as allowed,
+  // and the connection cap stays under it (room kept for the rest).
+  HttpListenerOptions& h = s.http.http;
+  const int64_t files = raise_open_file_limit();
+  const int64_t room = files - h.overflow_connections - 256;
+  if (h.max_connections > room) {
+    log_warn("--max-connections " + std::to_string(h.max_connections) + " is above what the open-file limit (" +
+             std::to_string(files) + ") allows: " + std::to_string(std::max<int64_t>(room, 1)));
+    h.max_connections = static_cast<int>(std::max<int64_t>(room, 1));
+  }
   EngineService service(std::move(engine), s.service);
   HttpServer server(&service, tokenizer.get(), s.http);
-  if (!server.bind()) {
-    std::fprintf(stderr, "dsv4 serve: %s\n", server.error().c_str());
+  const Status bound = server.bind();
+  if (!bound.ok()) {
+    std::fprintf(stderr, "dsv4 serve: %s\n", bound.message().c_str());
     return 2;
   }
-  log_info("serving " + s.http.model_name + " on http://" + s.http.host + ":" + std::to_string(server.port()) +
-           (s.http.api_key.empty() ? "" : " (API key required)"));
+  log_info("http: " + std::to_string(h.io_threads) + " I/O threads, up to " + std::to_string(h.max_connections) +
+           " connections (open-file limit " + std::to_string(files) + "), idle timeout " +
+           std::to_string(h.idle_timeout_ms / 1000) + " s, request head " + std::to_string(h.head_timeout_ms / 1000) +
+           " s, write timeout " + std::to_string(h.write_timeout_ms / 1000) + " s");
+  log_info("serving " + s.http.model_name + " on http://" + h.host + ":" + std::to_string(server.port()) +
+           (s.http.api_key.empty() ? "" : " (API key required)") + "; chat page at /");
   std::thread waiter([&] {
     int sig = 0;
     sigwait(&s.signals, &sig);
@@ -181,10 +210,12 @@ int serve_over_mpi(int argc, char** argv, const EngineOptions& eopt, const Paral
 
 int cmd_serve(int argc, char** argv) {
   std::set<std::string> valued = {"model", "host", "port", "served-model-name", "api-key", "allowed-origins", "max-queue", "http-threads",
-                                  "shutdown-grace-ms", "dist", "dist-timeout-ms"};
+                                  "shutdown-grace-ms", "dist", "dist-timeout-ms", "max-connections", "max-body-bytes",
+                                  "http-idle-timeout-ms", "http-head-timeout-ms", "http-body-timeout-ms",
+                                  "http-min-body-rate", "http-write-timeout-ms", "http-stream-backlog"};
   for (const auto& k : engine_option_names()) valued.insert(k);
   for (const auto& k : parallel_option_names()) valued.insert(k);
-  std::set<std::string> flags = {"help"};
+  std::set<std::string> flags = {"help", "no-access-log"};
   for (const auto& k : parallel_flag_names()) flags.insert(k);
   for (const auto& k : engine_flag_names()) flags.insert(k);
   Args args(argc, argv, 2, valued, flags);
@@ -195,12 +226,32 @@ int cmd_serve(int argc, char** argv) {
   EngineOptions eopt = engine_options(args);
   ParallelOptions popt = parallel_options(args);
   ServeSettings s;
-  s.http.host = args.get("host", s.http.host);
-  s.http.port = static_cast<int>(args.get_int("port", s.http.port));
+  HttpListenerOptions& h = s.http.http;
+  h.host = args.get("host", h.host);
+  h.port = static_cast<int>(args.get_int("port", h.port));
   s.http.api_key = args.get("api-key");
   s.http.allowed_origins = args.get("allowed-origins", "*");
   if (args.ok() && s.http.allowed_origins.empty()) args.set_error("--allowed-origins needs at least one origin (or *)");
-  s.http.threads = static_cast<int>(args.get_int("http-threads", s.http.threads));
+  h.io_threads = static_cast<int>(args.get_int("http-threads", h.io_threads));
+  h.max_connections = static_cast<int>(args.get_int("max-connections", h.max_connections));
+  h.limits.max_body_bytes = static_cast<size_t>(args.get_int("max-body-bytes", static_cast<int64_t>(h.limits.max_body_bytes)));
+  h.idle_timeout_ms = static_cast<int>(args.get_int("http-idle-timeout-ms", h.idle_timeout_ms));
+  h.head_timeout_ms = static_cast<int>(args.get_int("http-head-timeout-ms", h.head_timeout_ms));
+  h.body_timeout_ms = static_cast<int>(args.get_int("http-body-timeout-ms", h.body_timeout_ms));
+  h.min_body_bytes_per_second = args.get_int("http-min-body-rate", h.min_body_bytes_per_second);
+  h.write_timeout_ms = static_cast<int>(args.get_int("http-write-timeout-ms", h.write_timeout_ms));
+  h.max_stream_backlog_bytes = static_cast<size_t>(args.get_int("http-stream-backlog", static_cast<int64_t>(h.max_stream_backlog_bytes)));
+  h.access_log = !args.has("no-access-log");
+  for (const auto& [flag, v] : {std::pair<const char*, int64_t>{"http-threads", h.io_threads},
+                                {"max-connections", h.max_connections},
+                                {"max-body-bytes", static_cast<int64_t>(h.limits.max_body_bytes)},
+                                {"http-idle-timeout-ms", h.idle_timeout_ms},
+                                {"http-head-timeout-ms", h.head_timeout_ms},
+                                {"http-body-timeout-ms", h.body_timeout_ms},
+                                {"http-min-body-rate", h.min_body_bytes_per_second},
+                                {"http-write-timeout-ms", h.write_timeout_ms},
+                                {"http-stream-backlog", static_cast<int64_t>(h.max_stream_backlog_bytes)}})
+    if (args.ok() && v < 1) args.set_error(std::string("--") + flag + " must be at least 1");
   s.service.max_queue = args.get_int("max-queue", s.service.max_queue);
   s.grace_ms = static_cast<int>(args.get_int("shutdown-grace-ms", 10000));
   s.numerics = numerics_option(args, kernels::Numerics::kFast);

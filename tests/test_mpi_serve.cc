@@ -2,13 +2,13 @@
 // answers like one rank; a rank that hangs turns /health to 503 and ends
 // the job with an error; a rank that dies ends the job with an error.
 #include <gtest/gtest.h>
-#include <httplib.h>
 #include <signal.h>
 
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <thread>
 
+#include "http/http_client.h"
 #include "server_process.h"
 #include "test_util.h"
 
@@ -29,19 +29,19 @@ std::vector<std::string> with(std::vector<std::string> extra) {
 }
 
 std::string complete(const ServerProcess& server, const std::string& prompt) {
-  httplib::Client cli(server.url());
-  cli.set_read_timeout(60);
+  HttpClient cli("127.0.0.1", server.port());
+  cli.set_read_timeout_ms(60000);
   json body = {{"model", "dsv4-default"}, {"prompt", prompt}, {"max_tokens", 10}, {"temperature", 0}};
-  auto r = cli.Post("/v1/completions", body.dump(), "application/json");
+  auto r = cli.post("/v1/completions", body.dump(), "application/json");
   if (!r || r->status != 200) return "<failed>";
   return json::parse(r->body)["choices"][0]["text"];
 }
 
 int health(const ServerProcess& server) {
-  httplib::Client cli(server.url());
-  cli.set_connection_timeout(1);
-  cli.set_read_timeout(1);
-  auto r = cli.Get("/health");
+  HttpClient cli("127.0.0.1", server.port());
+  cli.set_connect_timeout_ms(1000);
+  cli.set_read_timeout_ms(1000);
+  auto r = cli.get("/health");
   return r ? r->status : 0;  // 0: nobody answers
 }
 
@@ -78,10 +78,10 @@ TEST(MpiServe, RankZeroServesLikeOneRank) {
 TEST(MpiServe, SpeculationAndPrefixCachingOverProcesses) {
   const std::string spec = R"({"method":"mtp","num_speculative_tokens":2})";
   auto ask = [](const ServerProcess& server, const std::string& prompt) {
-    httplib::Client cli(server.url());
-    cli.set_read_timeout(60);
+    HttpClient cli("127.0.0.1", server.port());
+    cli.set_read_timeout_ms(60000);
     json body = {{"prompt", prompt}, {"max_tokens", 10}, {"temperature", 0}, {"ignore_eos", true}};
-    auto r = cli.Post("/v1/completions", body.dump(), "application/json");
+    auto r = cli.post("/v1/completions", body.dump(), "application/json");
     return r && r->status == 200 ? json::parse(r->body) : json();
   };
   const std::string prefix(300, 'a');
@@ -110,10 +110,10 @@ TEST(MpiServe, DSparkSpeculationOverProcesses) {
   const std::string model = testing::golden_dir() + "/dspark-tiny";
   const std::string spec = R"({"method":"dspark","num_speculative_tokens":3})";
   auto ask = [](const ServerProcess& server) {
-    httplib::Client cli(server.url());
-    cli.set_read_timeout(60);
+    HttpClient cli("127.0.0.1", server.port());
+    cli.set_read_timeout_ms(60000);
     json body = {{"prompt", "speculation over processes"}, {"max_tokens", 24}, {"temperature", 0}, {"ignore_eos", true}};
-    auto r = cli.Post("/v1/completions", body.dump(), "application/json");
+    auto r = cli.post("/v1/completions", body.dump(), "application/json");
     return r && r->status == 200 ? json::parse(r->body)["choices"][0]["text"].get<std::string>() : "<failed>";
   };
   std::string expected;
@@ -126,8 +126,8 @@ TEST(MpiServe, DSparkSpeculationOverProcesses) {
   ServerProcess server(with({"--model", model, "--dist", "mpi", "--tp", "2", "--speculative-config", spec}), kMpi);
   ASSERT_GT(server.port(), 0) << server.log();
   EXPECT_EQ(ask(server), expected);
-  httplib::Client cli(server.url());
-  auto m = cli.Get("/metrics");
+  HttpClient cli("127.0.0.1", server.port());
+  auto m = cli.get("/metrics");
   ASSERT_TRUE(m);
   EXPECT_NE(m->body.find("dsv4_spec_decode_num_draft_tokens_per_pos{position=\"2\"}"), std::string::npos) << m->body;
   EXPECT_NE(m->body.find("dsv4_kv_cache_usage{family=\"dspark_ring\"}"), std::string::npos) << m->body;

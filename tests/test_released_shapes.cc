@@ -64,8 +64,8 @@ TEST(ReleasedShapes, ProShapedCheckpointPassesTheSelfCheck) {
       "Pro shapes");
 }
 
-// The generated text of `dsv4 run`: the lines tagged [i] (not the log's
-// "[I ...]").
+// The generated text of `dsv4 run`: the lines tagged [i] (not the log
+// lines).
 std::string generated_texts(const std::string& out) {
   std::istringstream in(out);
   std::string all;

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <mutex>
 
 namespace dsv4 {
@@ -20,10 +21,10 @@ LogLevel level_from_env() {
 
 const char* level_tag(LogLevel l) {
   switch (l) {
-    case LogLevel::kDebug: return "D";
-    case LogLevel::kInfo: return "I";
-    case LogLevel::kWarn: return "W";
-    case LogLevel::kError: return "E";
+    case LogLevel::kDebug: return "DEBUG";
+    case LogLevel::kInfo: return "INFO ";
+    case LogLevel::kWarn: return "WARN ";
+    case LogLevel::kError: return "ERROR";
   }
   return "?";
 }
@@ -38,10 +39,17 @@ bool log_enabled(LogLevel level) {
 void log_message(LogLevel level, const std::string& message) {
   if (!log_enabled(level)) return;
   static std::mutex mu;
+  // Local date and time to the millisecond, as uvicorn and nginx print it.
   using namespace std::chrono;
-  double t = duration<double>(system_clock::now().time_since_epoch()).count();
+  const auto now = system_clock::now();
+  const std::time_t secs = system_clock::to_time_t(now);
+  const int ms = static_cast<int>(duration_cast<milliseconds>(now.time_since_epoch()).count() % 1000);
+  std::tm local{};
+  localtime_r(&secs, &local);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", &local);
   std::lock_guard<std::mutex> lock(mu);
-  std::fprintf(stderr, "[%s %.3f] %s\n", level_tag(level), t, message.c_str());
+  std::fprintf(stderr, "%s.%03d %s %s\n", stamp, ms, level_tag(level), message.c_str());
 }
 
 }  // namespace dsv4

@@ -1,4 +1,5 @@
-// Minimal leveled logging to stderr; DSV4_LOG_LEVEL=debug|info|warn|error.
+// Leveled logging to stderr, a line per message stamped with the local date
+// and time (2026-12-02 02:35:24.123 INFO  ...); DSV4_LOG_LEVEL=debug|info|warn|error.
 #pragma once
 
 #include <string>

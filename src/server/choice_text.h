@@ -29,6 +29,8 @@ class ChoiceText {
   // At the end: what was held back, and the tool calls if any parse.
   TextDelta finish();
   bool stopped() const { return detok_.stopped(); }
+  // Still in the reasoning part (thinking mode, before </think>).
+  bool in_reasoning() const { return phase_ == Phase::kReasoning; }
   const std::string& stop_string() const { return detok_.stop_string(); }  // the one that matched
 
   const std::string& reasoning() const { return reasoning_; }

@@ -10,13 +10,23 @@ void EventChannel::push(ChoiceEvent e) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     events_.push_back(std::move(e));
+    if (on_push_) on_push_();
   }
   cv_.notify_one();
 }
 
+void EventChannel::clear_listener() {
+  std::lock_guard<std::mutex> lock(mu_);
+  on_push_ = nullptr;
+}
+
 bool EventChannel::pop(ChoiceEvent* e, int timeout_ms) {
   std::unique_lock<std::mutex> lock(mu_);
-  if (!cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return !events_.empty(); })) return false;
+  if (timeout_ms <= 0) {
+    if (events_.empty()) return false;
+  } else if (!cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return !events_.empty(); })) {
+    return false;
+  }
   *e = std::move(events_.front());
   events_.pop_front();
   return true;

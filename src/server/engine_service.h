@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -26,17 +27,25 @@ struct ChoiceEvent {
   RequestOutput output;
 };
 
-// The events of one HTTP request's engine requests (its choices).
+// The events of one HTTP request's engine requests (its choices). The
+// engine thread pushes; the reader pops, waiting or (with a listener) told
+// of each push so that it never has to wait.
 class EventChannel {
  public:
+  // on_push runs after each push, on the pushing thread, under the
+  // channel's lock: it must only hand the news on (post, notify).
+  explicit EventChannel(std::function<void()> on_push = nullptr) : on_push_(std::move(on_push)) {}
   void push(ChoiceEvent e);
-  // Waits up to timeout_ms; false on timeout.
+  // Waits up to timeout_ms (0: not at all); false when there is nothing.
   bool pop(ChoiceEvent* e, int timeout_ms);
+  // No listener from now on (its reader is going away).
+  void clear_listener();
 
  private:
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<ChoiceEvent> events_;
+  std::function<void()> on_push_;
 };
 
 struct EngineServiceOptions {

@@ -7,12 +7,16 @@ namespace dsv4 {
 
 using Clock = std::chrono::steady_clock;
 
-Generation::Generation(EngineService* service, GenerationSpec spec, Metrics* metrics)
-    : service_(service), spec_(std::move(spec)), metrics_(metrics) {}
+Generation::Generation(EngineService* service, GenerationSpec spec, Metrics* metrics, std::function<void()> on_event)
+    : service_(service),
+      spec_(std::move(spec)),
+      metrics_(metrics),
+      channel_(std::make_shared<EventChannel>(std::move(on_event))) {}
 
 StatusOr<std::unique_ptr<Generation>> Generation::start(EngineService* service, const Tokenizer* tokenizer,
-                                                        GenerationSpec spec, Metrics* metrics) {
-  std::unique_ptr<Generation> g(new Generation(service, std::move(spec), metrics));
+                                                        GenerationSpec spec, Metrics* metrics,
+                                                        std::function<void()> on_event) {
+  std::unique_ptr<Generation> g(new Generation(service, std::move(spec), metrics, std::move(on_event)));
   const GenerationSpec& s = g->spec_;
   const size_t count = s.prompts.size() * s.n;
   std::vector<ChoiceRequest> requests(count);
@@ -35,6 +39,7 @@ StatusOr<std::unique_ptr<Generation>> Generation::start(EngineService* service, 
 }
 
 Generation::~Generation() {
+  channel_->clear_listener();  // whoever listened is going away with us
   abort();  // a handler that leaves early (an exception, a closed socket) leaves nothing running
   if (!metrics_) return;
   const Usage u = usage();
@@ -90,6 +95,7 @@ bool Generation::next(ChoiceUpdate* u, int timeout_ms) {
   // speculative step brings several), the ones after it are not output.
   size_t kept = 0;
   while (kept < o.new_tokens.size() && !c.text->stopped()) {
+    if (c.text->in_reasoning()) ++c.reasoning_tokens;
     const TextDelta d = c.text->add({o.new_tokens[kept++]});
     u->delta.reasoning += d.reasoning;
     u->delta.content += d.content;
@@ -135,7 +141,8 @@ std::string Generation::summary() const {
     accepted += c.drafts_accepted;
   }
   const Usage u = usage();
-  std::string s = std::to_string(u.completion_tokens) + " tokens";
+  std::string s = "tokens " + std::to_string(u.prompt_tokens) + " prompt + " + std::to_string(u.completion_tokens) +
+                  " generated";
   if (u.cached_tokens) s += ", " + std::to_string(u.cached_tokens) + " prompt tokens cached";
   if (proposed) s += ", " + std::to_string(accepted) + "/" + std::to_string(proposed) + " draft tokens accepted";
   return s;

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -39,6 +40,7 @@ struct GenerationChoice {
   std::vector<SampledToken> prompt_logprobs;  // prompt positions 1.., when asked
   int64_t prompt_tokens = 0, cached_tokens = 0;
   int64_t drafts_proposed = 0, drafts_accepted = 0;
+  int64_t reasoning_tokens = 0;  // of tokens, those before </think> (and it)
   std::chrono::steady_clock::time_point last_token;
 };
 
@@ -60,13 +62,16 @@ struct Usage {
 class Generation {
  public:
   // Submits every choice; on error nothing runs (the status says why: see
-  // EngineService::submit).
+  // EngineService::submit). on_event, when given, is called (on the engine's
+  // thread, or the one aborting) whenever an event waits for next(); it
+  // must only hand the news on, never call back in.
   static StatusOr<std::unique_ptr<Generation>> start(EngineService* service, const Tokenizer* tokenizer,
-                                                     GenerationSpec spec, Metrics* metrics);
+                                                     GenerationSpec spec, Metrics* metrics,
+                                                     std::function<void()> on_event = nullptr);
   ~Generation();
 
-  // Waits up to timeout_ms for the next engine event and applies it; false
-  // on timeout (or when every choice is done).
+  // Waits up to timeout_ms (0: not at all) for the next engine event and
+  // applies it; false when there is none (or every choice is done).
   bool next(ChoiceUpdate* update, int timeout_ms);
   bool done() const { return done_ == choices_.size(); }
   // The client is gone: every running choice ends as "abort" now.
@@ -76,17 +81,18 @@ class Generation {
   const GenerationChoice& choice(size_t i) const { return choices_[i]; }
   const GenerationSpec& spec() const { return spec_; }
   Usage usage() const;
-  // "12 tokens, 4 prompt tokens cached, ..." for the request log.
+  // "tokens 20 prompt + 12 generated, 4 prompt tokens cached, ..." for the
+  // request's access-log line.
   std::string summary() const;
 
  private:
-  Generation(EngineService* service, GenerationSpec spec, Metrics* metrics);
+  Generation(EngineService* service, GenerationSpec spec, Metrics* metrics, std::function<void()> on_event);
   void end(GenerationChoice& c, std::string reason);
 
   EngineService* service_;
   GenerationSpec spec_;
   Metrics* metrics_;
-  std::shared_ptr<EventChannel> channel_ = std::make_shared<EventChannel>();
+  std::shared_ptr<EventChannel> channel_;
   std::vector<GenerationChoice> choices_;
   size_t done_ = 0;
   std::chrono::steady_clock::time_point arrival_ = std::chrono::steady_clock::now();

@@ -1,49 +1,25 @@
 #include "server/http_server.h"
 
-#include <httplib.h>
+#include <boost/asio/post.hpp>
+#include <boost/asio/thread_pool.hpp>
 
-#include <chrono>
 #include <cstdio>
 #include <ctime>
-#include <regex>
 
 #include "base/logging.h"
 #include "server/anthropic_messages.h"
-#include "server/connection_watch.h"
-#include "server/generation.h"
+#include "server/chat_page.h"
+#include "server/generation_reply.h"
 #include "server/openai_response.h"
+#include "server/responses_api.h"
 #include "server/structured_output.h"
 
 namespace dsv4 {
 namespace {
 
 using nlohmann::ordered_json;
-using Clock = std::chrono::steady_clock;
 
 std::string dump(const ordered_json& j) { return j.dump(-1, ' ', false, ordered_json::error_handler_t::replace); }
-
-// How often a waiting handler looks at its client's socket.
-constexpr auto kWatchInterval = std::chrono::milliseconds(50);
-
-// The routes and their methods (anything else on these paths is a 405).
-struct Route {
-  std::regex path;
-  const char* methods;
-};
-const std::vector<Route>& routes() {
-  static const std::vector<Route> r = {
-      {std::regex("/health"), "GET"},
-      {std::regex("/metrics"), "GET"},
-      {std::regex("/v1/models"), "GET"},
-      {std::regex("/v1/models/[^/]+"), "GET"},
-      {std::regex("(/v1)?/tokenize"), "POST"},
-      {std::regex("(/v1)?/detokenize"), "POST"},
-      {std::regex("/v1/completions"), "POST"},
-      {std::regex("/v1/chat/completions"), "POST"},
-      {std::regex("/v1/messages"), "POST"},
-  };
-  return r;
-}
 
 std::vector<std::string> split_origins(const std::string& list) {
   std::vector<std::string> out;
@@ -60,70 +36,53 @@ std::vector<std::string> split_origins(const std::string& list) {
   return out;
 }
 
-// A started generation's events written as a stream (OpenAiStream or
-// AnthropicStream); a client gone (a failed write, or a closed socket while
-// nothing is written) aborts what still runs.
-template <class Stream>
-void stream_generation(httplib::Response& res, std::shared_ptr<Generation> gen, std::shared_ptr<Stream> stream,
-                       std::shared_ptr<ConnectionWatch> watch, std::string rid) {
-  struct State {
-    bool started = false, ended = false;
+bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
+
+// The methods a known path takes ("" for a path we do not serve); *tail is
+// what follows a collection's prefix (/v1/models/{tail}).
+std::string methods_of(const std::string& path, std::string* tail) {
+  static const std::vector<std::pair<std::string, std::string>> exact = {
+      {"/", "GET"},
+      {"/health", "GET"},
+      {"/metrics", "GET"},
+      {"/v1/models", "GET"},
+      {"/tokenize", "POST"},
+      {"/v1/tokenize", "POST"},
+      {"/detokenize", "POST"},
+      {"/v1/detokenize", "POST"},
+      {"/v1/completions", "POST"},
+      {"/v1/chat/completions", "POST"},
+      {"/v1/messages", "POST"},
+      {"/v1/responses", "POST"},
   };
-  auto st = std::make_shared<State>();
-  res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [=](size_t, httplib::DataSink& sink) {
-        auto write = [&](const std::vector<std::string>& events) {
-          for (const std::string& e : events)
-            if (!sink.write(e.data(), e.size())) return false;
-          return true;
-        };
-        if (!st->started) {
-          st->started = true;
-          if (!write(stream->begin())) return false;
-        }
-        ChoiceUpdate u;
-        const auto until = Clock::now() + std::chrono::seconds(1);
-        while (!gen->done() && Clock::now() < until) {
-          if (gen->next(&u, static_cast<int>(kWatchInterval.count()))) {
-            if (!write(stream->update(u))) return false;
-          } else if (watch->client_gone() || !sink.is_writable()) {
-            return false;
-          }
-        }
-        if (gen->done() && !st->ended) {
-          st->ended = true;
-          if (!write(stream->end())) return false;
-          sink.done();
-        }
-        return true;
-      },
-      [=](bool success) {
-        if (!success || !st->ended) {
-          gen->abort();
-          log_info(rid + ": client went away, request aborted");
-        } else {
-          log_info(rid + ": streamed, " + gen->summary());
-        }
-      });
+  for (const auto& [p, m] : exact)
+    if (path == p) return m;
+  for (const auto& [prefix, m] : {std::pair<const char*, const char*>{"/v1/models/", "GET"}, {"/v1/responses/", "GET, DELETE"}}) {
+    if (!starts_with(path, prefix) || path.size() == std::strlen(prefix)) continue;
+    *tail = path.substr(std::strlen(prefix));
+    if (std::string(prefix) == "/v1/responses/") {
+      const size_t slash = tail->find('/');
+      if (slash == std::string::npos) return m;
+      const std::string what = tail->substr(slash + 1);
+      if (what == "input_items") return "GET";
+      if (what == "cancel") return "POST";
+      return "";
+    }
+    return tail->find('/') == std::string::npos ? m : "";
+  }
+  return "";
 }
 
-// Waits for a generation to finish for a JSON answer; false when the client
-// left first (the generation is then aborted).
-bool wait_for(Generation& gen, const ConnectionWatch& watch) {
-  ChoiceUpdate u;
-  auto checked = Clock::now();
-  while (!gen.done()) {
-    gen.next(&u, static_cast<int>(kWatchInterval.count()));
-    if (Clock::now() - checked < kWatchInterval) continue;
-    checked = Clock::now();
-    if (watch.client_gone()) {
-      gen.abort();
-      return false;
-    }
+bool method_allowed(const std::string& methods, const std::string& method) {
+  size_t at = 0;
+  while (at < methods.size()) {
+    size_t comma = methods.find(", ", at);
+    if (comma == std::string::npos) comma = methods.size();
+    const std::string m = methods.substr(at, comma - at);
+    if (m == method || (method == "HEAD" && m == "GET")) return true;
+    at = comma + 2;
   }
-  return true;
+  return false;
 }
 
 // A submit refused by the engine service as the API error it means.
@@ -137,6 +96,40 @@ ApiError submit_error(const Status& st) {
   }
 }
 
+// The OpenAI and Anthropic renderers as reply formats (each holds the plan
+// its renderer points into).
+class OpenAiFormat : public ReplyFormat {
+ public:
+  OpenAiFormat(std::shared_ptr<const GenerationPlan> plan, OpenAiContext ctx, const Generation& gen)
+      : plan_(std::move(plan)), ctx_(std::move(ctx)), gen_(gen), stream_(ctx_, gen) {}
+  std::vector<std::string> begin() override { return stream_.begin(); }
+  std::vector<std::string> update(const ChoiceUpdate& u) override { return stream_.update(u); }
+  std::vector<std::string> end() override { return stream_.end(); }
+  std::string body() override { return dump(openai_body(ctx_, gen_)); }
+
+ private:
+  std::shared_ptr<const GenerationPlan> plan_;
+  OpenAiContext ctx_;
+  const Generation& gen_;
+  OpenAiStream stream_;
+};
+
+class AnthropicFormat : public ReplyFormat {
+ public:
+  AnthropicFormat(std::shared_ptr<const GenerationPlan> plan, std::string id, const Generation& gen)
+      : plan_(std::move(plan)), id_(std::move(id)), gen_(gen), stream_(id_, *plan_, gen) {}
+  std::vector<std::string> begin() override { return stream_.begin(); }
+  std::vector<std::string> update(const ChoiceUpdate& u) override { return stream_.update(u); }
+  std::vector<std::string> end() override { return stream_.end(); }
+  std::string body() override { return dump(anthropic_body(id_, *plan_, gen_)); }
+
+ private:
+  std::shared_ptr<const GenerationPlan> plan_;
+  std::string id_;
+  const Generation& gen_;
+  AnthropicStream stream_;
+};
+
 }  // namespace
 
 HttpServer::HttpServer(EngineService* service, const Tokenizer* tokenizer, const HttpServerOptions& options)
@@ -144,7 +137,8 @@ HttpServer::HttpServer(EngineService* service, const Tokenizer* tokenizer, const
       tokenizer_(tokenizer),
       options_(options),
       origins_(split_origins(options.allowed_origins)),
-      http_(std::make_unique<httplib::Server>()) {
+      responses_(std::make_unique<ResponseStore>(static_cast<size_t>(std::max(options.stored_responses, 1)))),
+      handlers_(std::make_unique<boost::asio::thread_pool>(static_cast<size_t>(std::max(options.handler_threads, 1)))) {
   served_.name = options.model_name;
   served_.tokenizer = tokenizer;
   served_.max_model_len = service->max_model_len();
@@ -153,30 +147,24 @@ HttpServer::HttpServer(EngineService* service, const Tokenizer* tokenizer, const
   structured_ = std::make_unique<StructuredOutputs>(
       grammar_vocabulary(*tokenizer, config.vocab_size, config.bos_token_id, config.eos_token_id));
   served_.structured = structured_.get();
-  const int threads = options.threads;
-  http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  http_->set_payload_max_length(options.max_body_bytes);
-  http_->set_read_timeout(30, 0);
-  http_->set_write_timeout(30, 0);
-  install_routes();
+  listener_ = std::make_unique<HttpListener>(
+      options.http, [this](std::shared_ptr<HttpExchange> ex) { handle(ex); },
+      [this](int status, const std::string& message, const std::string& target) {
+        const Api api = starts_with(target, "/v1/messages") ? Api::kAnthropic : Api::kOpenAi;
+        const std::string type = status == 503 ? "server_error" : status == 408 ? "timeout" : "invalid_request_error";
+        return error_response(api_error(status, message, "", "", type), api);
+      });
 }
 
-HttpServer::~HttpServer() = default;
-
-bool HttpServer::bind() {
-  if (options_.port == 0) {
-    port_ = http_->bind_to_any_port(options_.host.c_str());
-    if (port_ <= 0) error_ = "cannot bind " + options_.host;
-  } else {
-    port_ = options_.port;
-    if (!http_->bind_to_port(options_.host.c_str(), port_))
-      error_ = "cannot listen on " + options_.host + ":" + std::to_string(port_) + " (in use?)";
-  }
-  return error_.empty();
+HttpServer::~HttpServer() {
+  // Handler threads post to the listener's loops: they finish first.
+  handlers_->join();
+  listener_.reset();
 }
 
-void HttpServer::serve() { http_->listen_after_bind(); }
-void HttpServer::stop() { http_->stop(); }
+Status HttpServer::bind() { return listener_->bind(); }
+void HttpServer::serve() { listener_->serve(); }
+void HttpServer::stop() { listener_->stop(); }
 
 std::string HttpServer::next_id(const char* prefix) {
   char buf[48];
@@ -184,136 +172,143 @@ std::string HttpServer::next_id(const char* prefix) {
   return buf;
 }
 
-void HttpServer::send_error(httplib::Response& res, const ApiError& e, Api api) const {
-  res.status = e.status;
-  if (e.status == 503) res.set_header("Retry-After", "1");
-  res.set_content(api == Api::kAnthropic ? anthropic_error_json(e) : e.to_json(), "application/json");
-}
-
-bool HttpServer::authorized(const httplib::Request& req, httplib::Response& res, Api api) {
-  if (options_.api_key.empty()) return true;
-  if (req.get_header_value("Authorization") == "Bearer " + options_.api_key) return true;
-  if (req.get_header_value("x-api-key") == options_.api_key) return true;
-  send_error(res,
-             api_error(401, "invalid or missing API key (Authorization: Bearer KEY, or x-api-key: KEY)", "",
-                       "invalid_api_key", "authentication_error"),
-             api);
-  return false;
-}
-
-bool HttpServer::before_routing(const httplib::Request& req, httplib::Response& res) {
-  // CORS: allowed origins get the headers; a preflight is answered here.
-  const std::string origin = req.get_header_value("Origin");
+HttpHeaders HttpServer::cors_headers(const HttpRequest& req) const {
+  const std::string origin = req.header("Origin");
+  if (origin.empty()) return {};
   bool allowed = false;
   for (const std::string& o : origins_) allowed |= o == "*" || o == origin;
-  if (!origin.empty() && allowed) {
-    res.set_header("Access-Control-Allow-Origin", origins_.size() == 1 && origins_[0] == "*" ? "*" : origin);
-    res.set_header("Vary", "Origin");
-  }
-  if (req.method == "OPTIONS") {
-    if (!origin.empty() && !allowed) {
-      send_error(res, api_error(403, "origin " + origin + " is not allowed (--allowed-origins)"), Api::kOpenAi);
-      return true;
-    }
-    res.status = 204;
-    res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-    const std::string asked = req.get_header_value("Access-Control-Request-Headers");
-    res.set_header("Access-Control-Allow-Headers", asked.empty() ? "Authorization, Content-Type, x-api-key" : asked);
-    res.set_header("Access-Control-Max-Age", "600");
-    return true;
-  }
-  for (const Route& r : routes()) {
-    if (!std::regex_match(req.path, r.path)) continue;
-    if (std::string(r.methods) == req.method || (req.method == "HEAD" && std::string(r.methods) == "GET")) return false;
-    res.set_header("Allow", std::string(r.methods) + ", OPTIONS");
-    send_error(res, api_error(405, req.method + " is not allowed on " + req.path + " (use " + r.methods + ")"),
-               req.path == "/v1/messages" ? Api::kAnthropic : Api::kOpenAi);
-    return true;
-  }
+  if (!allowed) return {};
+  return {{"Access-Control-Allow-Origin", origins_.size() == 1 && origins_[0] == "*" ? "*" : origin}, {"Vary", "Origin"}};
+}
+
+HttpResponse HttpServer::json_response(std::string body, int status) const {
+  HttpResponse r;
+  r.status = status;
+  r.body = std::move(body);
+  return r;
+}
+
+HttpResponse HttpServer::error_response(const ApiError& e, Api api) const {
+  HttpResponse r = json_response(api == Api::kAnthropic ? anthropic_error_json(e) : e.to_json(), e.status);
+  if (e.status == 503) r.set_header("Retry-After", "1");
+  return r;
+}
+
+void HttpServer::respond(const ExchangePtr& ex, HttpResponse r) const {
+  for (auto& [k, v] : cors_headers(ex->request())) r.set_header(k, v);
+  ex->respond(std::move(r));
+}
+
+void HttpServer::respond_later(const ExchangePtr& ex, HttpResponse r) const {
+  ex->post([this, ex, r = std::move(r)]() mutable { respond(ex, std::move(r)); });
+}
+
+bool HttpServer::authorized(const ExchangePtr& ex, Api api) {
+  if (options_.api_key.empty()) return true;
+  const HttpRequest& req = ex->request();
+  if (req.header("Authorization") == "Bearer " + options_.api_key) return true;
+  if (req.header("x-api-key") == options_.api_key) return true;
+  respond(ex, error_response(api_error(401, "invalid or missing API key (Authorization: Bearer KEY, or x-api-key: KEY)", "",
+                                       "invalid_api_key", "authentication_error"),
+                             api));
   return false;
 }
 
-void HttpServer::install_routes() {
-  http_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    return before_routing(req, res) ? httplib::Server::HandlerResponse::Handled
-                                    : httplib::Server::HandlerResponse::Unhandled;
-  });
-  http_->set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    const std::string msg = res.status == 404   ? "no such route: " + req.path
-                            : res.status == 413 ? "the request body is too large"
-                                                : "request failed";
-    send_error(res, api_error(res.status, msg), req.path == "/v1/messages" ? Api::kAnthropic : Api::kOpenAi);
-  });
-  http_->set_exception_handler([this](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
-    std::string what = "internal error";
+void HttpServer::offload(const ExchangePtr& ex, Api api, std::function<void()> fn) {
+  boost::asio::post(*handlers_, [this, ex, api, fn = std::move(fn)] {
     try {
-      if (ep) std::rethrow_exception(ep);
+      fn();
     } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
-    }
-    log_error("request failed: " + what);
-    send_error(res, api_error(500, what, "", "", "internal_error"),
-               req.path == "/v1/messages" ? Api::kAnthropic : Api::kOpenAi);
-  });
-  http_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    if (!service_->accepting()) {  // draining after SIGTERM: balancers stop sending
-      res.status = 503;
-      res.set_content(api_error(503, "the server is shutting down", "", "", "service_unavailable").to_json(), "application/json");
-    } else if (!service_->healthy()) {
-      res.status = 503;
-      res.set_content(api_error(503, "a rank stopped answering", "", "", "service_unavailable").to_json(), "application/json");
-    } else {
-      res.set_content("", "text/plain");
+      log_error("request failed: " + std::string(e.what()));
+      respond_later(ex, error_response(api_error(500, e.what(), "", "", "internal_error"), api));
     }
   });
-  http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(metrics_.render(service_->snapshot()), "text/plain; version=0.0.4");
-  });
-  auto model_card = [this] {
-    return ordered_json{{"id", served_.name},
-                        {"object", "model"},
-                        {"created", static_cast<int64_t>(std::time(nullptr))},
-                        {"owned_by", "dsv4"},
-                        {"max_model_len", served_.max_model_len}};
-  };
-  http_->Get("/v1/models", [this, model_card](const httplib::Request& req, httplib::Response& res) {
-    if (!authorized(req, res, Api::kOpenAi)) return;
-    res.set_content(dump({{"object", "list"}, {"data", ordered_json::array({model_card()})}}), "application/json");
-  });
-  http_->Get(R"(/v1/models/([^/]+))", [this, model_card](const httplib::Request& req, httplib::Response& res) {
-    if (!authorized(req, res, Api::kOpenAi)) return;
-    const std::string id = req.matches[1];
-    if (id != served_.name)
-      return send_error(res, api_error(404, "The model `" + id + "` does not exist. This server serves `" + served_.name + "`.",
-                                       "model", "model_not_found"),
-                        Api::kOpenAi);
-    res.set_content(dump(model_card()), "application/json");
-  });
-  for (const char* path : {"/tokenize", "/v1/tokenize"})
-    http_->Post(path, [this](const httplib::Request& req, httplib::Response& res) { tokenize(req, res); });
-  for (const char* path : {"/detokenize", "/v1/detokenize"})
-    http_->Post(path, [this](const httplib::Request& req, httplib::Response& res) { detokenize(req, res); });
-  http_->Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    if (authorized(req, res, Api::kOpenAi)) openai_generate(req, res, false);
-  });
-  http_->Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    if (authorized(req, res, Api::kOpenAi)) openai_generate(req, res, true);
-  });
-  http_->Post("/v1/messages", [this](const httplib::Request& req, httplib::Response& res) {
-    if (authorized(req, res, Api::kAnthropic)) anthropic_messages(req, res);
-  });
+}
+
+void HttpServer::handle(const ExchangePtr& ex) {
+  const HttpRequest& req = ex->request();
+  const Api api = starts_with(req.path, "/v1/messages") ? Api::kAnthropic : Api::kOpenAi;
+  std::string tail;
+  const std::string methods = methods_of(req.path, &tail);
+  if (req.method == "OPTIONS") {  // CORS preflight
+    const std::string origin = req.header("Origin");
+    if (!origin.empty() && cors_headers(req).empty())
+      return respond(ex, error_response(api_error(403, "origin " + origin + " is not allowed (--allowed-origins)"), api));
+    HttpResponse r;
+    r.status = 204;
+    r.content_type.clear();
+    r.set_header("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
+    const std::string asked = req.header("Access-Control-Request-Headers");
+    r.set_header("Access-Control-Allow-Headers", asked.empty() ? "Authorization, Content-Type, x-api-key" : asked);
+    r.set_header("Access-Control-Max-Age", "600");
+    return respond(ex, std::move(r));
+  }
+  if (methods.empty()) return respond(ex, error_response(api_error(404, "no such route: " + req.path), api));
+  if (!method_allowed(methods, req.method)) {
+    HttpResponse r = error_response(api_error(405, req.method + " is not allowed on " + req.path + " (use " + methods + ")"), api);
+    r.set_header("Allow", methods + ", OPTIONS");
+    return respond(ex, std::move(r));
+  }
+  const std::string& p = req.path;
+  if (p == "/") {
+    HttpResponse r;
+    r.content_type = "text/html; charset=utf-8";
+    r.body = std::string(chat_page_html());
+    r.set_header("Cache-Control", "no-cache");
+    return respond(ex, std::move(r));
+  }
+  if (p == "/health") {
+    if (!service_->accepting())  // draining after SIGTERM: balancers stop sending
+      return respond(ex, error_response(api_error(503, "the server is shutting down", "", "", "service_unavailable"), api));
+    if (!service_->healthy())
+      return respond(ex, error_response(api_error(503, "a rank stopped answering", "", "", "service_unavailable"), api));
+    HttpResponse r;
+    r.content_type = "text/plain";
+    return respond(ex, std::move(r));
+  }
+  if (p == "/metrics") {
+    HttpResponse r;
+    r.content_type = "text/plain; version=0.0.4";
+    r.body = metrics_.render(service_->snapshot()) + Metrics::render_http(listener_->stats());
+    return respond(ex, std::move(r));
+  }
+  if (starts_with(p, "/v1/") && !authorized(ex, api)) return;
+  if (p == "/v1/models" || starts_with(p, "/v1/models/")) {
+    const ordered_json card = {{"id", served_.name},
+                               {"object", "model"},
+                               {"created", static_cast<int64_t>(std::time(nullptr))},
+                               {"owned_by", "dsv4"},
+                               {"max_model_len", served_.max_model_len}};
+    if (p == "/v1/models") return respond(ex, json_response(dump({{"object", "list"}, {"data", ordered_json::array({card})}})));
+    if (tail != served_.name)
+      return respond(ex, error_response(api_error(404, "The model `" + tail + "` does not exist. This server serves `" +
+                                                           served_.name + "`.",
+                                                       "model", "model_not_found"),
+                                        api));
+    return respond(ex, json_response(dump(card)));
+  }
+  if (p == "/tokenize" || p == "/v1/tokenize") return offload(ex, api, [this, ex] { tokenize(ex); });
+  if (p == "/detokenize" || p == "/v1/detokenize") return offload(ex, api, [this, ex] { detokenize(ex); });
+  if (p == "/v1/completions") return offload(ex, api, [this, ex] { generate(ex, "completions"); });
+  if (p == "/v1/chat/completions") return offload(ex, api, [this, ex] { generate(ex, "chat"); });
+  if (p == "/v1/messages") return offload(ex, api, [this, ex] { generate(ex, "messages"); });
+  if (p == "/v1/responses") return offload(ex, api, [this, ex] { responses_create(ex); });
+  // /v1/responses/{id}[/input_items|/cancel]
+  const size_t slash = tail.find('/');
+  const std::string id = tail.substr(0, slash);
+  const std::string what = slash == std::string::npos ? "" : tail.substr(slash + 1);
+  if (req.method == "DELETE") return responses_delete(ex, id);
+  return responses_get(ex, id, what);
 }
 
 // vLLM's /tokenize: a prompt, or messages rendered exactly as chat
 // completions renders them.
-void HttpServer::tokenize(const httplib::Request& req, httplib::Response& res) {
+void HttpServer::tokenize(const ExchangePtr& ex) {
   ApiError e;
-  auto body = parse_body(req.body, &e);
-  if (!body) return send_error(res, e, Api::kOpenAi);
+  auto body = parse_body(ex->request().body, &e);
+  if (!body) return respond_later(ex, error_response(e, Api::kOpenAi));
   std::string model;
-  if (auto err = check_model(*body, served_, &model)) return send_error(res, *err, Api::kOpenAi);
+  if (auto err = check_model(*body, served_, &model)) return respond_later(ex, error_response(*err, Api::kOpenAi));
   const bool strs = body->contains("return_token_strs") && (*body)["return_token_strs"].is_boolean() &&
                     (*body)["return_token_strs"].get<bool>();
   std::vector<int32_t> ids;
@@ -323,11 +318,12 @@ void HttpServer::tokenize(const httplib::Request& req, httplib::Response& res) {
       ids.insert(ids.begin(), tokenizer_->bos_id());
   } else if (body->contains("messages")) {
     ChatRender rendered;
-    if (auto err = render_chat(*body, &rendered)) return send_error(res, *err, Api::kOpenAi);
+    if (auto err = render_chat(*body, &rendered)) return respond_later(ex, error_response(*err, Api::kOpenAi));
     ids = tokenizer_->encode(rendered.prompt);
   } else {
-    return send_error(res, api_error(400, "give a string prompt or a messages array", "prompt", "missing_required_parameter"),
-                      Api::kOpenAi);
+    return respond_later(ex, error_response(api_error(400, "give a string prompt or a messages array", "prompt",
+                                                      "missing_required_parameter"),
+                                            Api::kOpenAi));
   }
   ordered_json out = {{"count", ids.size()}, {"max_model_len", served_.max_model_len}, {"tokens", ids}};
   if (strs) {
@@ -337,104 +333,107 @@ void HttpServer::tokenize(const httplib::Request& req, httplib::Response& res) {
   } else {
     out["token_strs"] = nullptr;
   }
-  res.set_content(dump(out), "application/json");
+  respond_later(ex, json_response(dump(out)));
 }
 
-void HttpServer::detokenize(const httplib::Request& req, httplib::Response& res) {
+void HttpServer::detokenize(const ExchangePtr& ex) {
   ApiError e;
-  auto body = parse_body(req.body, &e);
-  if (!body) return send_error(res, e, Api::kOpenAi);
+  auto body = parse_body(ex->request().body, &e);
+  if (!body) return respond_later(ex, error_response(e, Api::kOpenAi));
   std::string model;
-  if (auto err = check_model(*body, served_, &model)) return send_error(res, *err, Api::kOpenAi);
+  if (auto err = check_model(*body, served_, &model)) return respond_later(ex, error_response(*err, Api::kOpenAi));
   if (!body->contains("tokens") || !(*body)["tokens"].is_array())
-    return send_error(res, api_error(400, "tokens must be an array of token ids", "tokens"), Api::kOpenAi);
+    return respond_later(ex, error_response(api_error(400, "tokens must be an array of token ids", "tokens"), Api::kOpenAi));
   std::vector<int32_t> ids;
   for (const auto& t : (*body)["tokens"]) {
     if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= served_.vocab_size)
-      return send_error(res, api_error(400, "tokens must be integers in [0, " + std::to_string(served_.vocab_size) + ")", "tokens"),
-                        Api::kOpenAi);
+      return respond_later(ex, error_response(api_error(400, "tokens must be integers in [0, " +
+                                                                 std::to_string(served_.vocab_size) + ")",
+                                                             "tokens"),
+                                              Api::kOpenAi));
     ids.push_back(t.get<int32_t>());
   }
   std::string rest;
   std::string text = utf8_complete_prefix(tokenizer_->decode(ids), &rest);
   if (!rest.empty()) text += "\xEF\xBF\xBD";
-  res.set_content(dump({{"prompt", text}}), "application/json");
+  respond_later(ex, json_response(dump({{"prompt", text}})));
 }
 
-void HttpServer::openai_generate(const httplib::Request& req, httplib::Response& res, bool chat) {
-  const char* endpoint = chat ? "chat" : "completions";
+void HttpServer::generate(const ExchangePtr& ex, const std::string& endpoint) {
+  const bool chat = endpoint == "chat", messages = endpoint == "messages";
+  const Api api = messages ? Api::kAnthropic : Api::kOpenAi;
   ApiError err;
-  auto body = parse_body(req.body, &err);
+  auto body = parse_body(ex->request().body, &err);
   PlanOrError planned;
-  if (body) planned = chat ? plan_chat(*body, served_) : plan_completion(*body, served_);
+  if (body) planned = messages ? plan_messages(*body, served_) : chat ? plan_chat(*body, served_) : plan_completion(*body, served_);
   if (!body || !planned.plan) {
     metrics_.count_request(endpoint, "error");
-    return send_error(res, body ? planned.error : err, Api::kOpenAi);
+    return respond_later(ex, error_response(body ? planned.error : err, api));
   }
   auto plan = std::make_shared<const GenerationPlan>(std::move(*planned.plan));
-  GenerationSpec spec{plan->prompts, plan->n, plan->params, chat, plan->mode, plan->parse_tools, endpoint};
-  auto started = Generation::start(service_, tokenizer_, std::move(spec), &metrics_);
-  if (!started.ok()) {
+  GenerationSpec spec{plan->prompts, plan->n, plan->params, chat || messages, plan->mode, plan->parse_tools, endpoint};
+  ReplyOptions ro;
+  ro.stream = plan->stream;
+  ro.headers = cors_headers(ex->request());
+  GenerationReply::FormatMaker make;
+  if (messages) {
+    ro.id = next_id("msg_");
+    make = [plan, id = ro.id](const Generation& g) { return std::make_unique<AnthropicFormat>(plan, id, g); };
+  } else {
+    ro.id = next_id(chat ? "chatcmpl-" : "cmpl-");
+    const OpenAiContext ctx{ro.id, static_cast<int64_t>(std::time(nullptr)), plan.get(), tokenizer_};
+    make = [plan, ctx](const Generation& g) { return std::make_unique<OpenAiFormat>(plan, ctx, g); };
+  }
+  const Status st = GenerationReply::start(ex, service_, tokenizer_, std::move(spec), &metrics_, std::move(make), ro);
+  if (!st.ok()) {
     metrics_.count_request(endpoint, "error");
-    return send_error(res, submit_error(started.status()), Api::kOpenAi);
+    respond_later(ex, error_response(submit_error(st), api));
   }
-  std::shared_ptr<Generation> gen = std::move(*started);
-  OpenAiContext ctx{next_id(chat ? "chatcmpl-" : "cmpl-"), static_cast<int64_t>(std::time(nullptr)), plan.get(), tokenizer_};
-  log_info(ctx.id + ": " + std::to_string(gen->size()) + " choice(s), " + std::to_string(plan->prompts[0].size()) +
-           " prompt tokens, max_tokens " + std::to_string(plan->params.max_tokens) + (plan->stream ? ", streaming" : ""));
-  auto watch = std::make_shared<ConnectionWatch>(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
-  if (plan->stream) {
-    // The stream holds the plan it points to.
-    struct Holder : OpenAiStream {
-      Holder(OpenAiContext c, const Generation& g, std::shared_ptr<const GenerationPlan> p)
-          : OpenAiStream(std::move(c), g), plan(std::move(p)) {}
-      std::shared_ptr<const GenerationPlan> plan;
-    };
-    return stream_generation(res, gen, std::make_shared<Holder>(ctx, *gen, plan), watch, ctx.id);
-  }
-  if (!wait_for(*gen, *watch)) {
-    log_info(ctx.id + ": client went away, request aborted");
-    return;
-  }
-  log_info(ctx.id + ": done, " + gen->summary());
-  res.set_content(dump(openai_body(ctx, *gen)), "application/json");
 }
 
-void HttpServer::anthropic_messages(const httplib::Request& req, httplib::Response& res) {
+void HttpServer::responses_create(const ExchangePtr& ex) {
   ApiError err;
-  auto body = parse_body(req.body, &err);
-  PlanOrError planned;
-  if (body) planned = plan_messages(*body, served_);
+  auto body = parse_body(ex->request().body, &err);
+  ResponsePlanOrError planned;
+  if (body) planned = plan_response(*body, served_, *responses_);
   if (!body || !planned.plan) {
-    metrics_.count_request("messages", "error");
-    return send_error(res, body ? planned.error : err, Api::kAnthropic);
+    metrics_.count_request("responses", "error");
+    return respond_later(ex, error_response(body ? planned.error : err, Api::kOpenAi));
   }
-  auto plan = std::make_shared<const GenerationPlan>(std::move(*planned.plan));
-  GenerationSpec spec{plan->prompts, 1, plan->params, true, plan->mode, plan->parse_tools, "messages"};
-  auto started = Generation::start(service_, tokenizer_, std::move(spec), &metrics_);
-  if (!started.ok()) {
-    metrics_.count_request("messages", "error");
-    return send_error(res, submit_error(started.status()), Api::kAnthropic);
+  auto plan = std::make_shared<const ResponsePlan>(std::move(*planned.plan));
+  const GenerationPlan& g = plan->generation;
+  GenerationSpec spec{g.prompts, 1, g.params, true, g.mode, g.parse_tools, "responses"};
+  ReplyOptions ro;
+  ro.stream = g.stream;
+  ro.headers = cors_headers(ex->request());
+  ro.id = next_id("resp_");
+  const int64_t created = static_cast<int64_t>(std::time(nullptr));
+  ResponseStore* store = responses_.get();
+  auto make = [plan, id = ro.id, created, store](const Generation& gen) {
+    return std::make_unique<ResponsesFormat>(plan, id, created, gen, store);
+  };
+  const Status st = GenerationReply::start(ex, service_, tokenizer_, std::move(spec), &metrics_, std::move(make), ro);
+  if (!st.ok()) {
+    metrics_.count_request("responses", "error");
+    respond_later(ex, error_response(submit_error(st), Api::kOpenAi));
   }
-  std::shared_ptr<Generation> gen = std::move(*started);
-  const std::string id = next_id("msg_");
-  log_info(id + ": " + std::to_string(plan->prompts[0].size()) + " prompt tokens, max_tokens " +
-           std::to_string(plan->params.max_tokens) + (plan->stream ? ", streaming" : ""));
-  auto watch = std::make_shared<ConnectionWatch>(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
-  if (plan->stream) {
-    struct Holder : AnthropicStream {
-      Holder(std::string i, std::shared_ptr<const GenerationPlan> p, const Generation& g)
-          : AnthropicStream(std::move(i), *p, g), plan(std::move(p)) {}
-      std::shared_ptr<const GenerationPlan> plan;
-    };
-    return stream_generation(res, gen, std::make_shared<Holder>(id, plan, *gen), watch, id);
-  }
-  if (!wait_for(*gen, *watch)) {
-    log_info(id + ": client went away, request aborted");
-    return;
-  }
-  log_info(id + ": done, " + gen->summary());
-  res.set_content(dump(anthropic_body(id, *plan, *gen)), "application/json");
+}
+
+void HttpServer::responses_get(const ExchangePtr& ex, const std::string& id, const std::string& what) {
+  if (what == "cancel")
+    return respond(ex, error_response(api_error(400, "only background responses can be cancelled, and this server runs none "
+                                                     "(background: true is not supported)",
+                                                "response_id"),
+                                      Api::kOpenAi));
+  auto entry = responses_->get(id);
+  if (!entry) return respond(ex, error_response(response_not_found(id), Api::kOpenAi));
+  if (what == "input_items") return respond(ex, json_response(dump(input_items_list(*entry))));
+  respond(ex, json_response(dump(entry->response)));
+}
+
+void HttpServer::responses_delete(const ExchangePtr& ex, const std::string& id) {
+  if (!responses_->erase(id)) return respond(ex, error_response(response_not_found(id), Api::kOpenAi));
+  respond(ex, json_response(dump({{"id", id}, {"object", "response"}, {"deleted", true}})));
 }
 
 }  // namespace dsv4

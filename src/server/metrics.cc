@@ -106,4 +106,30 @@ std::string Metrics::render(const EngineSnapshot& e) const {
   return out;
 }
 
+std::string Metrics::render_http(const HttpStats& h) {
+  std::string out;
+  scalar("dsv4_http_connections_open", "gauge", "Open client connections.", h.open, &out);
+  scalar("dsv4_http_connections_total", "counter", "Client connections accepted.", h.accepted, &out);
+  scalar("dsv4_http_connections_refused_total", "counter",
+         "Connections past the cap (--max-connections): only /health answered, or closed at once.", h.refused, &out);
+  scalar("dsv4_http_requests_read_total", "counter", "HTTP requests read.", h.requests, &out);
+  scalar("dsv4_http_malformed_requests_total", "counter", "Requests refused unread: malformed, head or body too large.",
+         h.malformed, &out);
+  header("dsv4_http_connections_closed_total", "counter",
+         "Connections the server closed: idle past the keep-alive timeout, a request head or body too slow, a reader "
+         "that took nothing for the write timeout.",
+         &out);
+  for (const auto& [why, n] : {std::pair<const char*, int64_t>{"idle", h.idle_closed},
+                               {"head_timeout", h.head_timeouts},
+                               {"body_timeout", h.body_timeouts},
+                               {"write_timeout", h.write_timeouts}})
+    out += std::string("dsv4_http_connections_closed_total{reason=\"") + why + "\"} " + std::to_string(n) + "\n";
+  scalar("dsv4_http_slow_readers_cut_total", "counter",
+         "Streams cut off because their reader fell behind (backlog cap or write timeout); their requests aborted.",
+         h.slow_readers_cut, &out);
+  scalar("dsv4_http_clients_gone_total", "counter", "Requests whose client left before the response was complete.",
+         h.clients_gone, &out);
+  return out;
+}
+
 }  // namespace dsv4

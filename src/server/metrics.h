@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "http/http_listener.h"
 #include "server/engine_service.h"
 
 namespace dsv4 {
@@ -34,6 +35,8 @@ class Metrics {
   void observe_ttft(double seconds);
   void observe_time_per_output_token(double seconds);
   std::string render(const EngineSnapshot& engine) const;
+  // The front end's connection counters, in the same format.
+  static std::string render_http(const HttpStats& http);
 
  private:
   mutable std::mutex mu_;
