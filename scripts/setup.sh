@@ -5,7 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(cmake g++ make pkg-config libgtest-dev libbenchmark-dev nlohmann-json3-dev libpcre2-dev libboost-dev libopenmpi-dev openmpi-bin
-          clang libclang-rt-dev)  # clang: the sanitizer and fuzzer build (scripts/hardening.sh)
+          clang libclang-rt-dev  # clang: the sanitizer and fuzzer build (scripts/hardening.sh)
+          chromium)              # the chat page's browser test (puppeteer-core drives it)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -18,7 +19,8 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-# The JavaScript peers the tests compare against (tokenizer, OpenAI client).
+# The JavaScript peers the tests compare against (tokenizer, the client
+# SDKs, ajv) and puppeteer-core for the browser test.
 if ! command -v npm >/dev/null 2>&1; then
   echo "setup: installing nodejs and npm"
   sudo_cmd=""

@@ -1,5 +1,6 @@
 // Starts `dsv4 serve` on a free port for a test (directly, or under a
-// launcher such as mpiexec) and stops it with SIGTERM.
+// launcher such as mpiexec) and stops it with SIGTERM; and what server
+// tests ask of a running server (its metrics, a JavaScript client run).
 #pragma once
 
 #include <signal.h>
@@ -7,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <regex>
 #include <sstream>
@@ -14,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "http/http_client.h"
 #include "temp_dir.h"
 
 namespace dsv4::testing {
@@ -105,5 +108,37 @@ class ServerProcess {
   int exit_code_ = -1;
   std::string log_;
 };
+
+// Runs tests/js/<script> with node; its exit code.
+inline int node(const std::string& script, const std::string& args) {
+  const std::string cmd = std::string(DSV4_NODE) + " " + DSV4_JS_DIR + "/" + script + " " + args;
+  const int rc = std::system(cmd.c_str());
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+// The values of a metric's lines (`name{labels} value` or `name value`).
+inline std::vector<double> metric(const std::string& text, const std::string& name) {
+  std::vector<double> out;
+  std::regex re("^" + name + R"((\{[^}]*\})? (\S+)$)", std::regex::multiline);
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), re); it != std::sregex_iterator(); ++it)
+    out.push_back(std::stod((*it)[2]));
+  return out;
+}
+
+// Waits until nothing runs and every cache family is empty.
+inline bool settles(HttpClient& cli) {
+  for (int i = 0; i < 200; ++i) {
+    auto r = cli.get("/metrics");
+    if (r && r->status == 200) {
+      const auto usage = metric(r->body, "dsv4_kv_cache_usage");
+      const auto running = metric(r->body, "dsv4_num_requests_running");
+      bool empty = !usage.empty();
+      for (double u : usage) empty &= u == 0.0;
+      if (empty && running.size() == 1 && running[0] == 0) return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
 
 }  // namespace dsv4::testing

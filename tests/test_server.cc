@@ -24,6 +24,9 @@ namespace {
 
 using nlohmann::json;
 using testing::ServerProcess;
+using testing::metric;
+using testing::node;
+using testing::settles;
 
 const std::vector<std::string> kBase = {"--kv-cache-memory", "256M", "--max-num-seqs", "16"};
 
@@ -31,37 +34,6 @@ std::vector<std::string> with(std::vector<std::string> extra) {
   std::vector<std::string> a = kBase;
   a.insert(a.end(), extra.begin(), extra.end());
   return a;
-}
-
-int node(const std::string& script, const std::string& args) {
-  const std::string cmd = std::string(DSV4_NODE) + " " + DSV4_JS_DIR + "/" + script + " " + args;
-  const int rc = std::system(cmd.c_str());
-  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
-
-// Metrics value of a line like `name{labels} value` or `name value`.
-std::vector<double> metric(const std::string& text, const std::string& name) {
-  std::vector<double> out;
-  std::regex re("^" + name + R"((\{[^}]*\})? (\S+)$)", std::regex::multiline);
-  for (auto it = std::sregex_iterator(text.begin(), text.end(), re); it != std::sregex_iterator(); ++it)
-    out.push_back(std::stod((*it)[2]));
-  return out;
-}
-
-// Waits until nothing runs and every cache family is empty.
-bool settles(HttpClient& cli) {
-  for (int i = 0; i < 200; ++i) {
-    auto r = cli.get("/metrics");
-    if (r && r->status == 200) {
-      const auto usage = metric(r->body, "dsv4_kv_cache_usage");
-      const auto running = metric(r->body, "dsv4_num_requests_running");
-      bool empty = !usage.empty();
-      for (double u : usage) empty &= u == 0.0;
-      if (empty && running.size() == 1 && running[0] == 0) return true;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return false;
 }
 
 TEST(Server, OfficialOpenAiClientEndToEnd) {
@@ -483,6 +455,19 @@ TEST(Server, EveryClientLibraryEndToEnd) {
   ServerProcess server(kBase);
   ASSERT_GT(server.port(), 0) << server.log();
   EXPECT_EQ(node("e2e_clients.mjs", server.url() + " dsv4-default"), 0) << server.log();
+  HttpClient cli("127.0.0.1", server.port());
+  EXPECT_TRUE(settles(cli));
+  EXPECT_EQ(server.stop(), 0);
+}
+
+// The Responses API through the official openai SDK (create, stream,
+// retrieve, input items, delete, a function-call round trip chained by
+// previous_response_id, structured output, reasoning) and an OpenAI Agents
+// SDK agent that calls a function tool and finishes (tests/js/e2e_responses.mjs).
+TEST(Server, ResponsesApiThroughTheOpenAiSdkAndAnAgent) {
+  ServerProcess server(kBase);
+  ASSERT_GT(server.port(), 0) << server.log();
+  EXPECT_EQ(node("e2e_responses.mjs", server.url() + " dsv4-default"), 0) << server.log();
   HttpClient cli("127.0.0.1", server.port());
   EXPECT_TRUE(settles(cli));
   EXPECT_EQ(server.stop(), 0);
