@@ -93,7 +93,7 @@ TEST(FrontEnd, IdleAndSlowlorisConnectionsLeaveTheServerAnswering) {
     t0 = Clock::now();
     HttpClient other("127.0.0.1", server.port());
     auto c = other.post("/v1/completions", R"({"prompt": "hi", "max_tokens": 1})");
-    ASSERT_TRUE(c) << other.error();
+    ASSERT_TRUE(c) << other.error() << "\n" << server.log().substr(server.log().size() > 6000 ? server.log().size() - 6000 : 0);
     EXPECT_EQ(c->status, 200) << c->body;
     complete_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
     std::this_thread::sleep_for(std::chrono::milliseconds(500));

@@ -86,7 +86,7 @@ class ConnectionExchange : public HttpExchange {
     if (c.out_bytes_ + bytes.size() > c.shared_->options.max_stream_backlog_bytes) {
       ++c.shared_->slow_readers_cut;
       c.abandon_active("reader fell behind: cut");
-      c.close();
+      c.close("reader fell behind");
       return;
     }
     bytes_ += bytes.size();
@@ -306,7 +306,7 @@ void HttpConnection::linger() {
   linger_until_ = Clock::now() + kLinger;
   boost::system::error_code ec;
   socket_.shutdown(tcp::socket::shutdown_send, ec);
-  if (ec) return close();
+  if (ec) return close("shutdown failed");
   arm_read();
 }
 
@@ -320,9 +320,9 @@ void HttpConnection::complete_active() {
 
 void HttpConnection::client_gone(const char* why) {
   if (closed_) return;
-  if (lingering_) return close();
+  if (lingering_) return close(why);
   abandon_active(why);
-  close();
+  close(why);
 }
 
 void HttpConnection::abandon_active(const char* why) {
@@ -335,9 +335,10 @@ void HttpConnection::abandon_active(const char* why) {
   active_.reset();
 }
 
-void HttpConnection::close() {
+void HttpConnection::close(const char* why) {
   if (closed_) return;
-  abandon_active("connection closed");
+  if (log_enabled(LogLevel::kDebug)) log_debug(peer_ + ": connection closed (" + why + ")");
+  abandon_active(why);
   closed_ = true;
   boost::system::error_code ec;
   socket_.close(ec);
@@ -377,21 +378,21 @@ Clock::time_point HttpConnection::deadline(Waiting w) const {
 void HttpConnection::sweep(Clock::time_point now) {
   if (closed_) return;
   if (lingering_) {
-    if (now >= linger_until_) close();
+    if (now >= linger_until_) close("lingered");
     return;
   }
-  if (overflow_ && now - accepted_ > kOverflowBudget) return close();
+  if (overflow_ && now - accepted_ > kOverflowBudget) return close("over the cap, out of time");
   if (writing_ && now - write_progress_ > ms(shared_->options.write_timeout_ms)) {
     ++shared_->write_timeouts;
     if (active_ && active_->streaming_ && active_->live()) ++shared_->slow_readers_cut;
     abandon_active("reader took nothing for the write timeout: cut");
-    return close();
+    return close("write timeout");
   }
   const Waiting w = waiting();
   if (w == Waiting::kNothing || now < deadline(w)) return;
   if (w == Waiting::kIdle) {
     ++shared_->idle_closed;
-    return close();
+    return close("idle");
   }
   // A head or body too slow: a 408 if the socket takes it now, then close
   // (a client this slow is not waited for again).
@@ -402,14 +403,14 @@ void HttpConnection::sweep(Clock::time_point now) {
   boost::system::error_code ec;
   socket_.write_some(asio::buffer(bytes), ec);
   if (shared_->options.access_log) log_info(peer_ + " 408 " + what + " too slow: closed");
-  close();
+  close("too slow");
 }
 
 void HttpConnection::drain() {
   if (closed_) return;
   queue_.clear();
   close_after_write_ = true;
-  if (!active_ && out_.empty()) close();
+  if (!active_ && out_.empty()) close("server stopping");
 }
 
 void HttpConnection::access_log(const ConnectionExchange& ex, const char* outcome) const {

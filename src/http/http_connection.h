@@ -35,7 +35,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   void sweep(Clock::time_point now);
   // The listener stops: close now when idle, else after the response in progress.
   void drain();
-  void close();
+  void close(const char* why);
 
  private:
   friend class ConnectionExchange;

@@ -31,7 +31,7 @@ void schedule_sweep(HttpListener::Loop* loop) {
     }
     if (loop->stopping && (loop->connections.empty() || now >= loop->drain_until)) {
       std::vector<HttpConnection*> left(loop->connections.begin(), loop->connections.end());
-      for (HttpConnection* c : left) c->close();
+      for (HttpConnection* c : left) c->close("server stopped");
       loop->io.stop();
       return;
     }

@@ -56,8 +56,9 @@ void GenerationReply::send(const std::vector<std::string>& events) {
 }
 
 void GenerationReply::pump() {
-  if (!begun_) return begin();
-  if (over_) return;
+  // An event can come before begin() (the engine is quick, and start() was
+  // still setting the reply up on its thread): begin() takes it then.
+  if (!begun_ || over_) return;
   ChoiceUpdate u;
   // Everything waiting goes out as one write.
   std::vector<std::string> events;
