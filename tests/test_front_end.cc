@@ -113,6 +113,56 @@ TEST(FrontEnd, IdleAndSlowlorisConnectionsLeaveTheServerAnswering) {
   EXPECT_EQ(server.stop(), 0);
 }
 
+// A stream whose reader stops: once its bytes wait (the kernel's buffers
+// full) its generation is held, taking no steps while others run; a reader
+// that catches up gets the rest, every token; one that stays behind is cut
+// off at the write timeout, its request aborted and its pages freed.
+TEST(FrontEnd, AStalledStreamIsHeldThenCutAndAReaderThatCatchesUpGetsEverything) {
+  ServerProcess server({"--kv-cache-memory", "256M", "--http-write-timeout-ms", "3000"});
+  ASSERT_GT(server.port(), 0) << server.log();
+  HttpClient cli("127.0.0.1", server.port());
+  const std::string body = R"({"prompt": "go", "max_tokens": 3800, "ignore_eos": true, "stream": true})";
+  const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+                              std::to_string(body.size()) + "\r\n\r\n" + body;
+  auto wait_for = [&](const std::string& name, double value, int seconds = 5) {
+    for (const auto until = Clock::now() + std::chrono::seconds(seconds); Clock::now() < until;) {
+      if (metric_value(cli, name) == value) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  };
+  // Stops reading, then catches up: every token arrives.
+  {
+    RawSocket slow(server.port(), 4096);
+    slow.send(request);
+    ASSERT_TRUE(wait_for("dsv4_num_requests_held", 1)) << "the stream was never held";
+    const double steps = metric_value(cli, "dsv4_engine_steps_total");
+    auto other = cli.post("/v1/completions", R"({"prompt": "meanwhile", "max_tokens": 20, "ignore_eos": true})");
+    ASSERT_TRUE(other && other->status == 200);
+    EXPECT_EQ(json::parse(other->body)["usage"]["completion_tokens"], 20) << "others run while it is held";
+    EXPECT_GE(metric_value(cli, "dsv4_engine_steps_total"), steps + 20);
+    EXPECT_EQ(metric_value(cli, "dsv4_num_requests_held"), 1);
+    const std::string all = slow.read_until("data: [DONE]", 30000);
+    size_t events = 0;
+    for (size_t at = all.find("\"text\":"); at != std::string::npos; at = all.find("\"text\":", at + 1)) ++events;
+    EXPECT_NE(all.find("\"finish_reason\":\"length\""), std::string::npos);
+    EXPECT_NE(all.find("data: [DONE]"), std::string::npos) << "the stream ends normally";
+    EXPECT_GE(events, 3800u / 4) << "the tokens came (a step may bring several)";
+    EXPECT_TRUE(wait_for("dsv4_num_requests_held", 0));
+  }
+  // Stops for good: cut at the write timeout, aborted, pages back.
+  RawSocket stalled(server.port(), 4096);
+  stalled.send(request);
+  ASSERT_TRUE(wait_for("dsv4_num_requests_held", 1));
+  const auto held = Clock::now();
+  ASSERT_TRUE(wait_for("dsv4_http_slow_readers_cut_total", 1, 10));
+  EXPECT_GE(Clock::now() - held, std::chrono::milliseconds(2500)) << "cut only at the write timeout";
+  EXPECT_TRUE(settles(cli)) << "the cut request's pages came back";
+  EXPECT_EQ(metric_value(cli, "dsv4_num_requests_held"), 0);
+  EXPECT_EQ(metric_value(cli, R"(dsv4_requests_total\{endpoint="completions",outcome="abort"\})"), 1);
+  EXPECT_EQ(server.stop(), 0);
+}
+
 // Log lines start with a date and a time; every request has an access line
 // (client, method, target, status, duration, bytes, tokens).
 TEST(FrontEnd, LogLinesAreDatedAndEveryRequestHasAnAccessLine) {

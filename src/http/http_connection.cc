@@ -75,6 +75,14 @@ class ConnectionExchange : public HttpExchange {
     if (abandoned_) return;
     // HTTP/1.0 has no chunks: the stream ends when the connection closes.
     if (request_.version == 10) keep_alive_ = false;
+    // The kernel holds little of a stream, so a reader that stops shows in
+    // our backlog (and pauses the stream's producer) after a few events,
+    // not after megabytes of autotuned buffers.
+    if (conn_->shared_->options.stream_send_buffer_bytes > 0) {
+      boost::system::error_code ec;
+      conn_->socket_.set_option(
+          asio::socket_base::send_buffer_size(static_cast<int>(conn_->shared_->options.stream_send_buffer_bytes)), ec);
+    }
     conn_->enqueue(http_head(head, -1, request_.version, keep_alive_));
   }
 
@@ -115,10 +123,23 @@ class ConnectionExchange : public HttpExchange {
 
   void set_log_note(std::string note) override { note_ = std::move(note); }
 
+  size_t backlog() const override { return live() ? conn_->out_bytes_ : 0; }
+  void on_drained(std::function<void()> f) override {
+    on_thread();
+    if (!live()) return;
+    if (conn_->out_bytes_ == 0) return post(std::move(f));
+    on_drained_ = std::move(f);
+  }
+  // By the connection: everything queued went out.
+  void drained() {
+    if (on_drained_) post(std::exchange(on_drained_, nullptr));
+  }
+
   // By the connection: the client is gone before the response was complete.
   void abandon() {
     if (!live()) return;
     abandoned_ = true;
+    on_drained_ = nullptr;
     if (on_abandoned_) post(std::exchange(on_abandoned_, nullptr));
   }
   bool live() const { return !abandoned_ && !complete_; }
@@ -140,10 +161,12 @@ class ConnectionExchange : public HttpExchange {
   void finish() {
     complete_ = true;
     on_abandoned_ = nullptr;
+    on_drained_ = nullptr;
     conn_->complete_active();
   }
 
   std::function<void()> on_abandoned_;
+  std::function<void()> on_drained_;
 };
 
 HttpConnection::HttpConnection(HttpListener::Loop* loop, tcp::socket socket, bool overflow)
@@ -296,6 +319,7 @@ void HttpConnection::on_written(const boost::system::error_code& ec, size_t n) {
     out_offset_ = 0;
   }
   if (!out_.empty()) return kick_write();
+  if (active_) active_->drained();
   waiting_since_ = write_progress_;
   if (close_after_write_ && !active_) linger();
 }

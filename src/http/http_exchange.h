@@ -33,6 +33,13 @@ class HttpExchange {
   virtual void send(std::string bytes) = 0;
   virtual void end_stream() = 0;
 
+  // Bytes of the response waiting in memory because the client has not
+  // taken them (the kernel's buffers are full); and f runs (once, on the
+  // I/O thread) when they have all gone out. A stream uses them to pause
+  // what produces it while its reader is behind.
+  virtual size_t backlog() const = 0;
+  virtual void on_drained(std::function<void()> f) = 0;
+
   // f runs (on the I/O thread) when the client is gone or was disconnected
   // before the response was complete; never after that. Registered after
   // it happened, f runs soon (posted).

@@ -50,8 +50,13 @@ struct HttpListenerOptions {
   // A write that makes no progress for this long means the reader stopped.
   int write_timeout_ms = 30000;
   // Bytes of a streamed response waiting for the reader (beyond what the
-  // kernel holds) before it is cut off as too slow.
+  // kernel holds) before it is cut off as too slow. (A stream's producer
+  // pauses long before: HttpExchange::backlog.)
   size_t max_stream_backlog_bytes = 1u << 20;
+  // The kernel's send buffer for a stream (SO_SNDBUF; 0: the kernel's
+  // autotuning, which on loopback takes megabytes before a reader that
+  // stopped shows).
+  size_t stream_send_buffer_bytes = 32u << 10;
   // Requests read ahead of the one being answered on a connection.
   int max_pipelined = 16;
   bool access_log = true;

@@ -92,7 +92,8 @@ class Engine {
   // and continues exactly where it was (also what happens under page
   // pressure).
   bool preempt(int64_t id);
-  // Holds a running request with its pages (it takes no step) until resumed.
+  // Holds a request (running: with its pages; it takes no step) until resumed
+  // (Scheduler::pause).
   bool pause(int64_t id) { return scheduler_->pause(id); }
   bool resume(int64_t id) { return scheduler_->resume(id); }
   bool has_unfinished() const { return scheduler_->has_unfinished(); }

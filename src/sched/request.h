@@ -23,7 +23,7 @@ struct Request {
   int64_t num_computed = 0;     // tokens whose caches are written
   BlockTable pages;
   int partition = 0;  // the data-parallel group holding its pages
-  bool paused = false;  // running with its pages kept, but not scheduled
+  bool paused = false;  // not scheduled (running: its pages kept) until resumed
   RequestStatus status = RequestStatus::kWaiting;
   FinishReason finish = FinishReason::kNone;
   int num_preemptions = 0;

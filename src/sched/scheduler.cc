@@ -138,7 +138,7 @@ void Scheduler::preempt(Request* r) {
   r->num_computed = r->cached_tokens = r->resumed_from = r->blocks_seen = 0;
   r->last_block_key = 0;
   r->draft.clear();
-  r->paused = false;
+  // A paused request stays paused: it is not admitted again until resumed.
   r->status = RequestStatus::kWaiting;
   ++r->num_preemptions;
   part.running.erase(std::find(part.running.begin(), part.running.end(), r));
@@ -157,7 +157,10 @@ void Scheduler::schedule(int partition, SchedulerOutput* all) {
   std::deque<Request*>& waiting = part.waiting;
   SchedulerOutput out;
   int64_t budget = options_.max_num_batched_tokens;
-  // Running requests first, oldest first; preempt from the newest end.
+  // Running requests first, oldest first; preempt from the newest end, a
+  // paused one (its client is behind) before any that runs.
+  int64_t paused = 0;
+  for (const Request* r : running) paused += r->paused;
   for (size_t i = 0; i < running.size() && budget > 0; ++i) {
     Request* r = running[i];
     if (r->paused) continue;
@@ -166,6 +169,12 @@ void Scheduler::schedule(int partition, SchedulerOutput* all) {
     bool scheduled = true;
     while (!part.kv->allocate(&r->pages, r->num_computed + n)) {
       Request* victim = running.back();
+      for (auto it = running.rbegin(); paused > 0 && it != running.rend(); ++it)
+        if ((*it)->paused) {
+          victim = *it;
+          --paused;
+          break;
+        }
       out.preempted.push_back(victim->id);
       preempt(victim);
       if (victim == r) {
@@ -179,10 +188,17 @@ void Scheduler::schedule(int partition, SchedulerOutput* all) {
     budget -= n;
   }
   // Then admit waiting requests in arrival order (none after a preemption:
-  // the pages are short).
-  while (out.preempted.empty() && !waiting.empty() && budget > 0 &&
-         static_cast<int64_t>(running.size()) < options_.max_num_seqs) {
-    Request* r = waiting.front();
+  // the pages are short). Paused requests take no step, so they take no
+  // place among max_num_seqs; a paused one waiting is passed over.
+  auto next = [&]() -> std::deque<Request*>::iterator {
+    auto it = waiting.begin();
+    while (it != waiting.end() && (*it)->paused) ++it;
+    return it;
+  };
+  for (auto it = next(); out.preempted.empty() && it != waiting.end() && budget > 0 &&
+                         static_cast<int64_t>(running.size()) - paused < options_.max_num_seqs;
+       it = next()) {
+    Request* r = *it;
     take_prefix(r);
     const int64_t n = chunk_size(*r, budget);
     if (!part.kv->allocate(&r->pages, r->num_computed + n)) {
@@ -193,7 +209,7 @@ void Scheduler::schedule(int partition, SchedulerOutput* all) {
       prefix_queried_ += static_cast<int64_t>(r->prompt.size());
       prefix_hit_ += std::min<int64_t>(r->cached_tokens, r->prompt.size());
     }
-    waiting.pop_front();
+    waiting.erase(it);
     r->status = RequestStatus::kRunning;
     running.push_back(r);
     const int64_t drafts = draft_rows(*r, n);
@@ -236,7 +252,7 @@ bool Scheduler::preempt(int64_t id) {
 
 bool Scheduler::pause(int64_t id) {
   Request* r = find(id);
-  if (!r || r->status != RequestStatus::kRunning) return false;
+  if (!r || r->status == RequestStatus::kFinished) return false;
   r->paused = true;
   return true;
 }

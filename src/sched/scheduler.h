@@ -88,8 +88,10 @@ class Scheduler {
   // not running.
   bool preempt(int64_t id);
 
-  // Holds a running request: it keeps its pages but takes no step until
-  // resumed. False when it is not running.
+  // Holds a request: running, it keeps its pages but takes no step (nor a
+  // place among max_num_seqs; under page pressure it is preempted before
+  // any request that runs); waiting, it is not admitted. Until resumed.
+  // False when it is unknown or finished.
   bool pause(int64_t id);
   bool resume(int64_t id);
 

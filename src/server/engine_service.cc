@@ -88,6 +88,12 @@ void EngineService::finish(int64_t id, FinishReason reason) {
   work_.notify_one();
 }
 
+void EngineService::hold(int64_t id, bool held) {
+  std::lock_guard<std::mutex> lock(mu_);
+  holds_.emplace_back(id, held);
+  work_.notify_one();
+}
+
 bool EngineService::accepting() const {
   std::lock_guard<std::mutex> lock(mu_);
   return accepting_;
@@ -96,10 +102,12 @@ bool EngineService::accepting() const {
 void EngineService::drain_inbox() {
   std::vector<Pending> submits;
   std::vector<std::pair<int64_t, FinishReason>> finishes;
+  std::vector<std::pair<int64_t, bool>> holds;
   {
     std::lock_guard<std::mutex> lock(mu_);
     submits.swap(submits_);
     finishes.swap(finishes_);
+    holds.swap(holds_);
     // They wait in the engine now; until the step's snapshot says how many
     // it admitted, admission counts them as waiting (else a submit in
     // between would find the queue empty).
@@ -123,6 +131,7 @@ void EngineService::drain_inbox() {
     deliver(p.id, std::move(o));
   }
   for (const auto& [id, reason] : finishes) {
+    held_.erase(id);
     int64_t eid = -1;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -134,6 +143,26 @@ void EngineService::drain_inbox() {
     }
     engine_->finish(eid, reason);
   }
+  // Holds: a request let go runs again now; one held is paused (again, if
+  // a preemption put it back among the waiting) at every boundary.
+  for (const auto& [id, held] : holds) {
+    if (held) {
+      held_.insert(id);
+    } else if (held_.erase(id)) {
+      const int64_t eid = engine_id(id);
+      if (eid >= 0) engine_->resume(eid);
+    }
+  }
+  for (int64_t id : held_) {
+    const int64_t eid = engine_id(id);
+    if (eid >= 0) engine_->pause(eid);
+  }
+}
+
+int64_t EngineService::engine_id(int64_t id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = engine_ids_.find(id);
+  return it == engine_ids_.end() ? -1 : it->second;
 }
 
 void EngineService::deliver(int64_t id, RequestOutput o) {
@@ -144,6 +173,7 @@ void EngineService::deliver(int64_t id, RequestOutput o) {
   const bool done = o.finished;
   it->second.channel->push({it->second.choice, std::move(o)});
   if (!done) return;
+  held_.erase(id);
   routes_.erase(it);
   auto e = engine_ids_.find(id);
   if (e != engine_ids_.end()) {
@@ -156,6 +186,7 @@ void EngineService::publish_snapshot() {
   EngineSnapshot s;
   s.running = engine_->scheduler().num_running();
   s.waiting = engine_->scheduler().num_waiting();
+  s.held = static_cast<int64_t>(held_.size());
   s.stats = engine_->stats();
   for (int g = 0; g < engine_->num_groups(); ++g)
     if (engine_->cache(g).prefix_cache()) s.prefix_cache_blocks += engine_->cache(g).prefix_cache()->num_blocks();
@@ -186,7 +217,7 @@ void EngineService::loop() {
     bool stopping = false, heartbeat = false;
     if (!engine_->has_unfinished()) {  // idle: sleep until the inbox has something
       std::unique_lock<std::mutex> lock(mu_);
-      auto ready = [&] { return stop_ || !submits_.empty() || !finishes_.empty(); };
+      auto ready = [&] { return stop_ || !submits_.empty() || !finishes_.empty() || !holds_.empty(); };
       if (options_.heartbeat_ms > 0) heartbeat = !work_.wait_for(lock, std::chrono::milliseconds(options_.heartbeat_ms), ready);
       else work_.wait(lock, ready);
       stopping = stop_;

@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -63,6 +64,7 @@ struct EngineSnapshot {
   EngineStats stats;
   std::vector<std::pair<std::string, double>> cache_usage;  // family -> fraction of pages requests hold
   int64_t prefix_cache_blocks = 0;                            // over every data-parallel group
+  int64_t held = 0;                                           // requests held for their clients
 };
 
 // One engine request: a prompt and how to sample it.
@@ -84,6 +86,10 @@ class EngineService {
   // Ends a request (client gone: kAbort; stop string seen: kStop) at the
   // next step boundary; its channel gets a finished event.
   void finish(int64_t id, FinishReason reason);
+  // Holds a request's generation while its client is behind (held: it
+  // keeps its pages and takes no step, nor a place among max_num_seqs), or
+  // lets it go on; from the next step boundary.
+  void hold(int64_t id, bool held);
   // Refuses new requests, lets running ones finish for up to grace_ms, then
   // aborts what is left and stops the engine thread.
   void shutdown(int grace_ms);
@@ -109,6 +115,8 @@ class EngineService {
   // On the loop thread, between steps: submits into the engine, aborts.
   void drain_inbox();
   void publish_snapshot();
+  // The engine's id of a service request (-1 when not in the engine).
+  int64_t engine_id(int64_t id) const;
   // To the request's channel (as service id `id`); a finished one is forgotten.
   void deliver(int64_t id, RequestOutput o);
 
@@ -119,6 +127,8 @@ class EngineService {
   std::condition_variable work_;
   std::vector<Pending> submits_;
   std::vector<std::pair<int64_t, FinishReason>> finishes_;
+  std::vector<std::pair<int64_t, bool>> holds_;
+  std::set<int64_t> held_;  // service ids held (the loop's own: no lock)
   std::map<int64_t, Route> routes_;           // every live request, queued or in the engine
   std::map<int64_t, int64_t> engine_ids_;     // service id -> engine id, once in the engine
   std::map<int64_t, int64_t> service_ids_;    // and back

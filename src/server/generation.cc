@@ -61,6 +61,11 @@ void Generation::abort() {
     }
 }
 
+void Generation::hold(bool held) {
+  for (const GenerationChoice& c : choices_)
+    if (!c.finished) service_->hold(c.engine_id, held);
+}
+
 bool Generation::next(ChoiceUpdate* u, int timeout_ms) {
   ChoiceEvent ev;
   for (;;) {

@@ -76,6 +76,9 @@ class Generation {
   bool done() const { return done_ == choices_.size(); }
   // The client is gone: every running choice ends as "abort" now.
   void abort();
+  // The client is behind: every running choice pauses (keeping its pages)
+  // until let go (EngineService::hold).
+  void hold(bool held);
 
   size_t size() const { return choices_.size(); }
   const GenerationChoice& choice(size_t i) const { return choices_[i]; }

@@ -68,7 +68,11 @@ void GenerationReply::pump() {
       events.insert(events.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
     }
   if (options_.stream) send(events);
-  if (!gen_->done() || exchange_->abandoned()) return;
+  if (exchange_->abandoned()) return;
+  if (!gen_->done()) {
+    if (options_.stream && !held_ && exchange_->backlog() >= options_.hold_bytes) hold();
+    return;
+  }
   over_ = true;
   exchange_->set_log_note(options_.id + ", " + gen_->summary());
   if (options_.stream) {
@@ -84,6 +88,19 @@ void GenerationReply::pump() {
   // pump lets go of the reply.
   format_.reset();
   gen_.reset();
+}
+
+void GenerationReply::hold() {
+  held_ = true;
+  gen_->hold(true);
+  auto self = shared_from_this();
+  exchange_->on_drained([self] { self->release(); });
+}
+
+void GenerationReply::release() {
+  if (!held_ || over_) return;
+  held_ = false;
+  gen_->hold(false);
 }
 
 void GenerationReply::abort() {

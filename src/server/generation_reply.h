@@ -31,6 +31,10 @@ class ReplyFormat {
 
 struct ReplyOptions {
   bool stream = false;
+  // A stream whose reader leaves this many bytes waiting (the kernel's
+  // buffers full) has its generation held until they have gone out; one
+  // that stays behind is cut off by the front end's write timeout.
+  size_t hold_bytes = 16u << 10;
   std::string id;         // for the log: chatcmpl-..., msg_..., resp_...
   HttpHeaders headers;    // on the response (CORS)
 };
@@ -51,13 +55,16 @@ class GenerationReply : public std::enable_shared_from_this<GenerationReply> {
   void begin();
   void pump();
   void abort();
+  // The reader fell behind / caught up.
+  void hold();
+  void release();
   void send(const std::vector<std::string>& events);
 
   std::shared_ptr<HttpExchange> exchange_;
   ReplyOptions options_;
   std::unique_ptr<Generation> gen_;
   std::unique_ptr<ReplyFormat> format_;
-  bool begun_ = false, over_ = false;
+  bool begun_ = false, over_ = false, held_ = false;
 };
 
 }  // namespace dsv4

@@ -76,6 +76,9 @@ std::string Metrics::render(const EngineSnapshot& e) const {
   tpot_.render("dsv4_time_per_output_token_seconds", "Time between consecutive generated tokens.", &out);
   scalar("dsv4_num_requests_running", "gauge", "Requests the scheduler is running.", e.running, &out);
   scalar("dsv4_num_requests_waiting", "gauge", "Requests waiting for admission.", e.waiting, &out);
+  scalar("dsv4_num_requests_held", "gauge",
+         "Streamed requests held because their client is behind (no steps; pages kept until it catches up or is cut off).",
+         e.held, &out);
   header("dsv4_kv_cache_usage", "gauge", "Fraction of each cache family's pages requests hold.", &out);
   for (const auto& [family, used] : e.cache_usage)
     out += "dsv4_kv_cache_usage{family=\"" + family + "\"} " + num(used) + "\n";
