@@ -12,6 +12,7 @@
 
 #include "checkpoint/model_loader.h"
 #include "args.h"
+#include "bench_front_end.h"
 #include "bench_throughput.h"
 #include "engine_args.h"
 #include "model_source.h"
@@ -30,6 +31,8 @@ const char* kHelp =
     "       dsv4 bench --serving [--model DIR] [--ctx 4096] [--gen N] [--k 1,3,7] [--csv FILE]\n"
     "       dsv4 bench --soak [--host H] [--port P] [--duration S] [--clients N] [--seed S]\n"
     "       dsv4 bench --structured [--model DIR] [--tokenizer DIR] [--cases FILE] [--batch 16] [--gen 32]\n"
+    "       dsv4 bench --front-end [--host H] [--port P] [--compare-port P2] [--parts LIST] [--idle N]\n"
+    "                  [--slowloris N] [--samples N] [--clients N] [--duration S] [--streams N] [--stalled N]\n"
     "  (default)          prefill and decode throughput at each context length and batch size,\n"
     "                     measured incrementally (each row times only its own interval), KV bytes\n"
     "                     per token, and this machine's memory read bandwidth and the GEMM kernel's\n"
@@ -58,6 +61,16 @@ const char* kHelp =
     "                     token's mask over random walks on the vocabulary of --tokenizer (a\n"
     "                     directory with tokenizer.json; default the model's, else byte-level), then\n"
     "                     the grammar's share of a --batch decode step against the batch unconstrained\n"
+    "  --front-end        what clients can do to a running dsv4 serve (loopback): --idle idle (default\n"
+    "                     10000) and --slowloris connections sending a header byte per second (2000)\n"
+    "                     held open while new clients ask /health and one-token completions (--samples\n"
+    "                     200: p50/p99, and the server's RSS per idle connection); --clients keep-alive\n"
+    "                     clients (64) sending one-token completions for --duration s (15): requests/s,\n"
+    "                     against --compare-port too (another server, e.g. an older dsv4) with the\n"
+    "                     ratio; --streams readers (8) and --stalled streams never read (1000): engine\n"
+    "                     steps/s before, while they are held and after they are cut, and their\n"
+    "                     requests aborted with every page back. --parts connections,throughput,stalled\n"
+    "                     picks parts (scripts/bench_front_end.sh starts the servers and runs it all)\n"
     "  --model DIR        checkpoint (default: the embedded default model)\n"
     "  --prompt-len N     tokens each data-parallel group prefills in the measured step (default 1024)\n"
     "  --flashcomm1-sp-min-token-num N   FlashComm1 threshold for the 'on' rows (default: the prompt length)\n";
@@ -145,9 +158,10 @@ int bench_structured(const DeepseekV4& m, const std::string& name, const std::st
 int cmd_bench(int argc, char** argv) {
   std::set<std::string> valued = {"model", "prompt-len", "ctx", "batch", "gen", "csv", "k",
                                   "host", "port", "duration", "clients", "seed", "numerics",
-                                  "peer-gguf", "peer-harness", "tokenizer", "cases"};
+                                  "peer-gguf", "peer-harness", "tokenizer", "cases", "compare-port", "parts",
+                                  "idle", "slowloris", "samples", "streams", "stalled"};
   for (const auto& k : parallel_option_names()) valued.insert(k);
-  Args args(argc, argv, 2, valued, {"help", "topology", "serving", "soak", "structured"});
+  Args args(argc, argv, 2, valued, {"help", "topology", "serving", "soak", "structured", "front-end"});
   if (args.has("help")) {
     std::fputs(kHelp, stdout);
     return 0;
@@ -163,6 +177,31 @@ int cmd_bench(int argc, char** argv) {
     }
     return bench_soak(args.get("host", "127.0.0.1"), static_cast<int>(port), static_cast<double>(duration),
                       static_cast<int>(clients), static_cast<uint64_t>(seed));
+  }
+  if (args.has("front-end")) {
+    FrontEndBenchOptions f;
+    f.host = args.get("host", f.host);
+    f.port = static_cast<int>(args.get_int("port", f.port));
+    f.compare_port = static_cast<int>(args.get_int("compare-port", 0));
+    f.parts = args.get("parts", f.parts);
+    f.idle = static_cast<int>(args.get_int("idle", f.idle));
+    f.slowloris = static_cast<int>(args.get_int("slowloris", f.slowloris));
+    f.samples = static_cast<int>(args.get_int("samples", f.samples));
+    f.clients = static_cast<int>(args.get_int("clients", f.clients));
+    f.throughput_seconds = static_cast<double>(args.get_int("duration", static_cast<int64_t>(f.throughput_seconds)));
+    f.streams = static_cast<int>(args.get_int("streams", f.streams));
+    f.stalled = static_cast<int>(args.get_int("stalled", f.stalled));
+    if (args.ok() && (f.port < 1 || f.port > 65535 || f.compare_port < 0 || f.compare_port > 65535))
+      args.set_error("--port and --compare-port must be TCP ports");
+    if (args.ok() && (f.idle < 0 || f.slowloris < 0 || f.samples < 1 || f.clients < 1 || f.clients > 1024 ||
+                      f.throughput_seconds < 1 || f.streams < 1 || f.stalled < 0 || f.idle + f.slowloris > 60000))
+      args.set_error("--front-end counts: --idle + --slowloris at most 60000, --samples, --streams >= 1, --clients 1 to 1024, "
+                     "--duration >= 1");
+    if (!args.ok()) {
+      std::fprintf(stderr, "dsv4 bench: %s\n%s", args.error().c_str(), kHelp);
+      return 2;
+    }
+    return bench_front_end(f);
   }
   ParallelOptions p = parallel_options(args);
   // Throughput rows run exact and fast side by side unless --numerics (or

@@ -7,14 +7,17 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kv/page_layout.h"
 #include "model/cache_geometry.h"
 #include "checkpoint/config_json.h"
 #include "model/config.h"
 #include "checkpoint/safetensors.h"
+#include "http/request_reader.h"
 #include "server/anthropic_messages.h"
 #include "server/openai_request.h"
+#include "server/responses_api.h"
 #include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/byte_tokenizer.h"
 #include "tokenizer/chat_encoding.h"
@@ -97,6 +100,14 @@ void check_request(const uint8_t* data, size_t size) {
     if (error.status < 400 || error.status >= 500) std::abort();
     return;
   }
+  // The Responses API: its input items, tools and options become a chat
+  // plan (previous_response_id against an empty store: a 404).
+  static const ResponseStore store(4);
+  const ResponsePlanOrError r = plan_response(*json, model, store);
+  if (!r.plan && (r.error.status < 400 || r.error.status >= 500)) std::abort();
+  if (r.plan)
+    for (int32_t id : r.plan->generation.prompts.at(0))
+      if (id < 0 || id >= model.vocab_size) std::abort();
   // The three request formats (completions, chat, Anthropic messages).
   for (int format = 0; format < 3; ++format) {
     const PlanOrError p = format == 0 ? plan_completion(*json, model)
@@ -110,6 +121,53 @@ void check_request(const uint8_t* data, size_t size) {
       for (int32_t id : prompt)
         if (id < 0 || id >= model.vocab_size) std::abort();
   }
+}
+
+// The bytes of a connection, cut into pieces where the input's first bytes
+// say: the reader gives the same requests however they are cut, never more
+// bytes than came, and once it refuses it refuses for good, with a status
+// it means (400, 413, 431, 505).
+void check_http(const uint8_t* data, size_t size) {
+  if (size < 2) return;
+  RequestLimits limits;
+  limits.max_head_bytes = 2048;
+  limits.max_body_bytes = 4096;
+  const size_t step = 1 + data[0] % 64;
+  const std::string wire(reinterpret_cast<const char*>(data) + 1, size - 1);
+  auto run = [&](size_t piece, std::vector<HttpRequest>* got, int* error) {
+    RequestReader reader(limits);
+    for (size_t at = 0; at < wire.size() && *error == 0; at += piece) {
+      reader.append(std::string_view(wire).substr(at, piece));
+      for (;;) {
+        HttpRequest q;
+        const auto r = reader.parse(&q);
+        if (r == RequestReader::Result::kNeedMore) break;
+        if (r == RequestReader::Result::kError) {
+          *error = reader.error_status();
+          HttpRequest again;
+          if (reader.parse(&again) != RequestReader::Result::kError) std::abort();
+          break;
+        }
+        if (q.method.empty() || q.target.empty() || q.path.empty() || q.body.size() > limits.max_body_bytes) std::abort();
+        if (q.version != 10 && q.version != 11) std::abort();
+        got->push_back(std::move(q));
+      }
+    }
+    if (*error != 0 && *error != 400 && *error != 413 && *error != 431 && *error != 505) std::abort();
+  };
+  std::vector<HttpRequest> whole, pieces;
+  int whole_error = 0, pieces_error = 0;
+  run(wire.size(), &whole, &whole_error);
+  run(step, &pieces, &pieces_error);
+  size_t bytes = 0;
+  for (const HttpRequest& q : whole) bytes += q.method.size() + q.target.size() + q.body.size();
+  if (bytes > wire.size()) std::abort();
+  // However the bytes are cut, the requests before an error are the same.
+  const size_t common = std::min(whole.size(), pieces.size());
+  for (size_t i = 0; i < common; ++i)
+    if (whole[i].target != pieces[i].target || whole[i].body != pieces[i].body || whole[i].method != pieces[i].method)
+      std::abort();
+  if (whole_error == 0 && pieces_error == 0 && whole.size() != pieces.size()) std::abort();
 }
 
 }  // namespace dsv4::fuzz

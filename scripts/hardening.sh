@@ -36,7 +36,7 @@ if [[ $what == all || $what == tests ]]; then
 fi
 
 if [[ $what == all || $what == fuzz ]]; then
-  for name in safetensors config tokenizer chat_parse request; do
+  for name in safetensors config tokenizer chat_parse request http; do
     echo "hardening: fuzz_$name for ${FUZZ_SECONDS}s"
     work=build-hardening/fuzz/corpus-$name
     mkdir -p "$work"

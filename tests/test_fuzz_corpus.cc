@@ -33,6 +33,7 @@ TEST(FuzzCorpus, ConfigJson) { replay("config", fuzz::check_config); }
 TEST(FuzzCorpus, TokenizerRoundTrip) { replay("tokenizer", fuzz::check_tokenizer); }
 TEST(FuzzCorpus, ChatCompletionParsing) { replay("chat_parse", fuzz::check_chat_parse); }
 TEST(FuzzCorpus, RequestBodies) { replay("request", fuzz::check_request); }
+TEST(FuzzCorpus, HttpRequestBytes) { replay("http", fuzz::check_http); }
 
 }  // namespace
 }  // namespace dsv4

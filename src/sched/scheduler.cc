@@ -161,20 +161,32 @@ void Scheduler::schedule(int partition, SchedulerOutput* all) {
   // paused one (its client is behind) before any that runs.
   int64_t paused = 0;
   for (const Request* r : running) paused += r->paused;
-  for (size_t i = 0; i < running.size() && budget > 0; ++i) {
-    Request* r = running[i];
-    if (r->paused) continue;
+  // The newest paused request, preempted to free pages (it stays paused
+  // among the waiting, and recomputes when resumed); false when none is.
+  auto preempt_paused = [&] {
+    for (auto it = running.rbegin(); paused > 0 && it != running.rend(); ++it)
+      if ((*it)->paused) {
+        Request* victim = *it;
+        --paused;
+        out.preempted.push_back(victim->id);
+        preempt(victim);
+        return true;
+      }
+    return false;
+  };
+  bool pressure = false;  // a running request was preempted: admit none
+  // Over a copy: preempting a paused request takes it out of the middle.
+  const std::vector<Request*> order = running;
+  for (size_t i = 0; i < order.size() && budget > 0; ++i) {
+    Request* r = order[i];
+    if (r->paused || r->status != RequestStatus::kRunning) continue;
     const int64_t n = chunk_size(*r, budget);
     if (n <= 0) continue;
     bool scheduled = true;
     while (!part.kv->allocate(&r->pages, r->num_computed + n)) {
+      if (preempt_paused()) continue;
+      pressure = true;
       Request* victim = running.back();
-      for (auto it = running.rbegin(); paused > 0 && it != running.rend(); ++it)
-        if ((*it)->paused) {
-          victim = *it;
-          --paused;
-          break;
-        }
       out.preempted.push_back(victim->id);
       preempt(victim);
       if (victim == r) {
@@ -195,13 +207,15 @@ void Scheduler::schedule(int partition, SchedulerOutput* all) {
     while (it != waiting.end() && (*it)->paused) ++it;
     return it;
   };
-  for (auto it = next(); out.preempted.empty() && it != waiting.end() && budget > 0 &&
+  for (auto it = next(); !pressure && it != waiting.end() && budget > 0 &&
                          static_cast<int64_t>(running.size()) - paused < options_.max_num_seqs;
        it = next()) {
     Request* r = *it;
     take_prefix(r);
     const int64_t n = chunk_size(*r, budget);
-    if (!part.kv->allocate(&r->pages, r->num_computed + n)) {
+    bool got = part.kv->allocate(&r->pages, r->num_computed + n);
+    while (!got && preempt_paused()) got = part.kv->allocate(&r->pages, r->num_computed + n);
+    if (!got) {
       undo_prefix(r);
       break;
     }

@@ -89,9 +89,10 @@ class Scheduler {
   bool preempt(int64_t id);
 
   // Holds a request: running, it keeps its pages but takes no step (nor a
-  // place among max_num_seqs; under page pressure it is preempted before
-  // any request that runs); waiting, it is not admitted. Until resumed.
-  // False when it is unknown or finished.
+  // place among max_num_seqs), and when pages run short (for a running
+  // request or one being admitted) it is preempted first, staying paused;
+  // waiting, it is not admitted. Until resumed. False when it is unknown or
+  // finished.
   bool pause(int64_t id);
   bool resume(int64_t id);
 

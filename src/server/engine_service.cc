@@ -143,19 +143,15 @@ void EngineService::drain_inbox() {
     }
     engine_->finish(eid, reason);
   }
-  // Holds: a request let go runs again now; one held is paused (again, if
-  // a preemption put it back among the waiting) at every boundary.
+  // Holds: paused in the scheduler (running or waiting; a preemption keeps
+  // it paused) until let go.
   for (const auto& [id, held] : holds) {
-    if (held) {
-      held_.insert(id);
-    } else if (held_.erase(id)) {
-      const int64_t eid = engine_id(id);
-      if (eid >= 0) engine_->resume(eid);
-    }
-  }
-  for (int64_t id : held_) {
     const int64_t eid = engine_id(id);
-    if (eid >= 0) engine_->pause(eid);
+    if (held && eid >= 0 && engine_->pause(eid)) {
+      held_.insert(id);
+    } else if (!held && held_.erase(id) && eid >= 0) {
+      engine_->resume(eid);
+    }
   }
 }
 
@@ -188,6 +184,19 @@ void EngineService::publish_snapshot() {
   s.waiting = engine_->scheduler().num_waiting();
   s.held = static_cast<int64_t>(held_.size());
   s.stats = engine_->stats();
+  // The cache's usage walks every prefix-cache block: while steps run it is
+  // refreshed at most every 100 ms (per step, thousands of cached blocks
+  // cost more than a small model's step), and always once they stop.
+  const auto now = std::chrono::steady_clock::now();
+  if (engine_->has_unfinished() && now - usage_time_ < std::chrono::milliseconds(100)) {
+    std::lock_guard<std::mutex> lock(mu_);
+    s.cache_usage = snapshot_.cache_usage;
+    s.prefix_cache_blocks = snapshot_.prefix_cache_blocks;
+    engine_waiting_ = s.waiting;
+    snapshot_ = std::move(s);
+    return;
+  }
+  usage_time_ = now;
   for (int g = 0; g < engine_->num_groups(); ++g)
     if (engine_->cache(g).prefix_cache()) s.prefix_cache_blocks += engine_->cache(g).prefix_cache()->num_blocks();
   for (int f = 0; f < kNumCacheFamilies; ++f) {  // over every data-parallel group's cache

@@ -6,6 +6,7 @@
 // in microseconds however long a step takes.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -128,7 +129,7 @@ class EngineService {
   std::vector<Pending> submits_;
   std::vector<std::pair<int64_t, FinishReason>> finishes_;
   std::vector<std::pair<int64_t, bool>> holds_;
-  std::set<int64_t> held_;  // service ids held (the loop's own: no lock)
+  std::set<int64_t> held_;  // service ids paused for their clients (the loop's own: no lock)
   std::map<int64_t, Route> routes_;           // every live request, queued or in the engine
   std::map<int64_t, int64_t> engine_ids_;     // service id -> engine id, once in the engine
   std::map<int64_t, int64_t> service_ids_;    // and back
@@ -136,6 +137,7 @@ class EngineService {
   int64_t next_id_ = 1;
   bool accepting_ = true, stop_ = false;
   EngineSnapshot snapshot_;
+  std::chrono::steady_clock::time_point usage_time_;  // when the cache usage was last computed (loop thread)
 
   std::thread thread_;
 };

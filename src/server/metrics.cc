@@ -1,6 +1,9 @@
 #include "server/metrics.h"
 
+#include "base/process_memory.h"
+
 #include <cstdio>
+#include <filesystem>
 #include <tuple>
 
 namespace dsv4 {
@@ -132,6 +135,13 @@ std::string Metrics::render_http(const HttpStats& h) {
          h.slow_readers_cut, &out);
   scalar("dsv4_http_clients_gone_total", "counter", "Requests whose client left before the response was complete.",
          h.clients_gone, &out);
+  scalar("process_resident_memory_bytes", "gauge", "Resident memory size in bytes.", process_memory().resident, &out);
+  int64_t fds = 0;
+  std::error_code ec;
+  for (auto it = std::filesystem::directory_iterator("/proc/self/fd", ec); !ec && it != std::filesystem::directory_iterator();
+       it.increment(ec))
+    ++fds;
+  scalar("process_open_fds", "gauge", "Number of open file descriptors.", fds, &out);
   return out;
 }
 

@@ -35,7 +35,8 @@ class Metrics {
   void observe_ttft(double seconds);
   void observe_time_per_output_token(double seconds);
   std::string render(const EngineSnapshot& engine) const;
-  // The front end's connection counters, in the same format.
+  // The front end's connection counters, and the process's resident
+  // memory and descriptors (Prometheus' process_* names), in the same format.
   static std::string render_http(const HttpStats& http);
 
  private:
