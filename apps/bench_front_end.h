@@ -10,7 +10,7 @@ struct FrontEndBenchOptions {
   int port = 8000;
   int compare_port = 0;  // a second server for the throughput comparison (0: none)
   std::string parts = "connections,throughput,stalled";
-  int idle = 10000, slowloris = 2000, samples = 200;
+  int idle = 10000, slowloris = 2000, samples = 500;
   int clients = 64;
   double throughput_seconds = 15;
   int streams = 8, stalled = 1000;

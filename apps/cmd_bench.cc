@@ -64,7 +64,7 @@ const char* kHelp =
     "  --front-end        what clients can do to a running dsv4 serve (loopback): --idle idle (default\n"
     "                     10000) and --slowloris connections sending a header byte per second (2000)\n"
     "                     held open while new clients ask /health and one-token completions (--samples\n"
-    "                     200: p50/p99, and the server's RSS per idle connection); --clients keep-alive\n"
+    "                     500: p50/p99, and the server's RSS per idle connection); --clients keep-alive\n"
     "                     clients (64) sending one-token completions for --duration s (15): requests/s,\n"
     "                     against --compare-port too (another server, e.g. an older dsv4) with the\n"
     "                     ratio; --streams readers (8) and --stalled streams never read (1000): engine\n"

@@ -54,6 +54,8 @@ const char* kHelp =
     "                           A stream's generation is held (no steps, pages kept) as soon as\n"
     "                           16 KiB wait, and goes on when its reader catches up\n"
     "  --no-access-log          no log line per request\n"
+    "  --stored-responses N     /v1/responses kept for GET and previous_response_id (default 1024;\n"
+    "                           the oldest goes first)\n"
     "  --shutdown-grace-ms N    on SIGTERM, time in-flight requests get to finish (default 10000)\n"
     "  --dist mpi               one rank per MPI process: mpirun -np TPxDP dsv4 serve --dist mpi ...\n"
     "                           (rank 0 serves HTTP; a rank that stops answering makes /health 503\n"
@@ -214,7 +216,8 @@ int cmd_serve(int argc, char** argv) {
   std::set<std::string> valued = {"model", "host", "port", "served-model-name", "api-key", "allowed-origins", "max-queue", "http-threads",
                                   "shutdown-grace-ms", "dist", "dist-timeout-ms", "max-connections", "max-body-bytes",
                                   "http-idle-timeout-ms", "http-head-timeout-ms", "http-body-timeout-ms",
-                                  "http-min-body-rate", "http-write-timeout-ms", "http-stream-backlog"};
+                                  "http-min-body-rate", "http-write-timeout-ms", "http-stream-backlog",
+                                  "stored-responses"};
   for (const auto& k : engine_option_names()) valued.insert(k);
   for (const auto& k : parallel_option_names()) valued.insert(k);
   std::set<std::string> flags = {"help", "no-access-log"};
@@ -244,6 +247,7 @@ int cmd_serve(int argc, char** argv) {
   h.write_timeout_ms = static_cast<int>(args.get_int("http-write-timeout-ms", h.write_timeout_ms));
   h.max_stream_backlog_bytes = static_cast<size_t>(args.get_int("http-stream-backlog", static_cast<int64_t>(h.max_stream_backlog_bytes)));
   h.access_log = !args.has("no-access-log");
+  s.http.stored_responses = static_cast<int>(args.get_int("stored-responses", s.http.stored_responses));
   for (const auto& [flag, v] : {std::pair<const char*, int64_t>{"http-threads", h.io_threads},
                                 {"max-connections", h.max_connections},
                                 {"max-body-bytes", static_cast<int64_t>(h.limits.max_body_bytes)},
@@ -252,7 +256,8 @@ int cmd_serve(int argc, char** argv) {
                                 {"http-body-timeout-ms", h.body_timeout_ms},
                                 {"http-min-body-rate", h.min_body_bytes_per_second},
                                 {"http-write-timeout-ms", h.write_timeout_ms},
-                                {"http-stream-backlog", static_cast<int64_t>(h.max_stream_backlog_bytes)}})
+                                {"http-stream-backlog", static_cast<int64_t>(h.max_stream_backlog_bytes)},
+                                {"stored-responses", s.http.stored_responses}})
     if (args.ok() && v < 1) args.set_error(std::string("--") + flag + " must be at least 1");
   s.service.max_queue = args.get_int("max-queue", s.service.max_queue);
   s.grace_ms = static_cast<int>(args.get_int("shutdown-grace-ms", 10000));

@@ -15,6 +15,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <limits>
 
 namespace dsv4 {
 
@@ -140,7 +141,10 @@ std::optional<HttpClientResponse> HttpClient::read_response(bool head,
   auto fresh = [&] {
     p.emplace();
     p->header_limit(1u << 20);
-    p->body_limit(boost::none);
+    // No limit, said as the largest one: Beast 1.74 compares a response's
+    // Content-Length with an empty optional as larger than it (a "body
+    // limit exceeded" whenever the head arrives without its body).
+    p->body_limit(std::numeric_limits<std::uint64_t>::max());
     p->eager(true);
     if (head) p->skip(true);
   };
