@@ -245,7 +245,11 @@ void EngineService::loop() {
       publish_snapshot();
       continue;
     }
-    for (RequestOutput& o : engine_->step()) {
+    std::vector<RequestOutput> outputs = engine_->step();
+    // The snapshot first: a client that has its last token sees /metrics
+    // as of that step (nothing of it still running).
+    publish_snapshot();
+    for (RequestOutput& o : outputs) {
       int64_t id = -1;
       {
         std::lock_guard<std::mutex> lock(mu_);
@@ -255,7 +259,6 @@ void EngineService::loop() {
       }
       deliver(id, std::move(o));
     }
-    publish_snapshot();
   }
 }
 

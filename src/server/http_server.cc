@@ -4,6 +4,7 @@
 #include <boost/asio/thread_pool.hpp>
 
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 
 #include "base/logging.h"
@@ -266,11 +267,13 @@ void HttpServer::handle(const ExchangePtr& ex) {
     r.content_type = "text/plain";
     return respond(ex, std::move(r));
   }
-  if (p == "/metrics") {
-    HttpResponse r;
-    r.content_type = "text/plain; version=0.0.4";
-    r.body = metrics_.render(service_->snapshot()) + Metrics::render_http(listener_->stats());
-    return respond(ex, std::move(r));
+  if (p == "/metrics") {  // a page of text, and a walk over the process's descriptors: not on the I/O thread
+    return offload(ex, api, [this, ex] {
+      HttpResponse r;
+      r.content_type = "text/plain; version=0.0.4";
+      r.body = metrics_.render(service_->snapshot()) + Metrics::render_http(listener_->stats());
+      respond_later(ex, std::move(r));
+    });
   }
   if (starts_with(p, "/v1/") && !authorized(ex, api)) return;
   if (p == "/v1/models" || starts_with(p, "/v1/models/")) {

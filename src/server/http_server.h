@@ -2,12 +2,13 @@
 // /v1/chat/completions and /v1/responses, Anthropic's /v1/messages (JSON or
 // SSE streams, all over a Generation), /v1/models[/{id}], /health,
 // /metrics, /tokenize and /detokenize (also under /v1), and the chat page
-// at /. Routing and the cheap answers run on the I/O threads; reading a
-// generation request (JSON, chat template, tokenizer, grammar) runs on a
-// few handler threads, and its tokens reach the client without any thread
-// waiting for them (generation_reply.h). A client that goes away,
-// streaming or not, aborts its request; errors are each API's error
-// objects with the matching status; CORS for browser clients.
+// at /. Routing and the cheap answers run on the I/O threads; /metrics,
+// /tokenize and reading a generation request (JSON, chat template,
+// tokenizer, grammar) run on a few handler threads; a generation's tokens
+// reach the client without any thread waiting for them
+// (generation_reply.h). A client that goes away, streaming or not, aborts
+// its request; errors are each API's error objects with the matching
+// status; CORS for browser clients.
 #pragma once
 
 #include <atomic>
