@@ -148,7 +148,8 @@ void check_http(const uint8_t* data, size_t size) {
           if (reader.parse(&again) != RequestReader::Result::kError) std::abort();
           break;
         }
-        if (q.method.empty() || q.target.empty() || q.path.empty() || q.body.size() > limits.max_body_bytes) std::abort();
+        if (q.method.empty() || q.body.size() > limits.max_body_bytes) std::abort();
+        if (!(q.path.rfind('/', 0) == 0 || (q.path == "*" && q.method == "OPTIONS"))) std::abort();
         if (q.version != 10 && q.version != 11) std::abort();
         got->push_back(std::move(q));
       }

@@ -63,6 +63,21 @@ TEST(HttpRequestReader, PipelinedChunkedAndByteByByte) {
   }
 }
 
+TEST(HttpRequestReader, AbsoluteTargetsAreReadAsTheirPath) {
+  RequestReader reader{RequestLimits{}};
+  reader.append("GET http://example.com:8000/v1/models?x=1 HTTP/1.1\r\nHost: example.com\r\n\r\n"
+                "GET HTTPS://example.com HTTP/1.1\r\nHost: example.com\r\n\r\n"
+                "OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n");
+  HttpRequest a, b, c;
+  ASSERT_EQ(reader.parse(&a), RequestReader::Result::kRequest);
+  EXPECT_EQ(a.path, "/v1/models");
+  EXPECT_EQ(a.query, "x=1");
+  ASSERT_EQ(reader.parse(&b), RequestReader::Result::kRequest);
+  EXPECT_EQ(b.path, "/");
+  ASSERT_EQ(reader.parse(&c), RequestReader::Result::kRequest);
+  EXPECT_EQ(c.path, "*");
+}
+
 TEST(HttpRequestReader, LimitsAndMalformedInputAreNamed) {
   RequestLimits limits;
   limits.max_head_bytes = 1024;
@@ -81,6 +96,9 @@ TEST(HttpRequestReader, LimitsAndMalformedInputAreNamed) {
       {"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 505},  // HTTP/2 with prior knowledge
       {"GET / HTTP/2.0\r\n\r\n", 505},
       {"GET / HTTP/3.1\r\nHost: x\r\n\r\n", 505},
+      {"POST ?v1/responses HTTP/1.0\r\nContent-Length: 2\r\n\r\n{}", 400},  // found by fuzz_http
+      {"GET v1/models HTTP/1.1\r\nHost: x\r\n\r\n", 400},
+      {"GET * HTTP/1.1\r\nHost: x\r\n\r\n", 400},
   };
   for (const Case& c : cases) {
     RequestReader reader(limits);

@@ -1,5 +1,7 @@
 #include "http/request_reader.h"
 
+#include <cstring>
+
 #include <boost/beast/core/error.hpp>
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/parser.hpp>
@@ -91,9 +93,27 @@ RequestReader::Result RequestReader::parse(HttpRequest* out) {
                      " is not supported (HTTP/1.1 and 1.0 are)";
     return Result::kError;
   }
+  // The target's forms (RFC 9112 3.2): origin (/path?query), absolute
+  // (http://host/path, which a server must take too: its path is what
+  // counts), and * (OPTIONS only). Anything else is not a target.
+  std::string target(m.target());
+  std::string origin = target;
+  for (const char* scheme : {"http://", "https://"})
+    if (target.size() > std::strlen(scheme) && iequals(std::string_view(target).substr(0, std::strlen(scheme)), scheme)) {
+      const size_t slash = target.find_first_of("/?", std::strlen(scheme));
+      origin = slash == std::string::npos ? "/" : target.substr(slash);
+      if (origin[0] == '?') origin = "/" + origin;
+    }
+  const bool asterisk = target == "*" && m.method_string() == "OPTIONS";
+  if (origin.empty() || (origin[0] != '/' && !asterisk)) {
+    error_status_ = 400;
+    error_message_ = "malformed HTTP request: the target '" + target.substr(0, 100) +
+                     "' is not a path (/...), an absolute URL or * (for OPTIONS)";
+    return Result::kError;
+  }
   *out = HttpRequest{};
   out->method = std::string(m.method_string());
-  out->target = std::string(m.target());
+  out->target = origin;
   const size_t q = out->target.find('?');
   out->path = out->target.substr(0, q);
   out->query = q == std::string::npos ? "" : out->target.substr(q + 1);
