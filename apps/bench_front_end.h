@@ -14,7 +14,7 @@ struct FrontEndBenchOptions {
   int clients = 64;
   double throughput_seconds = 15;
   int streams = 8, stalled = 1000;
-  double window_seconds = 10;
+  double window_seconds = 15;
 };
 
 int bench_front_end(const FrontEndBenchOptions& options);

@@ -5,8 +5,8 @@
 # cpp-httplib, one thread per connection) built beside it in
 # build-front-end-old/ (a git worktree; libcpp-httplib-dev, which that
 # commit needs, is installed for it). Both serve the embedded default
-# model. The stalled part's streams are cut at a 120 s write timeout here
-# (the default is 30 s) so that all of them are held at once before the
+# model. The stalled part's streams are cut at a 240 s write timeout here
+# (the default is 30 s) so that all of them are held at once, and measured held, before the
 # first is cut. Stops both servers at the end; the exit code is the
 # benchmark's (0 when every target is met).
 # usage: scripts/bench_front_end.sh [dsv4 bench --front-end options...]
@@ -54,7 +54,7 @@ stop() {
 }
 trap stop EXIT
 
-ours=$(start new build/dsv4 --http-write-timeout-ms 120000)
+ours=$(start new build/dsv4 --http-write-timeout-ms 240000)
 theirs=$(start old $old_dir/build/dsv4)
 echo "this tree: port $ours; $old: port $theirs (server logs in $logs)"
 set +e
