@@ -65,6 +65,13 @@ TEST(DSpark, StagesAreCountedFromCompressRatios) {
   EXPECT_NE(broken("compress_ratios", {0, 0, 4, 128, 4}).find("DSpark stages"), std::string::npos);
 }
 
+// The outputs a protocol compares (DSPARK.md): every F32 tensor of the
+// golden but the Exp(1) noise it feeds, and in the isolated protocol also
+// but the target's logits and taps (the drafter is fed those).
+int dspark_outputs(const std::string& name, bool end_to_end) {
+  return testing::golden_f32_tensors(name) - 1 - (end_to_end ? 0 : 4);
+}
+
 struct Case {
   const char* name;
   kernels::Numerics numerics;
@@ -84,7 +91,8 @@ TEST_P(DSparkGolden, BothProtocolsWithinTheirBounds) {
     auto report = verify_dspark(model, o);
     ASSERT_TRUE(report.ok()) << report.status().message();
     EXPECT_TRUE(report->pass()) << (end_to_end ? "end to end\n" : "isolated\n") << report->format();
-    ASSERT_GE(report->tensors.size(), 17u);
+    EXPECT_EQ(report->compared(), dspark_outputs(p.name, end_to_end)) << report->format();
+    EXPECT_EQ(report->tensors.size(), static_cast<size_t>(report->compared())) << report->format();
     if (p.numerics == kernels::Numerics::kExact && !end_to_end) {
       for (const TensorCheck& t : report->tensors) EXPECT_EQ(t.rel_l2, 0.0) << t.name << " is not bit-identical";
     }
@@ -106,6 +114,7 @@ TEST(DSpark, GoldenOnTensorParallelRanks) {
       auto report = verify_dspark_parallel(golden_dir() + "/dspark-fp8", o, p);
       ASSERT_TRUE(report.ok()) << report.status().message();
       EXPECT_TRUE(report->pass()) << "TP" << tp << (end_to_end ? " end to end\n" : " isolated\n") << report->format();
+      EXPECT_EQ(report->compared(), dspark_outputs("dspark-fp8", end_to_end)) << report->format();
       if (!end_to_end) {
         for (const TensorCheck& t : report->tensors) EXPECT_EQ(t.rel_l2, 0.0) << "TP" << tp << " " << t.name;
       }
@@ -142,6 +151,7 @@ TEST(DSpark, W8a8ConversionCoversTheDrafter) {
     auto report = verify_dspark(**model, o);
     ASSERT_TRUE(report.ok()) << report.status().message();
     EXPECT_TRUE(report->pass()) << (end_to_end ? "end to end\n" : "isolated\n") << report->format();
+    EXPECT_EQ(report->compared(), dspark_outputs("dspark-fp8", end_to_end)) << report->format();
   }
 }
 
@@ -174,6 +184,7 @@ struct Outcome {
   std::vector<std::vector<int32_t>> tokens;
   std::vector<std::map<int64_t, std::vector<float>>> logits;    // per job: position -> logits
   std::vector<std::map<int64_t, std::vector<int32_t>>> drafts;  // per job: position -> drafts
+  std::vector<size_t> prompt_scores;                             // per job: prompt positions scored
   EngineStats stats;
 };
 
@@ -182,6 +193,7 @@ Outcome run(std::unique_ptr<Engine> engine, const std::vector<Job>& jobs) {
   out.tokens.resize(jobs.size());
   out.logits.resize(jobs.size());
   out.drafts.resize(jobs.size());
+  out.prompt_scores.resize(jobs.size());
   std::map<int64_t, size_t> job_of;
   const int64_t vocab = engine->config().vocab_size;
   engine->set_logits_observer([&, vocab](int64_t id, int64_t pos, const float* logits) {
@@ -196,8 +208,10 @@ Outcome run(std::unique_ptr<Engine> engine, const std::vector<Job>& jobs) {
     job_of[*id] = j;
   }
   while (engine->has_unfinished())
-    for (const RequestOutput& o : engine->step())
+    for (const RequestOutput& o : engine->step()) {
       out.tokens[job_of.at(o.id)].insert(out.tokens[job_of.at(o.id)].end(), o.new_tokens.begin(), o.new_tokens.end());
+      out.prompt_scores[job_of.at(o.id)] += o.prompt_logprobs.size();
+    }
   out.stats = engine->stats();
   return out;
 }
@@ -371,7 +385,9 @@ TEST(DSparkServing, ServedDraftsAreTheReferenceDraftCalls) {
     }
     while ((*engine)->has_unfinished()) (*engine)->step();
     EXPECT_GE(compared, 2 * B) << name << ": the first draft calls after each prompt, and later ones";
-    if (threshold > 0.0f) EXPECT_GT(shortened, 0) << name << ": the threshold never cut a run short";
+    if (threshold > 0.0f) {
+      EXPECT_GT(shortened, 0) << name << ": the threshold never cut a run short";
+    }
     const EngineStats& st = (*engine)->stats();
     int64_t proposed = 0, accepted = 0;
     for (int k = 0; k < kMaxDraftTokens; ++k) proposed += st.proposed_at[k], accepted += st.accepted_at[k];
@@ -418,7 +434,9 @@ TEST(DSparkServing, PrefixCacheHitsRestoreTheRings) {
       for (const RequestOutput& o : e->step())
         tokens[job_of.at(o.id)].insert(tokens[job_of.at(o.id)].end(), o.new_tokens.begin(), o.new_tokens.end());
     for (size_t j = 0; j < jobs.size(); ++j) EXPECT_EQ(tokens[j], plain.tokens[j]) << "pass " << pass << " job " << j;
-    if (pass == 1) EXPECT_GT(e->stats().prefix_hit_tokens, hits_before) << "the second pass hits the cache";
+    if (pass == 1) {
+      EXPECT_GT(e->stats().prefix_hit_tokens, hits_before) << "the second pass hits the cache";
+    }
   }
   for (size_t j = 0; j < jobs.size(); ++j) {
     ASSERT_FALSE(drafts[1][j].empty());
@@ -430,20 +448,34 @@ TEST(DSparkServing, PrefixCacheHitsRestoreTheRings) {
 // A request that finishes without choosing a token (max_tokens 0: only
 // the prompt's scores) still gives its rows to the drafter, without a row
 // for the token it never chose; speculating engines (DSpark and MTP) serve
-// it beside others.
+// it beside others: it gets its scores and no drafts, and the decoding
+// request beside it gets the tokens and the drafts it gets alone.
 TEST(DSparkServing, PromptOnlyRequestsBesideSpeculation) {
   for (const char* name : {"dspark-tiny", "tiny-a"}) {
     const DeepseekV4& model = golden_model(name, kernels::Numerics::kFast);
-    EngineOptions o = dspark_options(2);
-    if (std::string(name) == "tiny-a") o.scheduler.drafter = SchedulerOptions::Drafter::kMtp;
-    auto engine = Engine::create(&model, o);
-    ASSERT_TRUE(engine.ok()) << engine.status().message();
+    auto make = [&] {
+      EngineOptions o = dspark_options(2);
+      if (std::string(name) == "tiny-a") o.scheduler.drafter = SchedulerOptions::Drafter::kMtp;
+      auto engine = Engine::create(&model, o);
+      EXPECT_TRUE(engine.ok()) << engine.status().message();
+      return std::move(*engine);
+    };
     SamplingParams score = testing::greedy(0);
     score.prompt_logprobs = 0;
-    std::vector<Job> jobs = {{{5, 6, 7, 8, 9, 10}, score}, {{11, 12, 13}, testing::greedy(6)}, {{3, 4}, score}};
-    const Outcome out = run(std::move(*engine), jobs);
+    const Job decoding = {{11, 12, 13}, testing::greedy(6)};
+    std::vector<Job> jobs = {{{5, 6, 7, 8, 9, 10}, score}, decoding, {{3, 4}, score}};
+    const Outcome out = run(make(), jobs);
+    const Outcome alone = run(make(), {decoding});
     EXPECT_TRUE(out.tokens[0].empty()) << name;
+    EXPECT_TRUE(out.tokens[2].empty()) << name;
+    EXPECT_EQ(out.prompt_scores[0], 5u) << name << ": every prompt position but the first is scored";
+    EXPECT_EQ(out.prompt_scores[2], 1u) << name;
+    EXPECT_TRUE(out.drafts[0].empty() && out.drafts[2].empty()) << name << ": a request that never decodes drafts";
     EXPECT_EQ(out.tokens[1].size(), 6u) << name;
+    EXPECT_EQ(out.tokens[1], alone.tokens[0]) << name;
+    ASSERT_FALSE(alone.drafts[0].empty()) << name << ": the decoding request speculates";
+    EXPECT_EQ(out.drafts[1], alone.drafts[0]) << name << ": the prompt-only rows moved the drafter's";
+    EXPECT_GT(out.stats.drafts_proposed, 0) << name;
   }
 }
 
@@ -661,8 +693,9 @@ TEST(DSparkServing, SampledDraftsComeFromTheDistributionVerificationUses) {
 }
 
 // dsv4 mkmodel --dspark: a synthetic DSpark checkpoint (here at the golden
-// cases' shapes, FP8 weights) loads, verifies against itself and serves
-// greedy DSpark decoding with plain decoding's tokens.
+// cases' shapes, FP8 weights) loads with its drafter's three stages in FP8
+// and serves greedy DSpark decoding, proposing drafts, with plain
+// decoding's tokens.
 TEST(DSpark, SyntheticCheckpointLoadsAndServes) {
   testing::TempDir dir("dsv4_test_dspark_synthetic");
   SyntheticOptions opt;

@@ -42,6 +42,8 @@ TEST_P(Golden, MatchesReference) {
   opt.chunk = p.chunk;
   auto report = verify_golden(model, opt);
   ASSERT_TRUE(report.ok()) << report.status().message();
+  EXPECT_EQ(report->compared(), testing::golden_f32_tensors(p.name)) << report->format();
+  EXPECT_EQ(report->tensors.size(), static_cast<size_t>(report->compared())) << report->format();
   for (const auto& t : report->tensors) {
     if (t.bound >= 0) {
       EXPECT_LE(t.rel_l2, t.bound) << p.name << " chunk " << p.chunk << ": " << t.name;
@@ -86,6 +88,7 @@ TEST_P(GoldenFast, WithinTheBoundsOfAnyCorrectImplementation) {
   auto report = verify_golden(model, opt);
   ASSERT_TRUE(report.ok()) << report.status().message();
   EXPECT_TRUE(report->pass()) << p.name << " chunk " << p.chunk << "\n" << report->format();
+  EXPECT_EQ(report->compared(), testing::golden_f32_tensors(p.name)) << report->format();
   opt.chunk = 0;
   auto whole = verify_golden(model, opt);
   ASSERT_TRUE(whole.ok()) << whole.status().message();
@@ -143,17 +146,19 @@ TEST_P(GoldenParallel, MatchesReference) {
   }
   auto run = verify_golden_parallel(testing::golden_dir() + "/" + p.name, opt, par);
   ASSERT_TRUE(run.ok()) << run.status().message();
+  EXPECT_EQ(run->report.compared(), testing::golden_f32_tensors(p.name)) << run->report.format();
+  EXPECT_EQ(run->report.tensors.size(), static_cast<size_t>(run->report.compared())) << run->report.format();
   if (p.fast) {
     EXPECT_TRUE(run->report.pass()) << run->report.format();
-    return;
-  }
-  for (const auto& t : run->report.tensors) {
-    if (t.bound >= 0) {
-      EXPECT_LE(t.rel_l2, t.bound) << t.name;
+  } else {
+    for (const auto& t : run->report.tensors) {
+      if (t.bound >= 0) {
+        EXPECT_LE(t.rel_l2, t.bound) << t.name;
+      }
+      EXPECT_EQ(t.rel_l2, 0.0) << t.name;
     }
-    EXPECT_EQ(t.rel_l2, 0.0) << t.name;
+    EXPECT_EQ(run->report.greedy_match, run->report.greedy_total);
   }
-  EXPECT_EQ(run->report.greedy_match, run->report.greedy_total);
   EXPECT_EQ(run->flashcomm_forwards > 0, p.flashcomm_min > 0) << "FlashComm1 ran in exactly the runs that enable it";
   if (p.tp > 1 || run->topology.ep > 1) {
     EXPECT_LT(run->weight_bytes_per_rank, run->weight_bytes_single) << "each rank holds a share of the weights";

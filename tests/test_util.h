@@ -26,6 +26,15 @@
 
 namespace dsv4::testing {
 
+// Wall-clock bounds are asserted in the README's (unsanitized) run only: a
+// sanitized build runs many times slower, on a machine running other tests
+// at once, and checks the same code for memory and UB errors instead.
+#ifdef DSV4_SANITIZED
+inline constexpr bool kTimed = false;
+#else
+inline constexpr bool kTimed = true;
+#endif
+
 inline std::string golden_dir() {
   const char* env = std::getenv("DSV4_GOLDEN_DIR");
   return env ? env : DSV4_DEFAULT_GOLDEN_DIR;
@@ -47,6 +56,20 @@ inline const DeepseekV4& golden_model(const std::string& name,
     slot = std::move(*m);
   }
   return *slot;
+}
+
+// How many F32 tensors golden case `name` holds: in the golden protocol,
+// its outputs, each of which a verify run must compare (counted here from
+// the file, not by the code under test).
+inline int golden_f32_tensors(const std::string& name) {
+  auto file = SafetensorsFile::open(golden_dir() + "/" + name + "/golden.safetensors");
+  if (!file.ok()) {
+    ADD_FAILURE() << file.status().message();
+    return -1;
+  }
+  int n = 0;
+  for (const auto& [tensor, info] : (*file)->tensors()) n += info.dtype == DType::kF32;
+  return n;
 }
 
 struct CliResult {

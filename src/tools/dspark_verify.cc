@@ -279,11 +279,32 @@ StatusOr<VerifyReport> verify_dspark(const DeepseekV4& model, const DSparkVerify
                         "draft_t1_confidence"})
     order.push_back(n);
   for (int s = 0; s < c.dspark_stages; ++s) order.push_back("final_ring." + std::to_string(s));
+  // The golden's other F32 tensors are outputs too, except what this
+  // protocol feeds: the Exp(1) noise, and in the isolated one the target's
+  // logits and taps. Each output is compared; one not computed fails.
+  std::vector<std::string> inputs = {"draft_t1_noise"};
+  if (!opt.end_to_end)
+    for (const char* n : {"prefill_logits", "prefill_main_hidden", "decode_logits", "decode_main_hidden"})
+      inputs.push_back(n);
+  auto listed = [](const std::vector<std::string>& names, const std::string& n) {
+    return std::find(names.begin(), names.end(), n) != names.end();
+  };
+  for (const auto& [name, t] : g.file->tensors())
+    if (t.dtype == DType::kF32 && !listed(inputs, name)) {
+      report.golden_outputs++;
+      if (!listed(order, name)) order.push_back(name);
+    }
   for (const std::string& name : order) {
+    if (listed(inputs, name)) continue;
     const auto it = computed.find(name);
     const TensorInfo* golden = g.file->find(name);
-    if (it == computed.end()) continue;
-    if (!golden) return not_found(opt.golden_path + ": golden tensor '" + name + "' is missing");
+    if (it == computed.end() || !golden) {
+      TensorCheck missing;
+      missing.name = name;
+      missing.problem = !golden ? "missing from the golden" : "not computed";
+      report.tensors.push_back(missing);
+      continue;
+    }
     const TensorInfo& t = *golden;
     if (t.dtype != DType::kF32 || t.numel() != static_cast<int64_t>(it->second.size()))
       return invalid_argument(opt.golden_path + ": golden tensor '" + t.name + "' has shape " + t.shape_string() +

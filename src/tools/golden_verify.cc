@@ -66,15 +66,15 @@ GoldenBounds GoldenBounds::exact() {
 }
 
 GoldenBounds GoldenBounds::w8a8() {
-  // W8A8 quantizes activations per token to int8 where the reference
-  // rounds them through FP8 per 128 values. Any implementation that skips
-  // that rounding drifts as far: small-fp8's FP8 weights with float32
-  // activations agree on 38 of 48 decode steps (79%), as its W8A8
-  // conversion does; so 75%, below the 85% of FP8 implementations. Only the
-  // logits are bounded (int8 activations move every layer).
+  // tests/README.md: a W8A8 checkpoint is a second quantization of the FP8
+  // one (int8 weights per channel, int8 activations per token where the
+  // reference rounds inputs through e4m3 per 128 values), so it is held to
+  // bounds measured against the FP8 reference on small-fp8 with about 1.5x
+  // margin, every output bounded.
   GoldenBounds b;
-  b.tensors["prefill_logits"] = 0.3;
-  b.decode_argmax_min = 0.75;
+  b.tensors = {{"layer_out.0", 0.05}, {"layer_out.*", 0.2}, {"final_hidden", 0.2},
+               {"prefill_logits", 0.15}, {"decode_logits", 0.2}, {"mtp_logits", 0.15}};
+  b.decode_argmax_min = 0.70;
   return b;
 }
 
@@ -119,12 +119,17 @@ double relative_l2(const float* a, const float* g, int64_t n) {
 }
 
 bool VerifyReport::pass() const {
+  if (tensors.empty()) return false;
   for (const auto& t : tensors)
     if (!t.pass()) return false;
   for (const auto& r : rates)
     if (!r.pass()) return false;
   if (prefill_match < prefill_total) return false;
   return greedy_total == 0 || greedy_match >= std::ceil(greedy_required * greedy_total - 1e-9);
+}
+
+int VerifyReport::compared() const {
+  return static_cast<int>(std::count_if(tensors.begin(), tensors.end(), [](const TensorCheck& t) { return t.problem.empty(); }));
 }
 
 const TensorCheck* VerifyReport::find(const std::string& name) const {
@@ -141,8 +146,11 @@ std::string VerifyReport::format() const {
   for (const auto& t : tensors) {
     char bound[32] = "-";
     if (t.bound >= 0) std::snprintf(bound, sizeof bound, "%.0e", t.bound);
-    std::snprintf(line, sizeof line, "  %-20s %12.3e %10s  %s\n", t.name.c_str(), t.rel_l2, bound,
-                  t.bound < 0 ? "(info)" : t.pass() ? "ok" : "FAIL");
+    if (!t.problem.empty())
+      std::snprintf(line, sizeof line, "  %-20s %12s %10s  FAIL (%s)\n", t.name.c_str(), "-", bound, t.problem.c_str());
+    else
+      std::snprintf(line, sizeof line, "  %-20s %12.3e %10s  %s\n", t.name.c_str(), t.rel_l2, bound,
+                    t.bound < 0 ? "(info)" : t.pass() ? "ok" : "FAIL");
     s << line;
   }
   for (const auto& r : rates) {
@@ -160,6 +168,7 @@ std::string VerifyReport::format() const {
                 greedy_total, greedy_required * 100);
   s << line;
   }
+  s << "  " << compared() << " of the golden's " << golden_outputs << " output tensors compared\n";
   s << (pass() ? "PASS" : "FAIL") << "\n";
   return s.str();
 }
@@ -284,23 +293,34 @@ StatusOr<VerifyReport> verify_golden(const DeepseekV4& model, const VerifyOption
   prefill_logits = computed["prefill_logits"];
   decode_logits = computed["decode_logits"];
 
-  // Compare.
+  // Compare every output the golden holds (each F32 tensor) and every one
+  // the protocol computes: one on a side only is a failure, not a skip (a
+  // golden cut short, or a model that cannot run a part, passes nothing).
   VerifyReport report;
   std::vector<std::string> order;
   for (int i = 0; i < c.n_layers; ++i) order.push_back("layer_out." + std::to_string(i));
   for (const char* n : {"final_hidden", "prefill_logits", "decode_logits", "mtp_logits"}) order.push_back(n);
+  for (const auto& [name, t] : golden->tensors())
+    if (t.dtype == DType::kF32 && std::find(order.begin(), order.end(), name) == order.end()) order.push_back(name);
   for (const auto& name : order) {
     auto it = computed.find(name);
     const TensorInfo* g = golden->find(name);
-    if (it == computed.end() || !g) continue;
-    if (g->dtype != DType::kF32 || g->numel() != static_cast<int64_t>(it->second.size()))
-      return invalid_argument(opt.golden_path + ": golden tensor '" + name + "' has shape " + g->shape_string() +
-                              ", which does not fit the model");
-    std::vector<float> gv = read_f32(g);
+    if (g && g->dtype == DType::kF32) report.golden_outputs++;
+    if (it == computed.end() && !g) continue;  // mtp_logits of a model and a golden without MTP
     TensorCheck tc;
     tc.name = name;
-    tc.rel_l2 = relative_l2(it->second.data(), gv.data(), static_cast<int64_t>(gv.size()));
     tc.bound = opt.bounds.bound(name);
+    if (it == computed.end()) {
+      tc.problem = "not computed";
+    } else if (!g) {
+      tc.problem = "missing from the golden";
+    } else {
+      if (g->dtype != DType::kF32 || g->numel() != static_cast<int64_t>(it->second.size()))
+        return invalid_argument(opt.golden_path + ": golden tensor '" + name + "' has shape " + g->shape_string() +
+                                ", which does not fit the model");
+      std::vector<float> gv = read_f32(g);
+      tc.rel_l2 = relative_l2(it->second.data(), gv.data(), static_cast<int64_t>(gv.size()));
+    }
     report.tensors.push_back(tc);
   }
 

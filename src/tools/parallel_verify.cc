@@ -66,12 +66,16 @@ StatusOr<std::vector<T>> run_rank_threads(int world, Fn on_rank) {
 // Every rank's report must be rank 0's, tensor by tensor.
 Status ranks_agree(const std::vector<const VerifyReport*>& reports) {
   const VerifyReport& first = *reports[0];
-  for (size_t r = 1; r < reports.size(); ++r)
+  for (size_t r = 1; r < reports.size(); ++r) {
+    if (reports[r]->tensors.size() != first.tensors.size())
+      return internal_error("ranks disagree on the tensors compared: rank 0 " + std::to_string(first.tensors.size()) +
+                            ", rank " + std::to_string(r) + " " + std::to_string(reports[r]->tensors.size()));
     for (size_t i = 0; i < first.tensors.size(); ++i)
       if (reports[r]->tensors[i].rel_l2 != first.tensors[i].rel_l2)
         return internal_error("ranks disagree on " + first.tensors[i].name + ": rank 0 " +
                               std::to_string(first.tensors[i].rel_l2) + ", rank " + std::to_string(r) + " " +
                               std::to_string(reports[r]->tensors[i].rel_l2));
+  }
   return Status::Ok();
 }
 
