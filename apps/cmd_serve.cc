@@ -124,7 +124,9 @@ int serve(std::unique_ptr<Engine> engine, ServeSettings& s, const std::function<
   std::thread waiter([&] {
     int sig = 0;
     sigwait(&s.signals, &sig);
-    log_info(std::string("received ") + (sig == SIGTERM ? "SIGTERM" : "SIGINT") + ": finishing in-flight requests");
+    const EngineSnapshot in_flight = service.snapshot();
+    log_info(std::string("received ") + (sig == SIGTERM ? "SIGTERM" : "SIGINT") + ": finishing " +
+             std::to_string(in_flight.running + in_flight.waiting) + " in-flight requests");
     service.shutdown(s.grace_ms);
     server.stop();
   });

@@ -16,6 +16,7 @@
 #include "raw_socket.h"
 #include "server_process.h"
 #include "temp_dir.h"
+#include "test_util.h"
 
 namespace dsv4 {
 namespace {
@@ -58,7 +59,9 @@ TEST(FrontEnd, AClientLeavingANonStreamingRequestAbortsIt) {
     if (reset) s.reset();
     else s.close();
     EXPECT_TRUE(settles(cli)) << "the aborted request still holds pages";
-    EXPECT_LT(Clock::now() - left, std::chrono::seconds(3));
+    if (testing::kTimed) {
+      EXPECT_LT(Clock::now() - left, std::chrono::seconds(3));
+    }
     EXPECT_EQ(metric_value(cli, R"(dsv4_requests_total\{endpoint="completions",outcome="abort"\})"), aborts + 4)
         << (reset ? "reset" : "closed");
   }
@@ -102,8 +105,10 @@ TEST(FrontEnd, IdleAndSlowlorisConnectionsLeaveTheServerAnswering) {
   std::sort(complete_ms.begin(), complete_ms.end());
   std::printf("  with 1000 idle + 200 slowloris connections: /health max %.1f ms, completion max %.1f ms\n",
               health_ms.back(), complete_ms.back());
-  EXPECT_LT(health_ms.back(), 1000);
-  EXPECT_LT(complete_ms.back(), 2000);
+  if (testing::kTimed) {
+    EXPECT_LT(health_ms.back(), 1000);
+    EXPECT_LT(complete_ms.back(), 2000);
+  }
   EXPECT_GE(metric_value(cli, "dsv4_http_connections_open"), 1000) << "the idle ones are held open";
   // The slowloris connections took more than the head deadline: closed.
   int closed = 0;

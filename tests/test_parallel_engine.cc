@@ -116,7 +116,9 @@ TEST(ParallelEngine, FlashComm1PrefillMatchesOneRank) {
   record_logits(e.get(), &logits);
   for (const auto& p : prompts) ASSERT_TRUE(e->add_request(p, testing::greedy(5)).ok());
   EXPECT_EQ(drain(e.get()), ref.tokens);
-  for (const auto& [key, l] : logits) EXPECT_EQ(l, ref.logits.at(key));
+  EXPECT_EQ(logits.size(), ref.logits.size()) << "a logits row for every one the single rank computed";
+  EXPECT_EQ(logits.size(), 3u * 5u) << "five tokens chosen for each of three requests";
+  for (const auto& [key, l] : logits) EXPECT_EQ(l, ref.logits.at(key)) << "request " << key.first << " position " << key.second;
   auto& exec = static_cast<LocalExecutor&>(e->executor());
   EXPECT_GT(exec.model(0).flashcomm_forwards(), 0) << "prefill steps of >= 4 tokens ran sequence-parallel";
 }

@@ -694,12 +694,21 @@ TEST(Server, SigtermFinishesInFlightRequestsAndExits) {
     clients.emplace_back([&, i] {
       HttpClient c("127.0.0.1", server.port());
       c.set_read_timeout_ms(60000);
-      const json body = {{"prompt", "x" + std::to_string(i)}, {"max_tokens", 200 + 20 * i}, {"ignore_eos", true},
+      const json body = {{"prompt", "x" + std::to_string(i)}, {"max_tokens", 1500 + 20 * i}, {"ignore_eos", true},
                          {"stream", i % 2 == 0}};
       auto r = c.post("/v1/completions", body.dump(), "application/json");
       if (r) bodies[i] = r->body, status[i] = r->status;
     });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // SIGTERM once every request runs (the server's log then counts them).
+  HttpClient cli("127.0.0.1", server.port());
+  bool all_running = false;
+  for (int i = 0; i < 60000 && !all_running; ++i) {
+    auto m = cli.get("/metrics");
+    const auto running = m && m->status == 200 ? metric(m->body, "dsv4_num_requests_running") : std::vector<double>{};
+    all_running = !running.empty() && running[0] == kClients;
+    if (!all_running) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_TRUE(all_running) << server.log();
   EXPECT_EQ(server.stop(), 0) << server.log();
   for (auto& c : clients) c.join();
   for (int i = 0; i < kClients; ++i) {
@@ -707,7 +716,7 @@ TEST(Server, SigtermFinishesInFlightRequestsAndExits) {
     if (i % 2 == 0) EXPECT_NE(bodies[i].find("data: [DONE]"), std::string::npos) << "stream " << i << " was cut off";
     else EXPECT_EQ(json::parse(bodies[i])["choices"][0]["finish_reason"], "length") << bodies[i];
   }
-  EXPECT_NE(server.log().find("received SIGTERM"), std::string::npos);
+  EXPECT_NE(server.log().find("received SIGTERM: finishing 6 in-flight requests"), std::string::npos) << server.log();
 }
 
 // dsv4 serve --tp 2 --dp 2: the official client end to end, and greedy
