@@ -54,8 +54,13 @@ const three = await openai.chat.completions.create({ model, messages: [{ role: "
 check(three.usage.prompt_tokens === one.usage.prompt_tokens, "n=3 reports the prompt's tokens once");
 check(three.usage.completion_tokens === 6, "and every choice's completion tokens");
 
-// logit_bias: +100 on a token makes greedy decoding choose it.
-const biased = await openai.completions.create({ model, prompt: "abc", max_tokens: 4, temperature: 0, logit_bias: { "90": 100 } });
+// logit_bias: +100 on a token makes greedy decoding choose it ('Z', whose
+// id the server's tokenizer gives).
+const z = await (await fetch(`${base}/tokenize`, { method: "POST", headers: { "Content-Type": "application/json" },
+  body: JSON.stringify({ prompt: "Z", add_special_tokens: false }) })).json();
+check(z.count === 1, `'Z' is one token (got ${JSON.stringify(z)})`);
+const biased = await openai.completions.create({ model, prompt: "abc", max_tokens: 4, temperature: 0,
+  logit_bias: { [String(z.tokens[0])]: 100 } });
 check(biased.choices[0].text === "ZZZZ", `logit_bias +100 on 'Z' gives ZZZZ (got ${JSON.stringify(biased.choices[0].text)})`);
 
 // Errors name the parameter and carry OpenAI's code.
