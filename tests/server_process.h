@@ -82,7 +82,8 @@ class ServerProcess {
     ss << in.rdbuf();
     return ss.str();
   }
-  // SIGTERM, then the exit code (-1 if it had to be killed).
+  // SIGTERM, then the exit code: 128 + the signal if one ended it, -1 if it
+  // had to be killed after timeout_s.
   int stop(int timeout_s = 30) {
     if (pid_ <= 0) return exit_code_;
     kill(pid_, SIGTERM);
@@ -91,7 +92,7 @@ class ServerProcess {
     while (std::chrono::steady_clock::now() < deadline) {
       if (waitpid(pid_, &status, WNOHANG) == pid_) {
         pid_ = -1;
-        return exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+        return exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }

@@ -50,7 +50,7 @@ TEST(FrontEnd, AClientLeavingANonStreamingRequestAbortsIt) {
     s.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
            std::to_string(body.size()) + "\r\n\r\n" + body);
     double running = 0;
-    for (int i = 0; i < 200 && running < 4; ++i) {
+    for (int i = 0; i < 2000 && running < 4; ++i) {
       running = metric_value(cli, "dsv4_num_requests_running");
       if (running < 4) std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
@@ -66,7 +66,7 @@ TEST(FrontEnd, AClientLeavingANonStreamingRequestAbortsIt) {
         << (reset ? "reset" : "closed");
   }
   EXPECT_EQ(metric_value(cli, "dsv4_http_clients_gone_total"), 2);
-  EXPECT_EQ(server.stop(), 0);
+  EXPECT_EQ(server.stop(), 0) << server.log();
 }
 
 // 1,000 connections that send nothing and 200 that send a header byte
@@ -115,7 +115,7 @@ TEST(FrontEnd, IdleAndSlowlorisConnectionsLeaveTheServerAnswering) {
   for (RawSocket& s : loris) closed += s.closed_within(2000);
   EXPECT_EQ(closed, 200);
   EXPECT_GE(metric_value(cli, R"(dsv4_http_connections_closed_total\{reason="head_timeout"\})"), 200);
-  EXPECT_EQ(server.stop(), 0);
+  EXPECT_EQ(server.stop(), 0) << server.log();
 }
 
 // A stream whose reader stops: once its bytes wait (the kernel's buffers
@@ -165,7 +165,7 @@ TEST(FrontEnd, AStalledStreamIsHeldThenCutAndAReaderThatCatchesUpGetsEverything)
   EXPECT_TRUE(settles(cli)) << "the cut request's pages came back";
   EXPECT_EQ(metric_value(cli, "dsv4_num_requests_held"), 0);
   EXPECT_EQ(metric_value(cli, R"(dsv4_requests_total\{endpoint="completions",outcome="abort"\})"), 1);
-  EXPECT_EQ(server.stop(), 0);
+  EXPECT_EQ(server.stop(), 0) << server.log();
 }
 
 // Log lines start with a date and a time; every request has an access line
@@ -180,7 +180,7 @@ TEST(FrontEnd, LogLinesAreDatedAndEveryRequestHasAnAccessLine) {
   ASSERT_TRUE(bad && bad->status == 400);
   auto missing = cli.get("/nope");
   ASSERT_TRUE(missing && missing->status == 404);
-  EXPECT_EQ(server.stop(), 0);
+  EXPECT_EQ(server.stop(), 0) << server.log();
   const std::string log = server.log();
   const std::string stamp = R"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} )";
   std::istringstream lines(log);
@@ -214,7 +214,7 @@ TEST(FrontEnd, ChatPageInAHeadlessBrowser) {
   std::filesystem::remove(shot);
   EXPECT_EQ(testing::node("chat_page.mjs", server.url() + " " + shot + " page-key"), 0) << server.log();
   EXPECT_TRUE(std::filesystem::exists(shot) && std::filesystem::file_size(shot) > 10000);
-  EXPECT_EQ(server.stop(), 0);
+  EXPECT_EQ(server.stop(), 0) << server.log();
 }
 
 }  // namespace

@@ -40,7 +40,7 @@ TEST(Server, OfficialOpenAiClientEndToEnd) {
   ServerProcess server(kBase);
   ASSERT_GT(server.port(), 0) << server.log();
   EXPECT_EQ(node("e2e_openai.mjs", server.url() + " dsv4-default"), 0) << server.log();
-  EXPECT_EQ(server.stop(), 0);
+  EXPECT_EQ(server.stop(), 0) << server.log();
 }
 
 TEST(Server, SseFramingAndJsonShapes) {
@@ -153,8 +153,8 @@ TEST(Server, PrefixCachingAndSpeculationThroughTheApi) {
   EXPECT_TRUE(settles(w)) << "requests hold no page once done";
   EXPECT_NE(warm.log().find("draft tokens accepted"), std::string::npos) << warm.log();
   EXPECT_NE(warm.log().find("384 prompt tokens cached"), std::string::npos) << warm.log();
-  EXPECT_EQ(warm.stop(), 0);
-  EXPECT_EQ(cold.stop(), 0);
+  EXPECT_EQ(warm.stop(), 0) << warm.log();
+  EXPECT_EQ(cold.stop(), 0) << cold.log();
 }
 
 // MTP speculation through the API on a model whose drafts are mostly kept
@@ -218,8 +218,8 @@ TEST(Server, SpeculationKeepsTextStopStringsAndLengths) {
     }
     EXPECT_EQ(sum, metric(m->body, name + "_total").at(0)) << name;
   }
-  EXPECT_EQ(plain.stop(), 0);
-  EXPECT_EQ(spec.stop(), 0);
+  EXPECT_EQ(plain.stop(), 0) << plain.log();
+  EXPECT_EQ(spec.stop(), 0) << spec.log();
 }
 
 // The weights are read once at start-up: a checkpoint truncated, rewritten
@@ -256,7 +256,7 @@ TEST(Server, CheckpointChangingOrVanishingAfterStartChangesNothing) {
   auto health = cli.get("/health");
   ASSERT_TRUE(health);
   EXPECT_EQ(health->status, 200);
-  EXPECT_EQ(server.stop(), 0);
+  EXPECT_EQ(server.stop(), 0) << server.log();
 }
 
 // Bodies that must each be refused with a 4xx.
@@ -457,7 +457,7 @@ TEST(Server, EveryClientLibraryEndToEnd) {
   EXPECT_EQ(node("e2e_clients.mjs", server.url() + " dsv4-default"), 0) << server.log();
   HttpClient cli("127.0.0.1", server.port());
   EXPECT_TRUE(settles(cli));
-  EXPECT_EQ(server.stop(), 0);
+  EXPECT_EQ(server.stop(), 0) << server.log();
 }
 
 // The Responses API through the official openai SDK (create, stream,
@@ -470,7 +470,7 @@ TEST(Server, ResponsesApiThroughTheOpenAiSdkAndAnAgent) {
   EXPECT_EQ(node("e2e_responses.mjs", server.url() + " dsv4-default"), 0) << server.log();
   HttpClient cli("127.0.0.1", server.port());
   EXPECT_TRUE(settles(cli));
-  EXPECT_EQ(server.stop(), 0);
+  EXPECT_EQ(server.stop(), 0) << server.log();
 }
 
 // Structured outputs on the embedded random model (which unconstrained
@@ -493,7 +493,7 @@ TEST(Server, StructuredOutputsAlwaysValidate) {
         << (speculative ? "with speculation\n" : "") << server.log();
     HttpClient cli("127.0.0.1", server.port());
     EXPECT_TRUE(settles(cli));
-    EXPECT_EQ(server.stop(), 0);
+    EXPECT_EQ(server.stop(), 0) << server.log();
   }
 }
 
@@ -655,19 +655,22 @@ TEST(Server, CorsMethodsModelsHealthAndTokenize) {
   // was seen, so the drain ends).
   EXPECT_EQ(cli.get("/health")->status, 200);
   std::atomic<bool> leave{false};
+  std::atomic<bool> streaming{false};  // its first tokens arrived: the engine runs it
   std::thread slow([&] {
     HttpClient c("127.0.0.1", server.port());
     c.set_read_timeout_ms(120000);
+    std::string head;
     c.send("POST", "/v1/completions", R"({"prompt": "x", "max_tokens": 3000, "ignore_eos": true, "stream": true})",
-           {{"Content-Type", "application/json"}}, [&](std::string_view) { return !leave.load(); });
+           {{"Content-Type", "application/json"}}, [&](std::string_view piece) {
+             if (!streaming && (head += piece).find("\"text\"") != std::string::npos) streaming = true;
+             return !leave.load();
+           });
   });
+  // Not /metrics: its running count is a snapshot that can still hold the
+  // previous request.
   bool running = false;
-  for (int i = 0; i < 1000 && !running; ++i) {
-    auto m = cli.get("/metrics");
-    const auto r = m ? metric(m->body, "dsv4_num_requests_running") : std::vector<double>();
-    running = !r.empty() && r[0] >= 1;
-    if (!running) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  for (int i = 0; i < 1000 && !(running = streaming.load()); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   ASSERT_TRUE(running) << "the long request never ran";
   kill(server.pid(), SIGTERM);
   int draining = 0;
@@ -676,10 +679,10 @@ TEST(Server, CorsMethodsModelsHealthAndTokenize) {
     if (h && h->status == 503) draining = 1;
     else std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  EXPECT_EQ(draining, 1) << "/health answers 503 while draining";
+  EXPECT_EQ(draining, 1) << "/health answers 503 while draining\n" << server.log();
   leave = true;
   slow.join();
-  EXPECT_EQ(server.wait_exit(60), 0);
+  EXPECT_EQ(server.wait_exit(60), 0) << server.log();
 }
 
 TEST(Server, SigtermFinishesInFlightRequestsAndExits) {
@@ -760,7 +763,7 @@ TEST(Server, TensorAndDataParallelRanksServeLikeOneRank) {
   EXPECT_GT(per_group[1], 0) << "requests land in both groups";
   EXPECT_EQ(node("e2e_openai.mjs", server.url() + " dsv4-default"), 0) << server.log();
   EXPECT_TRUE(settles(cli));
-  EXPECT_EQ(server.stop(), 0);
+  EXPECT_EQ(server.stop(), 0) << server.log();
 }
 
 TEST(ServerLoad, SixtyFourStreamingClientsForTwoMinutes) {
@@ -769,7 +772,7 @@ TEST(ServerLoad, SixtyFourStreamingClientsForTwoMinutes) {
   const char* secs = std::getenv("DSV4_LOAD_SECONDS");
   EXPECT_EQ(node("load_test.mjs", server.url() + " dsv4-default 64 " + std::string(secs ? secs : "120")), 0);
   EXPECT_TRUE(server.alive());
-  EXPECT_EQ(server.stop(), 0);
+  EXPECT_EQ(server.stop(), 0) << server.log();
 }
 
 }  // namespace
