@@ -330,7 +330,9 @@ TEST(Sampler, SamplingAgainstADraftDistributionKeepsTheTargetDistribution) {
   double chi2 = 0.0;
   int cells = 0;
   for (int64_t v = 0; v < vocab; ++v) {
-    if (plain[v] == 0) EXPECT_EQ(spec[v], 0) << "token " << v << " is outside p's candidates";
+    if (plain[v] == 0) {
+      EXPECT_EQ(spec[v], 0) << "token " << v << " is outside p's candidates";
+    }
     if (plain[v] + spec[v] == 0) continue;
     chi2 += static_cast<double>(plain[v] - spec[v]) * (plain[v] - spec[v]) / (plain[v] + spec[v]);
     ++cells;

@@ -214,7 +214,9 @@ TEST(Server, SpeculationKeepsTextStopStringsAndLengths) {
     double sum = 0;
     for (size_t k = 0; k < per_pos.size(); ++k) {
       sum += per_pos[k];
-      if (k) EXPECT_LE(per_pos[k], per_pos[k - 1]) << name << " position " << k;
+      if (k) {
+        EXPECT_LE(per_pos[k], per_pos[k - 1]) << name << " position " << k;
+      }
     }
     EXPECT_EQ(sum, metric(m->body, name + "_total").at(0)) << name;
   }
@@ -716,7 +718,9 @@ TEST(Server, SigtermFinishesInFlightRequestsAndExits) {
   for (auto& c : clients) c.join();
   for (int i = 0; i < kClients; ++i) {
     EXPECT_EQ(status[i], 200) << "request " << i;
-    if (i % 2 == 0) EXPECT_NE(bodies[i].find("data: [DONE]"), std::string::npos) << "stream " << i << " was cut off";
+    if (i % 2 == 0) {
+      EXPECT_NE(bodies[i].find("data: [DONE]"), std::string::npos) << "stream " << i << " was cut off";
+    }
     else EXPECT_EQ(json::parse(bodies[i])["choices"][0]["finish_reason"], "length") << bodies[i];
   }
   EXPECT_NE(server.log().find("received SIGTERM: finishing 6 in-flight requests"), std::string::npos) << server.log();

@@ -89,17 +89,25 @@ TEST(ToolCallGrammar, WalksAreCallsTheParserReadsWithinTheBudget) {
       ASSERT_TRUE(parsed.ok()) << parsed.status().message() << "\n" << text;
       EXPECT_EQ(parsed->content, "");
       ASSERT_GE(parsed->tool_calls.size(), 1u);
-      if (!parallel) EXPECT_EQ(parsed->tool_calls.size(), 1u);
+      if (!parallel) {
+        EXPECT_EQ(parsed->tool_calls.size(), 1u);
+      }
       for (const ParsedToolCall& call : parsed->tool_calls) {
         const json args = json::parse(call.arguments, nullptr, false);
         ASSERT_TRUE(args.is_object()) << call.arguments;
         if (call.name == "get_weather") {
           ASSERT_TRUE(args.contains("city") && args["city"].is_string()) << call.arguments;
-          if (args.contains("unit")) EXPECT_TRUE(args["unit"] == "celsius" || args["unit"] == "fahrenheit");
-          if (args.contains("days")) EXPECT_TRUE(args["days"].is_number_integer() && args["days"] >= 1 && args["days"] <= 7);
+          if (args.contains("unit")) {
+            EXPECT_TRUE(args["unit"] == "celsius" || args["unit"] == "fahrenheit");
+          }
+          if (args.contains("days")) {
+            EXPECT_TRUE(args["days"].is_number_integer() && args["days"] >= 1 && args["days"] <= 7);
+          }
         } else if (call.name == "add") {
           EXPECT_TRUE(args["a"].is_number() && args["b"].is_number()) << call.arguments;
-          if (args.contains("labels")) EXPECT_LE(args["labels"].size(), 2u);
+          if (args.contains("labels")) {
+            EXPECT_LE(args["labels"].size(), 2u);
+          }
         } else {
           EXPECT_EQ(call.name, "no_args");
           EXPECT_TRUE(args.empty());
@@ -258,7 +266,9 @@ TEST(ConstrainedDecoding, GreedySampledAndSpeculativeStayInTheGrammar) {
           << (r == &spec ? "speculative " : "") << "request " << i << ": '" << text << "'";
       EXPECT_EQ(r->finish[i], FinishReason::kStop) << "request " << i;
       EXPECT_LE(static_cast<int64_t>(r->tokens[i].size()), params[i].max_tokens);
-      if (i % grammars.size() == 0) EXPECT_TRUE(json::accept(text)) << text;
+      if (i % grammars.size() == 0) {
+        EXPECT_TRUE(json::accept(text)) << text;
+      }
     }
   // Masking keeps greedy verification exact: the same tokens with drafts.
   for (size_t i = 0; i < prompts.size(); i += 2) EXPECT_EQ(spec.tokens[i], plain.tokens[i]) << "request " << i;
