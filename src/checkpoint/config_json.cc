@@ -1,5 +1,7 @@
 #include "checkpoint/config_json.h"
 
+#include "checkpoint/json_fields.h"
+
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -11,22 +13,7 @@ using nlohmann::json;
 
 bool is_power_of_two(int v) { return v > 0 && (v & (v - 1)) == 0; }
 
-// Reads key into out; a missing required key or a wrong type is an error.
-template <class T>
-Status read(const json& j, const char* key, T* out, bool required, const std::string& src) {
-  if (!j.contains(key) || j[key].is_null()) {
-    if (required) return invalid_argument(src + ": missing required field '" + key + "'");
-    return Status::Ok();
-  }
-  const json& v = j[key];
-  if constexpr (std::is_integral_v<T>) {
-    if (!v.is_number_integer()) return invalid_argument(src + ": field '" + key + "' must be an integer, got " + v.dump());
-  } else {
-    if (!v.is_number()) return invalid_argument(src + ": field '" + key + "' must be a number, got " + v.dump());
-  }
-  *out = v.get<T>();
-  return Status::Ok();
-}
+using json_fields::read;
 
 }  // namespace
 
@@ -38,6 +25,14 @@ StatusOr<ModelConfig> parse_model_config(const std::string& text, const std::str
     return invalid_argument(src + ": not valid JSON: " + e.what());
   }
   if (!j.is_object()) return invalid_argument(src + ": config must be a JSON object");
+  if (is_v41_config(j)) {
+    // Read and checked, so a broken V4.1 config is named as such; serving it
+    // needs its own forward (Engram, shared KV and index sources, ratios 2
+    // and 1, the two-level top-k), which this build does not have yet.
+    DSV4_ASSIGN_OR_RETURN(ModelConfig v41, parse_v41_model_config(text, src));
+    return invalid_argument(src + ": DeepSeek-V4.1 (model_type deepseek_v41; " + v41.summary() +
+                            ") is not served by this build yet: it loads DeepSeek-V4-Flash, its 0731 release and V4-Pro");
+  }
   ModelConfig c;
   DSV4_RETURN_IF_ERROR(read(j, "vocab_size", &c.vocab_size, true, src));
   DSV4_RETURN_IF_ERROR(read(j, "hidden_size", &c.dim, true, src));
@@ -72,13 +67,7 @@ StatusOr<ModelConfig> parse_model_config(const std::string& text, const std::str
   DSV4_RETURN_IF_ERROR(read(j, "dspark_block_size", &c.dspark_block_size, false, src));
   DSV4_RETURN_IF_ERROR(read(j, "dspark_noise_token_id", &c.dspark_noise_token_id, false, src));
   DSV4_RETURN_IF_ERROR(read(j, "dspark_markov_rank", &c.dspark_markov_rank, false, src));
-  if (j.contains("dspark_target_layer_ids") && !j["dspark_target_layer_ids"].is_null()) {
-    if (!j["dspark_target_layer_ids"].is_array()) return invalid_argument(src + ": dspark_target_layer_ids must be an array");
-    for (const auto& v : j["dspark_target_layer_ids"]) {
-      if (!v.is_number_integer()) return invalid_argument(src + ": dspark_target_layer_ids entries must be integers");
-      c.dspark_target_layer_ids.push_back(v.get<int>());
-    }
-  }
+  DSV4_RETURN_IF_ERROR(json_fields::read_list(j, "dspark_target_layer_ids", &c.dspark_target_layer_ids, false, src));
 
   if (j.contains("scoring_func") && !j["scoring_func"].is_null()) {
     std::string f = j["scoring_func"].is_string() ? j["scoring_func"].get<std::string>() : "";

@@ -3,6 +3,7 @@
 // back for synthetic checkpoints.
 #pragma once
 
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 
 #include "base/status.h"
@@ -14,5 +15,10 @@ namespace dsv4 {
 StatusOr<ModelConfig> parse_model_config(const std::string& text, const std::string& source);
 StatusOr<ModelConfig> load_model_config(const std::string& path);
 std::string model_config_json(const ModelConfig& config);  // the released key names
+
+// DeepSeek-V4.1 (model_type deepseek_v41): the release's nested config.json
+// or the reference's ModelArgs form (config_v41_json.cc).
+bool is_v41_config(const nlohmann::json& j);
+StatusOr<ModelConfig> parse_v41_model_config(const std::string& text, const std::string& source);
 
 }  // namespace dsv4

@@ -2,6 +2,7 @@
 // released checkpoint's config.json).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -10,7 +11,41 @@ namespace dsv4 {
 
 enum class ScoreFunc { kSoftmax, kSigmoid, kSqrtSoftplus };
 
+// DeepSeek-V4 (V4-Flash, its 0731 release, Pro) or DeepSeek-V4.1 (V4.1-Flash:
+// shared compression sources, ratios 2 and 1, the two-level top-k, Engram).
+enum class ModelFamily { kV4, kV41 };
+
+// DeepSeek-V4.1: the few layers that compute what the others share (the
+// reference's SharedAttentionRuntime). A layer with a nonzero ratio reads the
+// compressed KV and index keys of the latest KV source at or before it and
+// the top-k of the latest index source; index sources after the candidate
+// source pick only inside the blocks it selected.
+struct SharedSources {
+  std::vector<int> kv_source_layers;     // own a compressor, compressed KV, index keys
+  std::vector<int> index_source_layers;  // run an indexer
+  int candidate_source_layer = -1;       // publishes candidate blocks; -1: no two-level top-k
+  int candidate_topk_blocks = 0;
+  int candidate_block_size = 0;
+};
+
+// DeepSeek-V4.1's Engram: before each of layer_ids, hashed n-grams of the
+// (case-folded) token ids fetch rows of a table whose gated projection is
+// added to the residual stream.
+struct EngramConfig {
+  std::vector<int> layer_ids;
+  std::vector<int64_t> num_embeddings;  // table rows, one per layer
+  int max_ngram_size = 1;
+  int64_t vocab_size = 0;               // where each hash head's prime search starts
+  int n_heads = 0;
+  int head_dim = 0;
+  int pad_id = 2;
+  int compressed_vocab_size = 0;        // the token map's size, checked against the tokenizer's
+  bool enabled() const { return !layer_ids.empty(); }
+  int hash_columns() const { return (max_ngram_size - 1) * n_heads; }
+};
+
 struct ModelConfig {
+  ModelFamily family = ModelFamily::kV4;
   int vocab_size = 0;
   int dim = 0;                 // hidden_size
   int moe_inter_dim = 0;       // moe_intermediate_size
@@ -58,6 +93,15 @@ struct ModelConfig {
   int dspark_noise_token_id = 0;
   int dspark_markov_rank = 0;
   std::vector<int> dspark_target_layer_ids;  // ascending
+  // DeepSeek-V4.1 only.
+  SharedSources shared;
+  EngramConfig engram;
+  int dspark_n_routed_experts = 0;    // the stages' own experts (0: as the trunk)
+  int dspark_n_activated_experts = 0;
+  float gate_temp = 1.0f;             // router logits are divided by it
+  int weight_block = 128;             // FP8 weight tiles and activation rounding blocks (V4.1: 32)
+  int image_token_id = -1;
+  int vision_n_layers = 0;            // 0: no vision tower
 
   int nope_head_dim() const { return head_dim - rope_head_dim; }
   int mix_hc() const { return (2 + hc_mult) * hc_mult; }
