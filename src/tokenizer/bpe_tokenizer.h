@@ -32,6 +32,9 @@ class BpeTokenizer : public Tokenizer {
   int32_t eos_id() const override { return eos_id_; }
   bool add_bos() const override { return add_bos_; }
   int32_t token_id(const std::string& token) const override;
+  // The vocabulary's string for id (byte-level characters; an added token's
+  // content), as tokenizer.json spells it.
+  const std::string& token_string(int32_t id) const { return id_to_token_.at(id); }
   bool is_special(int32_t id) const override;
 
  private:
