@@ -114,17 +114,7 @@ StatusOr<ModelConfig> parse_model_config(const std::string& text, const std::str
       if (c.compress_ratios[c.n_layers + s] != 0)
         return fail("DSpark stage " + std::to_string(s) + " has compress ratio " +
                     std::to_string(c.compress_ratios[c.n_layers + s]) + "; the stages attend a window ring only (0)");
-    // forward_embed: [anchor, noise x (block - 1)] embedded by the trunk.
-    if (c.dspark_noise_token_id < 0 || c.dspark_noise_token_id >= c.vocab_size)
-      return fail("dspark_noise_token_id " + std::to_string(c.dspark_noise_token_id) + " is not a token id");
-    if (c.dspark_markov_rank <= 0) return fail("dspark_markov_rank must be positive");
-    // main_proj reads the taps concatenated in layer order.
-    if (c.dspark_target_layer_ids.empty()) return fail("dspark_target_layer_ids must name the target layers the drafter reads");
-    for (size_t i = 0; i < c.dspark_target_layer_ids.size(); ++i) {
-      const int l = c.dspark_target_layer_ids[i];
-      if (l < 0 || l >= c.n_layers || (i && l <= c.dspark_target_layer_ids[i - 1]))
-        return fail("dspark_target_layer_ids must be ascending layers below num_hidden_layers");
-    }
+    if (const std::string problem = c.dspark_drafter_problem(); !problem.empty()) return fail(problem);
   } else if (c.dspark_block_size < 0) {
     return fail("dspark_block_size must not be negative");
   }

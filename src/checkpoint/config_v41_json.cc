@@ -243,15 +243,7 @@ Status check_v41(ModelConfig& c, const std::string& src) {
     c.dspark_stages = stages;
     c.n_mtp_layers = 0;
     if (stages < 1) return fail("dspark_block_size is set but n_mtp_layers names no stage");
-    if (c.dspark_noise_token_id < 0 || c.dspark_noise_token_id >= c.vocab_size)
-      return fail("dspark_noise_token_id is not a token id");
-    if (c.dspark_markov_rank <= 0) return fail("dspark_markov_rank must be positive");
-    if (c.dspark_target_layer_ids.empty()) return fail("dspark_target_layer_ids must name the tapped layers");
-    for (size_t i = 0; i < c.dspark_target_layer_ids.size(); ++i) {
-      const int l = c.dspark_target_layer_ids[i];
-      if (l < 0 || l >= c.n_layers || (i && l <= c.dspark_target_layer_ids[i - 1]))
-        return fail("dspark_target_layer_ids must be ascending layers below n_layers");
-    }
+    if (const std::string problem = c.dspark_drafter_problem(); !problem.empty()) return fail(problem);
     const int routed = c.dspark_n_routed_experts ? c.dspark_n_routed_experts : c.n_routed_experts;
     const int active = c.dspark_n_activated_experts ? c.dspark_n_activated_experts : c.n_activated_experts;
     if (routed <= 0 || active <= 0 || active > routed)

@@ -37,4 +37,19 @@ std::string ModelConfig::summary() const {
   return s.str();
 }
 
+std::string ModelConfig::dspark_drafter_problem() const {
+  // forward_embed: [anchor, noise x (block - 1)] embedded by the trunk.
+  if (dspark_noise_token_id < 0 || dspark_noise_token_id >= vocab_size)
+    return "dspark_noise_token_id " + std::to_string(dspark_noise_token_id) + " is not a token id";
+  if (dspark_markov_rank <= 0) return "dspark_markov_rank must be positive";
+  // main_proj reads the taps concatenated in layer order.
+  if (dspark_target_layer_ids.empty()) return "dspark_target_layer_ids must name the target layers the drafter reads";
+  for (size_t i = 0; i < dspark_target_layer_ids.size(); ++i) {
+    const int l = dspark_target_layer_ids[i];
+    if (l < 0 || l >= n_layers || (i && l <= dspark_target_layer_ids[i - 1]))
+      return "dspark_target_layer_ids must be ascending layers below the " + std::to_string(n_layers) + " layers";
+  }
+  return "";
+}
+
 }  // namespace dsv4

@@ -113,6 +113,9 @@ struct ModelConfig {
   // layer (after the main and MTP layers), so it pages like the window KV.
   int dspark_cache_layer(int stage) const { return n_layers + n_mtp_layers + stage; }
   std::string summary() const;
+  // What the DSpark drafter's forward needs of its fields (the noise token,
+  // the Markov rank, ascending taps below n_layers); empty when it has it.
+  std::string dspark_drafter_problem() const;
 };
 
 }  // namespace dsv4
