@@ -4,6 +4,7 @@ formats, and what the official reference computes on it (see README.md).
     /usr/bin/python3 tools/golden_v41/make_case.py <reference inference/ dir> <case name> <out dir>
 """
 
+import contextlib
 import hashlib
 import json
 import math
@@ -311,6 +312,29 @@ def watch_coverage(ref):
     return coverage
 
 
+SEQUENCE_STATE = ("window_kv_cache", "compress_kv_cache", "k_cache", "kv_state", "score_state", "engram_hash.cache")
+
+
+@contextlib.contextmanager
+def sequence_in_row_zero(model, row):
+    """Swaps batch row `row` of every per-sequence state buffer (KV rings and caches, compressor
+    tails, index keys, the Engram token history) with row 0 for the duration."""
+    state = [buf for name, buf in model.named_buffers() if name.endswith(SEQUENCE_STATE)]
+
+    def swap():
+        for buf in state:
+            if row:
+                first = buf[0].clone()
+                buf[0] = buf[row]
+                buf[row] = first
+
+    swap()
+    try:
+        yield
+    finally:
+        swap()
+
+
 def run(model, args, prompt, steps, forced=None):
     """Prefill, then `steps` decode steps each followed by a DSpark draft, recording the goldens.
     forced: a golden to teacher-force (its decode ids, and its tokens as the drafts' input)."""
@@ -321,16 +345,26 @@ def run(model, args, prompt, steps, forced=None):
         lambda mod, inp, out, i=i: layer_out.__setitem__(i, out[0].detach().clone()) if inp[1] == 0 else None)
         for i, layer in enumerate(model.layers)]
     golden["engram_hashes"] = model.engram_hash(prompt, 0).clone()
-    ids, logits, main_hidden = model(prompt, 0)
+    # Each prompt is prefilled alone, as a server prefills a request; the sequences then decode
+    # together. The reference prefills batch row 0, so sequence i's state is swapped into row 0
+    # for its prefill (state only: no arithmetic changes).
+    outs = []
+    for i in range(b):
+        with sequence_in_row_zero(model, i):
+            ids, logits, main_hidden = model(prompt[i : i + 1], 0)
+            outs.append((dict(layer_out), ids, logits, main_hidden))
+            if forced is not None:
+                ids = forced["decode_ids"][0][i : i + 1]
+            assert model.forward_spec(ids, main_hidden, 0) is None
     for h in hooks:
         h.remove()
     for i in range(args.n_layers):
-        golden[f"layer_out.{i}"] = layer_out[i]
-    golden["prefill_logits"] = logits
-    golden["main_hidden"] = main_hidden
-    if forced is not None:
-        ids = forced["decode_ids"][0]
-    assert model.forward_spec(ids, main_hidden, 0) is None
+        golden[f"layer_out.{i}"] = torch.cat([o[0][i] for o in outs])
+    ids = torch.cat([o[1] for o in outs])
+    golden["prefill_logits"] = torch.cat([o[2] for o in outs])
+    golden["main_hidden"] = torch.cat([o[3] for o in outs])
+    # the decode step's stale index-key slot (see watch_coverage) is what the last prefill left:
+    # the same tensor whichever row was prefilled last
 
     decode_ids, decode_logits, spark_ids, spark_logits, spark_conf = [], [], [], [], []
     for t in range(steps):
