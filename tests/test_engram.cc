@@ -3,28 +3,18 @@
 // official reference computed them.
 #include <gtest/gtest.h>
 
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "checkpoint/config_json.h"
 #include "checkpoint/released_configs.h"
 #include "checkpoint/safetensors.h"
+#include "golden_v41_case.h"
 #include "model/engram_hash.h"
 #include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/engram_token_map.h"
 
 namespace dsv4 {
 namespace {
-
-std::string case_dir(const std::string& name) { return std::string(DSV4_GOLDEN_V41_DIR) + "/" + name; }
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 std::vector<int64_t> read_i64(const SafetensorsFile& f, const std::string& name, std::vector<int64_t>* shape) {
   const TensorInfo* t = f.find(name);
@@ -72,9 +62,9 @@ TEST(Engram, TokenMapFoldsCaseAccentsWidthAndSpace) {
 TEST(Engram, RowsOfTheGoldenPromptsAreTheReferences) {
   for (const std::string name : {"v41-tiny", "v41-fp8"}) {
     SCOPED_TRACE(name);
-    auto config = parse_v41_model_config(read_text(case_dir(name) + "/config.json"), name);
+    auto config = parse_v41_model_config(read_text_file(golden_v41_dir(name) + "/config.json"), name);
     ASSERT_TRUE(config.ok()) << config.status().message();
-    auto tokenizer = BpeTokenizer::load(case_dir(name));
+    auto tokenizer = BpeTokenizer::load(golden_v41_dir(name));
     ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().message();
     auto map = engram_token_map(**tokenizer, config->engram.compressed_vocab_size);
     ASSERT_TRUE(map.ok()) << map.status().message();
@@ -84,7 +74,7 @@ TEST(Engram, RowsOfTheGoldenPromptsAreTheReferences) {
     for (size_t k = 0; k < e.layer_ids.size(); ++k)
       EXPECT_EQ(layout.offsets[k].back() + layout.primes[k].back(), e.num_embeddings[k]);
 
-    auto golden = SafetensorsFile::open(case_dir(name) + "/golden.safetensors");
+    auto golden = SafetensorsFile::open(golden_v41_dir(name) + "/golden.safetensors");
     ASSERT_TRUE(golden.ok()) << golden.status().message();
     std::vector<int64_t> ids_shape, rows_shape;
     const std::vector<int64_t> ids = read_i64(**golden, "prompt_ids", &ids_shape);
@@ -106,7 +96,7 @@ TEST(Engram, RowsOfTheGoldenPromptsAreTheReferences) {
 }
 
 TEST(Engram, ATokenizerThatFoldsDifferentlyIsRefused) {
-  auto tokenizer = BpeTokenizer::load(case_dir("v41-tiny"));
+  auto tokenizer = BpeTokenizer::load(golden_v41_dir("v41-tiny"));
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().message();
   auto map = engram_token_map(**tokenizer, 99092);
   ASSERT_FALSE(map.ok());

@@ -15,24 +15,6 @@
 namespace dsv4 {
 namespace {
 
-RopeOptions window_rope_options(const ModelConfig& c) {
-  RopeOptions o;
-  o.rope_dim = c.rope_head_dim;
-  o.base = c.rope_theta;
-  return o;  // no YaRN on pure sliding-window layers
-}
-
-RopeOptions compress_rope_options(const ModelConfig& c) {
-  RopeOptions o;
-  o.rope_dim = c.rope_head_dim;
-  o.base = c.compress_rope_theta;
-  o.original_seq_len = c.original_seq_len;
-  o.factor = c.rope_factor;
-  o.beta_fast = c.beta_fast;
-  o.beta_slow = c.beta_slow;
-  return o;
-}
-
 void rms_norm_rows(const std::vector<float>& weight, float eps, float* x, int64_t rows, int64_t dim) {
   parallel_for(rows, 16, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) kernels::rms_norm(x + r * dim, weight.data(), dim, eps, x + r * dim);

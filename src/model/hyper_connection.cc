@@ -33,7 +33,7 @@ void weighted_stream_sum(const float* pre, const ModelConfig& c, const float* h,
 
 }  // namespace
 
-void sinkhorn(float* comb, int hc, int iters, float eps) {
+void sinkhorn(float* comb, int hc, int iters, float eps, bool divide) {
   auto normalize_rows = [&] {
     for (int i = 0; i < hc; ++i) {
       float sum = 0.0f;
@@ -54,9 +54,10 @@ void sinkhorn(float* comb, int hc, int iters, float eps) {
     for (int j = 1; j < hc; ++j) mx = std::fmax(mx, row[j]);
     float sum = 0.0f;
     for (int j = 0; j < hc; ++j) sum += (row[j] = kernels::vexp(row[j] - mx));
-    // PyTorch's softmax multiplies by the reciprocal of the sum.
+    // PyTorch's softmax multiplies by the reciprocal of the sum; V4.1's
+    // kernel divides.
     const float inv = 1.0f / sum;
-    for (int j = 0; j < hc; ++j) row[j] = row[j] * inv + eps;
+    for (int j = 0; j < hc; ++j) row[j] = (divide ? row[j] / sum : row[j] * inv) + eps;
   }
   normalize_cols();
   for (int it = 1; it < iters; ++it) {

@@ -16,7 +16,9 @@ namespace dsv4 {
 
 // Alternating row/column normalization of an hc x hc matrix of logits, as
 // the reference: row softmax + eps, column normalize, then iters-1 rounds.
-void sinkhorn(float* comb, int hc, int iters, float eps);
+// divide: the softmax divides by its sum (V4.1) instead of multiplying by
+// the reciprocal (V4).
+void sinkhorn(float* comb, int hc, int iters, float eps, bool divide = false);
 
 struct HcMix {
   std::vector<float> post;  // [rows, hc]

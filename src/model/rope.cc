@@ -47,4 +47,22 @@ void Rope::angles(int64_t pos, float* cos, float* sin) const {
   }
 }
 
+RopeOptions window_rope_options(const ModelConfig& c) {
+  RopeOptions o;
+  o.rope_dim = c.rope_head_dim;
+  o.base = c.rope_theta;
+  return o;  // no YaRN on pure sliding-window layers
+}
+
+RopeOptions compress_rope_options(const ModelConfig& c) {
+  RopeOptions o;
+  o.rope_dim = c.rope_head_dim;
+  o.base = c.compress_rope_theta;
+  o.original_seq_len = c.original_seq_len;
+  o.factor = c.rope_factor;
+  o.beta_fast = c.beta_fast;
+  o.beta_slow = c.beta_slow;
+  return o;
+}
+
 }  // namespace dsv4

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "model/config.h"
+
 namespace dsv4 {
 
 struct RopeOptions {
@@ -15,6 +17,11 @@ struct RopeOptions {
   float beta_fast = 32.0f;
   float beta_slow = 1.0f;
 };
+
+// Plain RoPE (rope_theta) for sliding-window layers; YaRN with
+// compress_rope_theta for the layers that read compressed rows.
+RopeOptions window_rope_options(const ModelConfig& c);
+RopeOptions compress_rope_options(const ModelConfig& c);
 
 class Rope {
  public:

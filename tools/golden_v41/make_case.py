@@ -360,7 +360,7 @@ def run(model, args, prompt, steps, forced=None):
         h.remove()
     for i in range(args.n_layers):
         golden[f"layer_out.{i}"] = torch.cat([o[0][i] for o in outs])
-    ids = torch.cat([o[1] for o in outs])
+    ids = torch.cat([o[1] for o in outs]) if forced is None else forced["decode_ids"][0]
     golden["prefill_logits"] = torch.cat([o[2] for o in outs])
     golden["main_hidden"] = torch.cat([o[3] for o in outs])
     # the decode step's stale index-key slot (see watch_coverage) is what the last prefill left:

@@ -1,0 +1,221 @@
+#include "checkpoint/v41_loader.h"
+
+#include <algorithm>
+
+#include "base/dtype.h"
+#include "checkpoint/checkpoint.h"
+
+namespace dsv4 {
+namespace {
+
+constexpr int64_t kBlock = V41Linear::kBlock;
+
+std::string shape_text(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+class TensorReader {
+ public:
+  explicit TensorReader(const Checkpoint& ckpt) : ckpt_(ckpt) {}
+
+  bool has(const std::string& name) const { return ckpt_.find(name) != nullptr; }
+
+  // The tensor's raw bytes, its shape checked.
+  StatusOr<std::vector<uint8_t>> bytes(const std::string& name, const std::vector<int64_t>& shape, DType* dtype) {
+    DSV4_ASSIGN_OR_RETURN(const TensorInfo* t, ckpt_.get(name));
+    if (t->shape != shape)
+      return invalid_argument("tensor " + name + " has shape " + shape_text(t->shape) + ", the config says " +
+                              shape_text(shape));
+    std::vector<uint8_t> out(t->nbytes);
+    DSV4_RETURN_IF_ERROR(t->source->read(*t, 0, t->nbytes, out.data()));
+    *dtype = t->dtype;
+    return out;
+  }
+
+  // A BF16, F16 or F32 tensor as f32 values.
+  StatusOr<std::vector<float>> floats(const std::string& name, const std::vector<int64_t>& shape) {
+    DType dt;
+    DSV4_ASSIGN_OR_RETURN(std::vector<uint8_t> raw, bytes(name, shape, &dt));
+    const size_t n = raw.size() / dtype_size(dt);
+    std::vector<float> out(n);
+    for (size_t i = 0; i < n; ++i) {
+      const uint8_t* p = &raw[i * dtype_size(dt)];
+      switch (dt) {
+        case DType::kF32: std::copy_n(reinterpret_cast<const float*>(p), 1, &out[i]); break;
+        case DType::kBF16: out[i] = bf16_to_f32(static_cast<uint16_t>(p[0] | p[1] << 8)); break;
+        case DType::kF16: out[i] = f16_to_f32(static_cast<uint16_t>(p[0] | p[1] << 8)); break;
+        default: return invalid_argument("tensor " + name + " is " + dtype_name(dt) + ", expected BF16, F16 or F32");
+      }
+    }
+    return out;
+  }
+
+  // E8M0 scales as their powers of two.
+  StatusOr<std::vector<float>> scales(const std::string& name, const std::vector<int64_t>& shape) {
+    DType dt;
+    DSV4_ASSIGN_OR_RETURN(std::vector<uint8_t> raw, bytes(name, shape, &dt));
+    if (dt != DType::kF8E8M0) return invalid_argument("tensor " + name + " is " + dtype_name(dt) + ", expected F8_E8M0");
+    std::vector<float> out(raw.size());
+    for (size_t i = 0; i < raw.size(); ++i) {
+      if (raw[i] == 0xFF) return invalid_argument("tensor " + name + " holds a NaN scale (0xFF)");
+      out[i] = e8m0_to_f32(raw[i]);
+    }
+    return out;
+  }
+
+  // A linear stored as `prefix.weight` (+ `prefix.scale`): FP8, FP4 or plain.
+  StatusOr<V41Linear> linear(const std::string& prefix, int64_t out, int64_t in) {
+    V41Linear l;
+    l.out = out;
+    l.in = in;
+    DSV4_ASSIGN_OR_RETURN(const TensorInfo* t, ckpt_.get(prefix + ".weight"));
+    if (t->dtype == DType::kF8E4M3 || t->dtype == DType::kI8 || t->dtype == DType::kU8) {
+      const bool fp4 = t->dtype != DType::kF8E4M3;
+      if (in % kBlock) return invalid_argument(prefix + ": " + std::to_string(in) + " inputs are not whole blocks of 32");
+      DType dt;
+      DSV4_ASSIGN_OR_RETURN(std::vector<uint8_t> raw, bytes(prefix + ".weight", {out, fp4 ? in / 2 : in}, &dt));
+      l.kind = fp4 ? V41Linear::Kind::kFp4 : V41Linear::Kind::kFp8;
+      l.w.resize(out * in);
+      for (int64_t i = 0; i < out * in; ++i)
+        l.w[i] = fp4 ? e2m1_to_f32((raw[i / 2] >> (i % 2 * 4)) & 0xF) : e4m3_to_f32(raw[i]);
+      const std::vector<int64_t> scale_shape =
+          fp4 ? std::vector<int64_t>{out, in / kBlock} : std::vector<int64_t>{(out + kBlock - 1) / kBlock, in / kBlock};
+      DSV4_ASSIGN_OR_RETURN(l.scale, scales(prefix + ".scale", scale_shape));
+      return l;
+    }
+    DSV4_ASSIGN_OR_RETURN(l.w, floats(prefix + ".weight", {out, in}));
+    return l;
+  }
+
+  // A linear the reference uses dequantized (wo_a): FP8 codes times their
+  // tile's scale, or plain.
+  StatusOr<V41Linear> dequantized(const std::string& prefix, int64_t out, int64_t in) {
+    DSV4_ASSIGN_OR_RETURN(V41Linear l, linear(prefix, out, in));
+    if (l.kind == V41Linear::Kind::kPlain) return l;
+    for (int64_t o = 0; o < out; ++o)
+      for (int64_t i = 0; i < in; ++i) l.w[o * in + i] *= l.weight_scale(o, i / kBlock);
+    l.kind = V41Linear::Kind::kPlain;
+    l.scale.clear();
+    return l;
+  }
+
+ private:
+  const Checkpoint& ckpt_;
+};
+
+#define ASSIGN(lhs, expr) DSV4_ASSIGN_OR_RETURN(lhs, expr)
+
+Status load_attention(TensorReader& r, const ModelConfig& c, int layer, const std::string& p, V41Attention* a) {
+  const int64_t dim = c.dim, hd = c.head_dim, H = c.n_heads, G = c.o_groups;
+  a->ratio = c.compress_ratio(layer);
+  ASSIGN(a->attn_sink, r.floats(p + "attn_sink", {H}));
+  ASSIGN(a->wq_a, r.linear(p + "wq_a", c.q_lora_rank, dim));
+  ASSIGN(a->q_norm, r.floats(p + "q_norm.weight", {c.q_lora_rank}));
+  ASSIGN(a->wq_b, r.linear(p + "wq_b", H * hd, c.q_lora_rank));
+  ASSIGN(a->wkv, r.linear(p + "wkv", hd, dim));
+  ASSIGN(a->kv_norm, r.floats(p + "kv_norm.weight", {hd}));
+  ASSIGN(a->wo_a, r.dequantized(p + "wo_a", G * c.o_lora_rank, H * hd / G));
+  ASSIGN(a->wo_b, r.linear(p + "wo_b", dim, G * c.o_lora_rank));
+  const SharedSources& s = c.shared;
+  const bool backbone = layer < c.n_layers;
+  const bool kv_source = backbone && std::count(s.kv_source_layers.begin(), s.kv_source_layers.end(), layer);
+  const bool index_source = backbone && std::count(s.index_source_layers.begin(), s.index_source_layers.end(), layer);
+  if (kv_source) {
+    V41Compressor& comp = a->compressor.emplace();
+    comp.ratio = a->ratio;
+    ASSIGN(comp.wkv, r.linear(p + "compressor.wkv", hd, dim));
+    if (comp.ratio > 1) {
+      ASSIGN(comp.wgate, r.linear(p + "compressor.wgate", hd, dim));
+    }
+    ASSIGN(comp.norm, r.floats(p + "compressor.norm.weight", {hd}));
+  }
+  if (index_source) {
+    V41Indexer& ix = a->indexer.emplace();
+    const int64_t ih = c.index_n_heads, id = c.index_head_dim;
+    ASSIGN(ix.wq_b, r.linear(p + "indexer.wq_b", ih * id, c.q_lora_rank));
+    ASSIGN(ix.weights_proj, r.linear(p + "indexer.weights_proj", ih, dim));
+    ix.owns_keys = kv_source;
+    if (kv_source) {
+      ASSIGN(ix.wk, r.linear(p + "indexer.wk", id, hd));
+      ASSIGN(ix.k_norm, r.floats(p + "indexer.k_norm.weight", {id}));
+    }
+  }
+  return Status::Ok();
+}
+
+Status load_expert(TensorReader& r, const std::string& p, int64_t dim, int64_t inter, V41Expert* e) {
+  ASSIGN(e->w1, r.linear(p + "w1", inter, dim));
+  ASSIGN(e->w2, r.linear(p + "w2", dim, inter));
+  ASSIGN(e->w3, r.linear(p + "w3", inter, dim));
+  return Status::Ok();
+}
+
+Status load_engram(TensorReader& r, const ModelConfig& c, int which, const std::string& p, V41Engram* g) {
+  const EngramConfig& e = c.engram;
+  g->rows = e.num_embeddings[which];
+  g->head_dim = e.head_dim;
+  DType dt;
+  ASSIGN(g->codes, r.bytes(p + "embed.weight", {g->rows, g->head_dim}, &dt));
+  if (dt != DType::kF8E4M3) return invalid_argument("tensor " + p + "embed.weight is " + dtype_name(dt) + ", expected F8_E4M3");
+  ASSIGN(g->scales, r.bytes(p + "embed.scale", {g->rows, g->head_dim / kBlock}, &dt));
+  if (dt != DType::kF8E8M0) return invalid_argument("tensor " + p + "embed.scale is " + dtype_name(dt) + ", expected F8_E8M0");
+  ASSIGN(g->wkv, r.linear(p + "wkv", static_cast<int64_t>(c.dim) * (c.hc_mult + 1),
+                          static_cast<int64_t>(e.hash_columns()) * e.head_dim));
+  std::vector<float> q, k;
+  ASSIGN(q, r.floats(p + "q_weight", {c.hc_mult, c.dim}));
+  ASSIGN(k, r.floats(p + "k_weight", {c.hc_mult, c.dim}));
+  g->qk.resize(q.size());
+  for (size_t i = 0; i < q.size(); ++i) g->qk[i] = q[i] * k[i];
+  return Status::Ok();
+}
+
+Status load_block(TensorReader& r, const ModelConfig& c, int layer, V41Block* b) {
+  const std::string p = "layers." + std::to_string(layer) + ".";
+  const int64_t dim = c.dim, mix = c.mix_hc(), flat = static_cast<int64_t>(c.hc_mult) * dim;
+  DSV4_RETURN_IF_ERROR(load_attention(r, c, layer, p + "attn.", &b->attn));
+  ASSIGN(b->attn_norm, r.floats(p + "attn_norm.weight", {dim}));
+  ASSIGN(b->ffn_norm, r.floats(p + "ffn_norm.weight", {dim}));
+  for (auto [name, hc] : {std::pair{"hc_attn", &b->hc_attn}, std::pair{"hc_ffn", &b->hc_ffn}}) {
+    hc->fn.out = mix;
+    hc->fn.in = flat;
+    ASSIGN(hc->fn.w, r.floats(p + name + "_fn", {mix, flat}));
+    ASSIGN(hc->base, r.floats(p + name + "_base", {mix}));
+    ASSIGN(hc->scale, r.floats(p + name + "_scale", {3}));
+  }
+  const int64_t E = c.n_routed_experts;
+  ASSIGN(b->ffn.gate, r.linear(p + "ffn.gate", E, dim));
+  ASSIGN(b->ffn.gate_bias, r.floats(p + "ffn.gate.bias", {E}));
+  b->ffn.experts.resize(E);
+  for (int64_t e = 0; e < E; ++e)
+    DSV4_RETURN_IF_ERROR(load_expert(r, p + "ffn.experts." + std::to_string(e) + ".", dim, c.moe_inter_dim, &b->ffn.experts[e]));
+  DSV4_RETURN_IF_ERROR(load_expert(r, p + "ffn.shared_experts.", dim, c.moe_inter_dim, &b->ffn.shared));
+  const auto& ids = c.engram.layer_ids;
+  const auto it = std::find(ids.begin(), ids.end(), layer);
+  if (it != ids.end()) DSV4_RETURN_IF_ERROR(load_engram(r, c, static_cast<int>(it - ids.begin()), p + "engram.", &b->engram.emplace()));
+  return Status::Ok();
+}
+
+}  // namespace
+
+void V41Engram::row(int64_t r, float* out) const {
+  for (int64_t i = 0; i < head_dim; ++i)
+    out[i] = e4m3_to_f32(codes[r * head_dim + i]) * e8m0_to_f32(scales[r * (head_dim / kBlock) + i / kBlock]);
+}
+
+StatusOr<std::unique_ptr<V41Weights>> load_v41_weights(const std::string& dir, const ModelConfig& c) {
+  DSV4_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, Checkpoint::open(dir));
+  TensorReader r(*ckpt);
+  auto w = std::make_unique<V41Weights>();
+  ASSIGN(w->embed, r.floats("embed.weight", {c.vocab_size, c.dim}));
+  ASSIGN(w->norm, r.floats("norm.weight", {c.dim}));
+  ASSIGN(w->head, r.linear("head", c.vocab_size, c.dim));
+  w->blocks.resize(c.n_layers);
+  for (int i = 0; i < c.n_layers; ++i) DSV4_RETURN_IF_ERROR(load_block(r, c, i, &w->blocks[i]));
+  return w;
+}
+
+#undef ASSIGN
+
+}  // namespace dsv4

@@ -1,0 +1,19 @@
+// DeepSeek-V4.1 weights from a checkpoint directory in the release's tensor
+// names and formats: FP8 e4m3 linears with an e8m0 scale per 32 x 32 tile,
+// FP4 e2m1 routed experts (two per byte) with an e8m0 scale per row and 32
+// inputs, FP8 Engram tables with a scale per row and 32 columns, the rest
+// BF16 or F32. Every shape is checked against the config.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "base/status.h"
+#include "model/config.h"
+#include "model/v41_weights.h"
+
+namespace dsv4 {
+
+StatusOr<std::unique_ptr<V41Weights>> load_v41_weights(const std::string& dir, const ModelConfig& config);
+
+}  // namespace dsv4

@@ -1,0 +1,291 @@
+#include "model/deepseek_v41.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "base/thread_pool.h"
+#include "kernels/kernels.h"
+#include "model/hyper_connection.h"
+#include "ops/topk.h"
+
+namespace dsv4 {
+namespace {
+
+using Buffer = std::vector<float>;
+
+void rms_norm_rows(const std::vector<float>& weight, float eps, float* x, int64_t rows, int64_t dim) {
+  parallel_for(rows, 16, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) kernels::rms_norm(x + r * dim, weight.data(), dim, eps, x + r * dim);
+  });
+}
+
+// x[d] = sum_c pre[c] * h[c][d], the copies in order.
+void collapse(const float* pre, int hc, int64_t dim, const float* h, float* x) {
+  std::fill_n(x, dim, 0.0f);
+  for (int s = 0; s < hc; ++s)
+    for (int64_t d = 0; d < dim; ++d) x[d] += pre[s] * h[s * dim + d];
+}
+
+
+}  // namespace
+
+// A sublayer's mixes from its input streams: pre (the next sublayer's
+// collapse), post and comb (its own hc_post).
+struct DeepseekV41::Mix {
+  Buffer pre;  // [rows, hc]
+  HcMix post_comb;
+};
+
+DeepseekV41::DeepseekV41(ModelConfig config, std::unique_ptr<V41Weights> weights, std::vector<int32_t> token_map,
+                         int32_t compressed_vocab)
+    : config_(std::move(config)),
+      weights_(std::move(weights)),
+      token_map_(std::move(token_map)),
+      window_rope_(window_rope_options(config_)),
+      compress_rope_(compress_rope_options(config_)) {
+  if (config_.engram.enabled())
+    engram_layout_ = engram_hash_layout(config_.engram, compressed_vocab, token_map_[config_.engram.pad_id]);
+}
+
+DeepseekV41::Mix DeepseekV41::hc_mixes(const V41HyperConn& w, const float* h, int64_t rows,
+                                       const ReferenceRows& rr) const {
+  const ModelConfig& c = config_;
+  const int hc = c.hc_mult;
+  const int64_t mix = c.mix_hc(), flat = static_cast<int64_t>(hc) * c.dim;
+  Buffer mixes(rows * mix);
+  v41_linear(w.fn, h, rows, mixes.data());
+  Mix out;
+  out.pre.resize(rows * hc);
+  out.post_comb.post.resize(rows * hc);
+  out.post_comb.comb.resize(rows * hc * hc);
+  parallel_for(rows, 8, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float rs = 1.0f / std::sqrt(kernels::sum_squares(h + r * flat, flat) / static_cast<float>(flat) + c.norm_eps);
+      float* m = &mixes[r * mix];
+      for (int64_t i = 0; i < mix; ++i) m[i] *= rs;
+      for (int s = 0; s < hc; ++s) {
+        const int64_t at = rr.element(r, hc, s), n = rr.elements(r, hc);
+        out.pre[r * hc + s] = kernels::sigmoid_at(m[s] * w.scale[0] + w.base[s], at, n) + c.hc_eps;
+        out.post_comb.post[r * hc + s] = 2.0f * kernels::sigmoid_at(m[hc + s] * w.scale[1] + w.base[hc + s], at, n);
+      }
+      float* comb = &out.post_comb.comb[r * hc * hc];
+      for (int e = 0; e < hc * hc; ++e) comb[e] = m[2 * hc + e] * w.scale[2] + w.base[2 * hc + e];
+      sinkhorn(comb, hc, c.hc_sinkhorn_iters, c.hc_eps, /*divide=*/true);
+    }
+  });
+  return out;
+}
+
+// Engram: the rows of each position's hashed n-grams, projected to a key
+// per hc copy and one value; each copy gains the value times a gate of how
+// well the copy matches its key.
+void DeepseekV41::engram(const V41Engram& g, int which, const std::vector<int64_t>& row_ids, float* h, int64_t rows,
+                         const ReferenceRows& rr) const {
+  const ModelConfig& c = config_;
+  const int hc = c.hc_mult, cols = config_.engram.hash_columns();
+  const int64_t dim = c.dim, hd = g.head_dim, flat = hc * dim;
+  const float dim_scale = static_cast<float>(std::pow(static_cast<double>(dim), -0.5));
+  parallel_for(rows, 1, [&](int64_t r0, int64_t r1) {
+    Buffer e(cols * hd), kv(flat + dim), prod(dim);
+    for (int64_t r = r0; r < r1; ++r) {
+      for (int k = 0; k < cols; ++k) g.row(row_ids[(r * config_.engram.layer_ids.size() + which) * cols + k], &e[k * hd]);
+      v41_linear(g.wkv, e.data(), 1, kv.data());
+      const float* value = &kv[flat];
+      float* hr = h + r * flat;
+      for (int s = 0; s < hc; ++s) {
+        const float* hs = hr + s * dim;
+        const float* key = &kv[s * dim];
+        const float* qk = &g.qk[s * dim];
+        const float rstd = (1.0f / std::sqrt(kernels::sum_squares(hs, dim) / static_cast<float>(dim) + c.norm_eps)) *
+                           (1.0f / std::sqrt(kernels::sum_squares(key, dim) / static_cast<float>(dim) + c.norm_eps));
+        for (int64_t d = 0; d < dim; ++d) prod[d] = hs[d] * qk[d] * key[d];
+        const float dot = kernels::sum(prod.data(), dim) * rstd * dim_scale;
+        const float gate = kernels::sigmoid_at(std::copysign(std::sqrt(std::fmax(std::fabs(dot), 1e-6f)), dot),
+                                               rr.element(r, hc, s), rr.elements(r, hc));
+        float* out = hr + s * dim;
+        for (int64_t d = 0; d < dim; ++d) out[d] = hs[d] + gate * value[d];
+      }
+    }
+  });
+}
+
+void DeepseekV41::moe(const V41MoE& w, const float* x, int64_t rows, const ReferenceRows& rr, float* y) const {
+  const ModelConfig& c = config_;
+  const int64_t dim = c.dim, E = w.gate.out, inter = c.moe_inter_dim;
+  const int k = c.n_activated_experts;
+  // Routing: sqrt(softplus(x . gate / temp)); the bias picks, the scores weigh.
+  Buffer scores(rows * E);
+  v41_linear(w.gate, x, rows, scores.data());
+  std::vector<int32_t> chosen(rows * k);
+  Buffer weights(rows * k);
+  for (int64_t r = 0; r < rows; ++r) {
+    float* s = &scores[r * E];
+    Buffer biased(E);
+    for (int64_t e = 0; e < E; ++e) {
+      s[e] = std::sqrt(kernels::softplus_at(s[e] / c.gate_temp, rr.element(r, E, e), rr.elements(r, E)));
+      biased[e] = s[e] + w.gate_bias[e];
+    }
+    topk_like_torch(biased.data(), E, k, &chosen[r * k]);
+    float* wr = &weights[r * k];
+    for (int j = 0; j < k; ++j) wr[j] = s[chosen[r * k + j]];
+    if (k > 1) {
+      const float sum = kernels::sum(wr, k) + 1e-20f;
+      for (int j = 0; j < k; ++j) wr[j] /= sum;
+    }
+    for (int j = 0; j < k; ++j) wr[j] *= c.route_scale;
+  }
+  // An expert over its rows: w2(weight * silu(clamped w1 x) * clamped w3 x).
+  auto expert = [&](const V41Expert& e, const Buffer& in, const float* row_weight, Buffer* out) {
+    const int64_t n = static_cast<int64_t>(in.size()) / dim;
+    Buffer gate(n * inter), up(n * inter);
+    v41_linear(e.w1, in.data(), n, gate.data());
+    v41_linear(e.w3, in.data(), n, up.data());
+    const float lim = c.swiglu_limit;
+    for (int64_t i = 0; i < n * inter; ++i) {
+      if (lim > 0) {
+        up[i] = std::clamp(up[i], -lim, lim);
+        gate[i] = std::min(gate[i], lim);
+      }
+      // Where the element sits in the [n, inter] tensor decides its rounding.
+      gate[i] = kernels::silu_at(gate[i], i, n * inter) * up[i];
+      if (row_weight) gate[i] = row_weight[i / inter] * gate[i];
+    }
+    out->resize(n * dim);
+    v41_linear(e.w2, gate.data(), n, out->data());
+  };
+  std::fill_n(y, rows * dim, 0.0f);
+  for (int64_t e = 0; e < E; ++e) {
+    std::vector<int64_t> who;
+    Buffer in, rw, out;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int j = 0; j < k; ++j)
+        if (chosen[r * k + j] == e) {
+          who.push_back(r);
+          in.insert(in.end(), x + r * dim, x + (r + 1) * dim);
+          rw.push_back(weights[r * k + j]);
+        }
+    if (who.empty()) continue;
+    expert(w.experts[e], in, rw.data(), &out);
+    for (size_t i = 0; i < who.size(); ++i)
+      for (int64_t d = 0; d < dim; ++d) y[who[i] * dim + d] += out[i * dim + d];
+  }
+  Buffer in(x, x + rows * dim), shared;
+  expert(w.shared, in, nullptr, &shared);
+  for (int64_t i = 0; i < rows * dim; ++i) y[i] += shared[i];
+}
+
+void DeepseekV41::block(int layer, const std::vector<V41Chunk>& chunks, const ReferenceRows& rr, V41Shared* shared,
+                        std::vector<float>* pre, float* h) const {
+  const ModelConfig& c = config_;
+  const V41Block& b = weights_->blocks[layer];
+  const int hc = c.hc_mult;
+  const int64_t rows = static_cast<int64_t>(pre->size()) / hc, dim = c.dim, flat = hc * dim;
+  Buffer x(rows * dim), y(rows * dim);
+  // Attention: collapsed with the previous sublayer's mix; its own mixes
+  // come from its input.
+  const Mix attn = hc_mixes(b.hc_attn, h, rows, rr);
+  for (int64_t r = 0; r < rows; ++r) collapse(&(*pre)[r * hc], hc, dim, h + r * flat, &x[r * dim]);
+  rms_norm_rows(b.attn_norm, c.norm_eps, x.data(), rows, dim);
+  const V41LayerContext ctx{c, rope_for(b.attn.ratio), layer};
+  v41_attention(b.attn, ctx, chunks, x.data(), rows, shared, y.data());
+  hc_post(attn.post_comb, c, y.data(), rows, h);
+  // MoE: collapsed with the attention's mix.
+  const Mix ffn = hc_mixes(b.hc_ffn, h, rows, rr);
+  for (int64_t r = 0; r < rows; ++r) collapse(&attn.pre[r * hc], hc, dim, h + r * flat, &x[r * dim]);
+  rms_norm_rows(b.ffn_norm, c.norm_eps, x.data(), rows, dim);
+  moe(b.ffn, x.data(), rows, rr, y.data());
+  hc_post(ffn.post_comb, c, y.data(), rows, h);
+  *pre = ffn.pre;
+}
+
+Status DeepseekV41::forward(const std::vector<V41Input>& inputs, V41Output* out, bool want_taps, bool trace) const {
+  const ModelConfig& c = config_;
+  const int hc = c.hc_mult;
+  const int64_t dim = c.dim, flat = hc * dim;
+  // The batch's rows, and where each sits in the reference's own tensors:
+  // a prompt row in its prompt's one-shot prefill, a decode row as the first
+  // of a two-sequence decode step (model/reference_rows.h).
+  std::vector<V41Chunk> chunks;
+  std::vector<int32_t> tokens;
+  ReferenceRows rr;
+  for (const V41Input& in : inputs) {
+    if (!in.seq || in.tokens.empty()) return invalid_argument("a V4.1 forward input has no sequence or no tokens");
+    V41Chunk ch{in.seq, in.seq->length, static_cast<int64_t>(in.tokens.size()), static_cast<int64_t>(tokens.size()),
+                in.prefill_len};
+    for (int64_t i = 0; i < ch.num_tokens; ++i) {
+      const int32_t t = in.tokens[i];
+      if (t < 0 || t >= c.vocab_size)
+        return invalid_argument("token id " + std::to_string(t) + " is outside the vocabulary [0, " +
+                                std::to_string(c.vocab_size) + ")");
+      const int64_t pos = ch.start_pos + i;
+      rr.index.push_back(pos < ch.prefill_len ? pos : 0);
+      rr.count.push_back(pos < ch.prefill_len ? ch.prefill_len : ReferenceRows::kDecodeRows);
+    }
+    tokens.insert(tokens.end(), in.tokens.begin(), in.tokens.end());
+    chunks.push_back(ch);
+  }
+  const int64_t rows = static_cast<int64_t>(tokens.size());
+
+  // Engram rows of every position: its n-grams of compressed ids.
+  std::vector<int64_t> engram_ids;
+  if (c.engram.enabled()) {
+    const int64_t per = static_cast<int64_t>(c.engram.layer_ids.size()) * engram_layout_.columns();
+    engram_ids.resize(rows * per);
+    for (const V41Chunk& ch : chunks) {
+      std::vector<int64_t>& history = ch.seq->engram_history;
+      history.resize(ch.start_pos);
+      for (int64_t i = 0; i < ch.num_tokens; ++i) history.push_back(token_map_[tokens[ch.row_begin + i]]);
+      for (int64_t i = 0; i < ch.num_tokens; ++i)
+        engram_rows(engram_layout_, history.data(), ch.start_pos + i, &engram_ids[(ch.row_begin + i) * per]);
+    }
+  }
+
+  // The embedding in every copy; layer 0 collapses with copy 0 alone.
+  Buffer h(rows * flat), pre(rows * hc, 0.0f);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int s = 0; s < hc; ++s) std::copy_n(&weights_->embed[tokens[r] * dim], dim, &h[r * flat + s * dim]);
+    pre[r * hc] = 1.0f;
+  }
+  V41Shared shared;
+  shared.topk.resize(rows);
+  shared.candidates.resize(rows);
+  const int taps = c.dspark_taps();
+  if (want_taps) out->taps.assign(rows * taps * dim, 0.0f);
+  out->trace.clear();
+  for (int i = 0; i < c.n_layers; ++i) {
+    const V41Block& b = weights_->blocks[i];
+    if (b.engram) {
+      const auto& ids = c.engram.layer_ids;
+      engram(*b.engram, static_cast<int>(std::find(ids.begin(), ids.end(), i) - ids.begin()), engram_ids, h.data(),
+             rows, rr);
+    }
+    // A DSpark tap is the block's input, the mean of its copies.
+    const auto tap = std::find(c.dspark_target_layer_ids.begin(), c.dspark_target_layer_ids.end(), i);
+    if (want_taps && tap != c.dspark_target_layer_ids.end()) {
+      const int64_t k = tap - c.dspark_target_layer_ids.begin();
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t d = 0; d < dim; ++d) {
+          float sum = 0.0f;
+          for (int s = 0; s < hc; ++s) sum += h[r * flat + s * dim + d];
+          out->taps[(r * taps + k) * dim + d] = sum / static_cast<float>(hc);
+        }
+    }
+    block(i, chunks, rr, &shared, &pre, h.data());
+    if (trace) out->trace.emplace_back("layer_out." + std::to_string(i), h);
+  }
+  // The head: each input's last row, collapsed with the last FFN's mix.
+  const int64_t n = static_cast<int64_t>(chunks.size());
+  Buffer x(n * dim);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t r = chunks[i].row_begin + chunks[i].num_tokens - 1;
+    collapse(&pre[r * hc], hc, dim, &h[r * flat], &x[i * dim]);
+  }
+  rms_norm_rows(weights_->norm, c.norm_eps, x.data(), n, dim);
+  out->logits.resize(n * c.vocab_size);
+  v41_linear(weights_->head, x.data(), n, out->logits.data());
+  for (const V41Chunk& ch : chunks) ch.seq->length += ch.num_tokens;
+  return Status::Ok();
+}
+
+}  // namespace dsv4

@@ -1,0 +1,310 @@
+#include "model/v41_attention.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "base/thread_pool.h"
+#include "kernels/kernels.h"
+#include "ops/topk.h"
+
+namespace dsv4 {
+namespace {
+
+using Buffer = std::vector<float>;
+
+constexpr int64_t kAttnBlock = 64;  // sparse_attn's blocks of indices
+
+
+void rms_norm_rows(const std::vector<float>& weight, float eps, float* x, int64_t rows, int64_t dim) {
+  for (int64_t r = 0; r < rows; ++r) kernels::rms_norm(x + r * dim, weight.data(), dim, eps, x + r * dim);
+}
+
+// RoPE on the last rope_dim values of a vector at position pos.
+void rope_tail(const Rope& rope, float* v, int64_t size, int rope_dim, int64_t pos, bool inverse = false) {
+  Buffer cos(rope_dim / 2), sin(rope_dim / 2);
+  rope.angles(pos, cos.data(), sin.data());
+  kernels::rope(v + size - rope_dim, cos.data(), sin.data(), rope_dim / 2, inverse);
+}
+
+
+// The latest source at or before `layer`.
+int latest_at_or_before(const std::vector<int>& sources, int layer) {
+  int best = -1;
+  for (int s : sources)
+    if (s <= layer) best = std::max(best, s);
+  return best;
+}
+
+// Whether KV source `o` has a compressed latent in the reference's forward
+// that computes position t (it then publishes its index keys): a one-shot
+// prefill of P tokens when t < P, else the decode step at t. `before`: in
+// the forward before that one.
+bool publishes(const ModelConfig& c, int o, int64_t t, int64_t prefill_len, bool before) {
+  const int r = c.compress_ratio(o);
+  if (before) return t == prefill_len ? prefill_len >= r : t % r == 0;
+  return t < prefill_len ? prefill_len >= r : (t + 1) % r == 0;
+}
+
+// Whose index keys the indexer of `layer` scores at position t. The
+// reference keeps one shared slot, republished only by a source whose group
+// just closed: on a decode step where a ratio-2 source's group is still
+// open, it and the index sources after it read the keys the last publisher
+// left, which is the ratio-1 source's from the step before. The goldens keep
+// what the reference computes, so this does too.
+int key_source(const ModelConfig& c, int layer, int64_t t, int64_t prefill_len) {
+  const std::vector<int>& owners = c.shared.kv_source_layers;
+  for (auto it = owners.rbegin(); it != owners.rend(); ++it)
+    if (*it <= layer && publishes(c, *it, t, prefill_len, false)) return *it;
+  for (auto it = owners.rbegin(); it != owners.rend(); ++it)
+    if (publishes(c, *it, t, prefill_len, true)) return *it;
+  return -1;
+}
+
+// Level one of the two-level top-k: per query, the candidate_topk_blocks
+// blocks of candidate_block_size positions with the best position score
+// (the block of its newest reachable position always in), as a mask.
+std::vector<uint8_t> candidate_blocks(const SharedSources& s, const float* score, int64_t width, int64_t visible) {
+  const int64_t bs = s.candidate_block_size, blocks = (width + bs - 1) / bs;
+  Buffer block_score(blocks, -INFINITY);
+  for (int64_t j = 0; j < width; ++j) block_score[j / bs] = std::fmax(block_score[j / bs], score[j]);
+  const int64_t last = visible > 0 ? (visible - 1) / bs : -1;  // (compress_lens - 1) // block_size
+  if (last >= 0 && last < blocks) block_score[last] = INFINITY;
+  const int64_t k = std::min<int64_t>(s.candidate_topk_blocks, blocks);
+  std::vector<int32_t> top(k);
+  topk_like_torch(block_score.data(), blocks, k, top.data());
+  std::vector<uint8_t> keep_block(blocks, 0), mask(width);
+  for (int32_t b : top) keep_block[b] = block_score[b] > -INFINITY;
+  for (int64_t j = 0; j < width; ++j) mask[j] = keep_block[j / bs];
+  return mask;
+}
+
+struct IndexerInputs {
+  const float* q;        // [heads, head_dim], rotated and FP4-rounded
+  const float* weights;  // [heads]
+};
+
+// The indexer of `layer` for the row at position t: the compressed rows it
+// picks (ascending, -1 for an unreachable pick).
+std::vector<int32_t> index_row(const V41LayerContext& ctx, const V41Chunk& ch, int64_t t, const IndexerInputs& in,
+                               V41Shared* shared, int64_t row) {
+  const ModelConfig& c = ctx.config;
+  const SharedSources& s = c.shared;
+  const int ratio = c.compress_ratio(ctx.layer), heads = c.index_n_heads, id = c.index_head_dim;
+  const int64_t P = ch.prefill_len;
+  const bool prompt = t < P;
+  const int64_t width = (prompt ? P : t + 1) / ratio, visible = (t + 1) / ratio;
+  if (width == 0) return {};
+  const int src = key_source(c, ctx.layer, t, P);
+  const std::vector<float>& keys = ch.seq->index_keys[src];
+  Buffer terms(static_cast<size_t>(heads) * width, 0.0f), score(width, -INFINITY);
+  for (int64_t j = 0; j < visible; ++j) {
+    const float* k = &keys[j * id];
+    for (int h = 0; h < heads; ++h)
+      terms[h * width + j] = std::fmax(kernels::dot(in.q + h * id, k, id), 0.0f) * in.weights[h];
+  }
+  for (int64_t j = 0; j < visible; ++j) score[j] = kernels::sum_outer(&terms[j], heads, width);
+  if (ctx.layer == s.candidate_source_layer) {
+    shared->candidates[row] = candidate_blocks(s, score.data(), width, visible);
+  } else if (s.candidate_source_layer >= 0 && ctx.layer > s.candidate_source_layer) {
+    const std::vector<uint8_t>& cand = shared->candidates[row];
+    for (int64_t j = 0; j < width; ++j)
+      if (!cand[j]) score[j] = -INFINITY;
+  }
+  const int64_t k = std::min<int64_t>(c.index_topk, width);
+  std::vector<int32_t> top(k);
+  topk_like_torch(score.data(), width, k, top.data());
+  std::sort(top.begin(), top.end());
+  for (int32_t& j : top)
+    if (j >= visible) j = -1;
+  return top;
+}
+
+// A KV source's compressor over a chunk: each closed group's latent
+// (pooled, normed), then its index key (owner) and its compressed row.
+void compress_chunk(const V41Attention& w, const V41LayerContext& ctx, const V41Chunk& ch, const float* x) {
+  const ModelConfig& c = ctx.config;
+  const V41Compressor& comp = *w.compressor;
+  const int ratio = comp.ratio, rd = c.rope_head_dim;
+  const int64_t hd = c.head_dim, id = c.index_head_dim, dim = c.dim;
+  V41Sequence& seq = *ch.seq;
+  Buffer kv(hd), score(hd), latent(hd), key(id);
+  for (int64_t i = 0; i < ch.num_tokens; ++i) {
+    const int64_t t = ch.start_pos + i;
+    const float* xi = x + (ch.row_begin + i) * dim;
+    v41_linear(comp.wkv, xi, 1, kv.data());
+    if (ratio == 1) {
+      latent = kv;
+    } else {
+      v41_linear(comp.wgate, xi, 1, score.data());
+      const int64_t slot = t % ratio;
+      std::copy(kv.begin(), kv.end(), seq.group_kv[ctx.layer].begin() + slot * hd);
+      std::copy(score.begin(), score.end(), seq.group_score[ctx.layer].begin() + slot * hd);
+      if ((t + 1) % ratio) continue;
+      // softmax over the group's rows per channel, then the weighted sum.
+      const float* gk = seq.group_kv[ctx.layer].data();
+      const float* gs = seq.group_score[ctx.layer].data();
+      for (int64_t d = 0; d < hd; ++d) {
+        float m = gs[d];
+        for (int r = 1; r < ratio; ++r) m = std::fmax(m, gs[r * hd + d]);
+        Buffer e(ratio);
+        float sum = 0.0f;
+        for (int r = 0; r < ratio; ++r) sum += (e[r] = kernels::vexp(gs[r * hd + d] - m));
+        float acc = 0.0f;
+        for (int r = 0; r < ratio; ++r) acc += gk[r * hd + d] * (e[r] / sum);
+        latent[d] = acc;
+      }
+    }
+    kernels::rms_norm(latent.data(), comp.norm.data(), hd, c.norm_eps, latent.data());
+    const int64_t j = t / ratio, pos = j * ratio;  // a group takes its first token's position
+    if (w.indexer && w.indexer->owns_keys) {
+      v41_linear(w.indexer->wk, latent.data(), 1, key.data());
+      kernels::rms_norm(key.data(), w.indexer->k_norm.data(), id, c.norm_eps, key.data());
+      rope_tail(ctx.rope, key.data(), id, rd, pos);
+      fp4_round_e8m0(key.data(), id);
+      seq.index_keys[ctx.layer].resize((j + 1) * id);
+      std::copy(key.begin(), key.end(), seq.index_keys[ctx.layer].begin() + j * id);
+    }
+    rope_tail(ctx.rope, latent.data(), hd, rd, pos);
+    fp4_round_e4m3_scaled(latent.data(), hd);
+    seq.compressed[ctx.layer].resize((j + 1) * hd);
+    std::copy(latent.begin(), latent.end(), seq.compressed[ctx.layer].begin() + j * hd);
+  }
+}
+
+}  // namespace
+
+void v41_sparse_attention(const float* q, int heads, int64_t head_dim, const std::vector<const float*>& kv,
+                          const float* sinks, float scale, float* out) {
+  const int64_t n = static_cast<int64_t>(kv.size());
+  Buffer s(kAttnBlock), acc(head_dim);
+  for (int h = 0; h < heads; ++h) {
+    const float* qh = q + h * head_dim;
+    float running_max = -1e30f, sum_exp = 0.0f;
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    for (int64_t b0 = 0; b0 < n; b0 += kAttnBlock) {
+      const int64_t blk = std::min(kAttnBlock, n - b0);
+      float block_max = -INFINITY;
+      for (int64_t j = 0; j < blk; ++j) {
+        const float* k = kv[b0 + j];
+        s[j] = k ? kernels::dot(qh, k, head_dim) * scale : -INFINITY;
+        block_max = std::fmax(block_max, s[j]);
+      }
+      const float new_max = std::fmax(running_max, block_max);
+      // torch.exp runs every element through the vector exp, tails included
+      // (vml::vexp maps partial vectors too), so no element goes to libm.
+      const float rescale = kernels::vexp(running_max - new_max);
+      for (int64_t j = 0; j < blk; ++j) s[j] = kernels::vexp(s[j] - new_max);
+      sum_exp = sum_exp * rescale + kernels::sum(s.data(), blk);
+      for (int64_t d = 0; d < head_dim; ++d) {
+        float pv = 0.0f;
+        for (int64_t j = 0; j < blk; ++j) pv += s[j] * (kv[b0 + j] ? kv[b0 + j][d] : 0.0f);
+        acc[d] = acc[d] * rescale + pv;
+      }
+      running_max = new_max;
+    }
+    sum_exp = sum_exp + kernels::vexp(sinks[h] - running_max);
+    for (int64_t d = 0; d < head_dim; ++d) out[h * head_dim + d] = acc[d] / sum_exp;
+  }
+}
+
+void v41_attention(const V41Attention& w, const V41LayerContext& ctx, const std::vector<V41Chunk>& chunks,
+                   const float* x, int64_t rows, V41Shared* shared, float* out) {
+  const ModelConfig& c = ctx.config;
+  const int heads = c.n_heads, rd = c.rope_head_dim;
+  const int64_t hd = c.head_dim, win = c.window_size, ql = c.q_lora_rank;
+  const int L = ctx.layer;
+  std::vector<int64_t> pos(rows);
+  for (const V41Chunk& ch : chunks)
+    for (int64_t i = 0; i < ch.num_tokens; ++i) pos[ch.row_begin + i] = ch.start_pos + i;
+
+  // Queries: wq_a -> q_norm -> wq_b, rotated (no per-head norm in V4.1).
+  Buffer qr(rows * ql), q(rows * heads * hd), kv(rows * hd);
+  v41_linear(w.wq_a, x, rows, qr.data());
+  rms_norm_rows(w.q_norm, c.norm_eps, qr.data(), rows, ql);
+  v41_linear(w.wq_b, qr.data(), rows, q.data());
+  // The window KV row: norm, RoPE, FP8 over all of it in blocks of 32.
+  v41_linear(w.wkv, x, rows, kv.data());
+  rms_norm_rows(w.kv_norm, c.norm_eps, kv.data(), rows, hd);
+  parallel_for(rows, 4, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      for (int h = 0; h < heads; ++h) rope_tail(ctx.rope, &q[(r * heads + h) * hd], hd, rd, pos[r]);
+      rope_tail(ctx.rope, &kv[r * hd], hd, rd, pos[r]);
+      act_round_e4m3(&kv[r * hd], hd);
+    }
+  });
+
+  // Compressed rows and which of them each row attends.
+  const bool compressed = w.ratio > 0;
+  const int kv_source = compressed ? latest_at_or_before(c.shared.kv_source_layers, L) : -1;
+  if (w.compressor)
+    for (const V41Chunk& ch : chunks) compress_chunk(w, ctx, ch, x);
+  if (w.indexer) {
+    const V41Indexer& ix = *w.indexer;
+    const int ih = c.index_n_heads, id = c.index_head_dim;
+    Buffer iq(rows * ih * id), iw(rows * ih);
+    v41_linear(ix.wq_b, qr.data(), rows, iq.data());
+    v41_linear(ix.weights_proj, x, rows, iw.data());
+    // Computed in double and rounded once, as the reference's Python scalars.
+    const float wscale = static_cast<float>(std::pow(id, -0.5) * std::pow(ih, -0.5));
+    for (float& v : iw) v *= wscale;
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int h = 0; h < ih; ++h) rope_tail(ctx.rope, &iq[(r * ih + h) * id], id, rd, pos[r]);
+      fp4_round_e8m0(&iq[r * ih * id], ih * id);
+    }
+    for (const V41Chunk& ch : chunks)
+      parallel_for(ch.num_tokens, 1, [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i) {
+          const int64_t r = ch.row_begin + i;
+          shared->topk[r] = index_row(ctx, ch, ch.start_pos + i, {&iq[r * ih * id], &iw[r * ih]}, shared, r);
+        }
+      });
+  }
+
+  // Sparse attention: the window (oldest first), then the picked rows.
+  Buffer o(rows * heads * hd);
+  const float scale = static_cast<float>(std::pow(hd, -0.5));
+  for (const V41Chunk& ch : chunks) {
+    V41Sequence& seq = *ch.seq;
+    auto window_row = [&](int64_t p) -> const float* {
+      return p >= ch.start_pos ? &kv[(ch.row_begin + p - ch.start_pos) * hd] : &seq.window[L][(p % win) * hd];
+    };
+    parallel_for(ch.num_tokens, 1, [&](int64_t i0, int64_t i1) {
+      std::vector<const float*> slots;
+      for (int64_t i = i0; i < i1; ++i) {
+        const int64_t t = ch.start_pos + i, r = ch.row_begin + i;
+        slots.clear();
+        if (t < ch.prefill_len) {  // the one-shot prefill's row: -1 past t
+          const int64_t first = std::max<int64_t>(0, t - win + 1), width = std::min(ch.prefill_len, win);
+          for (int64_t k = 0; k < width; ++k) slots.push_back(first + k <= t ? window_row(first + k) : nullptr);
+        } else {  // a decode step's ring, oldest first: -1 while it fills
+          for (int64_t k = 0; k < win; ++k) {
+            const int64_t p = t - win + 1 + k;
+            slots.push_back(p >= 0 ? window_row(p) : nullptr);
+          }
+        }
+        if (compressed)
+          for (int32_t j : shared->topk[r]) slots.push_back(j >= 0 ? &seq.compressed[kv_source][j * hd] : nullptr);
+        v41_sparse_attention(&q[r * heads * hd], heads, hd, slots, w.attn_sink.data(), scale, &o[r * heads * hd]);
+      }
+    });
+    // Only now the ring may take this chunk's rows: its queries read the old ones.
+    const int64_t end = ch.start_pos + ch.num_tokens;
+    for (int64_t p = std::max(ch.start_pos, end - win); p < end; ++p)
+      std::copy_n(window_row(p), hd, &seq.window[L][(p % win) * hd]);
+  }
+
+  // De-rotate, then the grouped wo_a (each group its own heads) and wo_b.
+  const int64_t G = c.o_groups, ol = c.o_lora_rank, group_in = heads * hd / G;
+  Buffer og(rows * G * ol);
+  parallel_for(rows, 1, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      for (int h = 0; h < heads; ++h) rope_tail(ctx.rope, &o[(r * heads + h) * hd], hd, rd, pos[r], true);
+      for (int64_t g = 0; g < G; ++g)
+        for (int64_t k = 0; k < ol; ++k)
+          og[(r * G + g) * ol + k] = kernels::dot(&o[r * heads * hd + g * group_in], &w.wo_a.w[(g * ol + k) * group_in], group_in);
+    }
+  });
+  v41_linear(w.wo_b, og.data(), rows, out);
+}
+
+}  // namespace dsv4

@@ -1,0 +1,51 @@
+// DeepSeek-V4.1 attention: low-rank queries, one KV head over a sliding
+// window (FP8-rounded rows) plus compressed rows of ratio 2 or 1 that only
+// the KV source layers compute and the layers after them share, picked by
+// the indexers of the index source layers (two-level after the candidate
+// source); an attention sink; grouped low-rank output.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/config.h"
+#include "model/rope.h"
+#include "model/v41_sequence.h"
+#include "model/v41_weights.h"
+
+namespace dsv4 {
+
+// One sequence's rows of a forward: positions start_pos .. start_pos +
+// num_tokens - 1 at rows row_begin.. of the batch. Positions below
+// prefill_len are its prompt: they compute what the reference's one-shot
+// prefill of the prompt computes, later ones what its decode steps do.
+struct V41Chunk {
+  V41Sequence* seq = nullptr;
+  int64_t start_pos = 0, num_tokens = 0, row_begin = 0, prefill_len = 0;
+};
+
+// What a forward's layers hand down to the layers after them, per row (the
+// reference's SharedAttentionRuntime): the latest index source's choice of
+// compressed rows (-1: none) and the candidate source's mask.
+struct V41Shared {
+  std::vector<std::vector<int32_t>> topk;
+  std::vector<std::vector<uint8_t>> candidates;
+};
+
+struct V41LayerContext {
+  const ModelConfig& config;
+  const Rope& rope;  // plain RoPE for window-only layers, YaRN for the others
+  int layer = 0;
+};
+
+// x [rows, dim] (after attn_norm) -> out [rows, dim].
+void v41_attention(const V41Attention& w, const V41LayerContext& ctx, const std::vector<V41Chunk>& chunks,
+                   const float* x, int64_t rows, V41Shared* shared, float* out);
+
+// The reference's sparse_attn for one query row: `heads` heads of q
+// [heads, head_dim] over the KV rows kv[j] (nullptr: an unused index) in
+// blocks of 64 with an online softmax from -1e30; out [heads, head_dim].
+void v41_sparse_attention(const float* q, int heads, int64_t head_dim, const std::vector<const float*>& kv,
+                          const float* sinks, float scale, float* out);
+
+}  // namespace dsv4

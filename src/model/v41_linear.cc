@@ -1,0 +1,85 @@
+#include "model/v41_linear.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "base/dtype.h"
+#include "base/thread_pool.h"
+#include "kernels/kernels.h"
+
+namespace dsv4 {
+namespace {
+
+constexpr int64_t kBlock = V41Linear::kBlock;
+
+float abs_max(const float* x, int64_t n) {
+  float m = 0.0f;
+  for (int64_t i = 0; i < n; ++i) m = std::fmax(m, std::fabs(x[i]));
+  return m;
+}
+
+float e4m3(float x) { return round_to_e4m3(std::fmax(-kE4M3Max, std::fmin(kE4M3Max, x))); }
+
+// Rounds [n] through e2m1 with the scale of each group of `group` values.
+template <typename ScaleOf>
+void fp4_round(float* x, int64_t n, int64_t group, ScaleOf scale_of) {
+  for (int64_t g = 0; g < n; g += group) {
+    const float s = scale_of(abs_max(x + g, group));
+    for (int64_t i = g; i < g + group; ++i)
+      x[i] = round_to_e2m1(std::fmax(-kE2M1Max, std::fmin(kE2M1Max, x[i] / s))) * s;
+  }
+}
+
+}  // namespace
+
+void act_quant_e4m3(const float* x, int64_t n, float* codes, float* scales) {
+  for (int64_t b = 0; b < n / kBlock; ++b) {
+    const float* xb = x + b * kBlock;
+    // amax * f32(1/448), rounded up to a power of two from its bits.
+    const float s = pow2_ceil(std::fmax(abs_max(xb, kBlock), 1e-4f) * (1.0f / kE4M3Max));
+    scales[b] = s;
+    for (int64_t i = 0; i < kBlock; ++i) codes[b * kBlock + i] = e4m3(xb[i] / s);
+  }
+}
+
+void act_round_e4m3(float* x, int64_t n) {
+  std::vector<float> codes(n), scales(n / kBlock);
+  act_quant_e4m3(x, n, codes.data(), scales.data());
+  for (int64_t i = 0; i < n; ++i) x[i] = codes[i] * scales[i / kBlock];
+}
+
+void fp4_round_e8m0(float* x, int64_t n) {
+  const float min_amax = 6.0f * std::ldexp(1.0f, -126);
+  fp4_round(x, n, 32, [&](float amax) { return pow2_ceil(std::fmax(amax, min_amax) * (1.0f / kE2M1Max)); });
+}
+
+void fp4_round_e4m3_scaled(float* x, int64_t n) {
+  const float min_amax = 6.0f * std::ldexp(1.0f, -9);
+  fp4_round(x, n, 16, [&](float amax) { return e4m3(std::fmax(amax, min_amax) / kE2M1Max); });
+}
+
+void v41_linear(const V41Linear& l, const float* x, int64_t m, float* y) {
+  const int64_t in = l.in, out = l.out;
+  if (l.kind == V41Linear::Kind::kPlain) {
+    parallel_for(m * out, 64, [&](int64_t v0, int64_t v1) {
+      for (int64_t v = v0; v < v1; ++v) y[v] = kernels::dot(x + v / out * in, &l.w[v % out * in], in);
+    });
+    return;
+  }
+  const int64_t blocks = in / kBlock;
+  std::vector<float> codes(m * in), scales(m * blocks);
+  for (int64_t r = 0; r < m; ++r) act_quant_e4m3(x + r * in, in, &codes[r * in], &scales[r * blocks]);
+  parallel_for(m * out, 16, [&](int64_t v0, int64_t v1) {
+    for (int64_t v = v0; v < v1; ++v) {
+      const int64_t r = v / out, o = v % out;
+      float acc = 0.0f;
+      for (int64_t b = 0; b < blocks; ++b) {
+        const float partial = kernels::dot(&codes[r * in + b * kBlock], &l.w[o * in + b * kBlock], kBlock);
+        acc += partial * scales[r * blocks + b] * l.weight_scale(o, b);
+      }
+      y[v] = acc;
+    }
+  });
+}
+
+}  // namespace dsv4

@@ -1,0 +1,81 @@
+// DeepSeek-V4.1's parameters, grouped as its blocks use them. Names in
+// comments are the released checkpoint's, below `layers.N.`.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "model/v41_linear.h"
+
+namespace dsv4 {
+
+struct V41Compressor {  // attn.compressor (KV sources only)
+  int ratio = 0;
+  V41Linear wkv, wgate;     // [head_dim, dim]; wgate only above ratio 1
+  std::vector<float> norm;  // [head_dim]
+};
+
+struct V41Indexer {  // attn.indexer (index sources only)
+  V41Linear wq_b;          // [index_heads * index_head_dim, q_lora_rank]
+  V41Linear weights_proj;  // [index_heads, dim]
+  // KV sources turn their compressed latents into the index keys.
+  bool owns_keys = false;
+  V41Linear wk;              // [index_head_dim, head_dim]
+  std::vector<float> k_norm; // [index_head_dim]
+};
+
+struct V41Attention {  // attn
+  int ratio = 0;                 // 0: window only; else the compressed stream it reads
+  std::vector<float> attn_sink;  // [heads]
+  V41Linear wq_a, wq_b, wkv, wo_b;
+  std::vector<float> q_norm, kv_norm;
+  V41Linear wo_a;  // [groups * o_lora_rank, heads * head_dim / groups], dequantized as the reference does
+  std::optional<V41Compressor> compressor;
+  std::optional<V41Indexer> indexer;
+};
+
+struct V41Expert {
+  V41Linear w1, w2, w3;
+};
+
+struct V41MoE {  // ffn
+  V41Linear gate;                // [experts, dim]
+  std::vector<float> gate_bias;  // [experts]
+  std::vector<V41Expert> experts;
+  V41Expert shared;
+};
+
+struct V41HyperConn {  // hc_{attn,ffn}_{fn,base,scale}
+  V41Linear fn;              // [(2+hc)*hc, hc*dim]
+  std::vector<float> base;   // [(2+hc)*hc]
+  std::vector<float> scale;  // [3]
+};
+
+// engram: an FP8 table read by row, its projection to hc keys and a value,
+// and the gate's per-copy weights.
+struct V41Engram {
+  int64_t rows = 0, head_dim = 0;
+  std::vector<uint8_t> codes;   // [rows, head_dim] e4m3
+  std::vector<uint8_t> scales;  // [rows, head_dim / 32] e8m0
+  V41Linear wkv;                // [dim * (hc + 1), hash_columns * head_dim]
+  std::vector<float> qk;        // q_weight * k_weight [hc, dim]
+  void row(int64_t r, float* out) const;
+};
+
+struct V41Block {
+  V41Attention attn;
+  V41MoE ffn;
+  std::vector<float> attn_norm, ffn_norm;
+  V41HyperConn hc_attn, hc_ffn;
+  std::optional<V41Engram> engram;
+};
+
+struct V41Weights {
+  std::vector<float> embed;  // [vocab, dim]
+  std::vector<V41Block> blocks;
+  std::vector<float> norm;   // [dim]
+  V41Linear head;            // [vocab, dim]
+};
+
+}  // namespace dsv4

@@ -1,0 +1,163 @@
+// DeepSeek-V4.1's forward against the official reference's goldens
+// (tests/golden_v41), bit for bit: every layer's streams, the DSpark taps
+// and the logits of the prefill, then the logits of each decode step with
+// the sequences batched; the prompts whole, in chunks of 1, 7 and 64, and
+// packed into one forward.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "checkpoint/config_json.h"
+#include "checkpoint/safetensors.h"
+#include "golden_v41_case.h"
+#include "checkpoint/v41_loader.h"
+#include "model/deepseek_v41.h"
+#include "tokenizer/bpe_tokenizer.h"
+#include "tokenizer/engram_token_map.h"
+
+namespace dsv4 {
+namespace {
+
+template <typename T>
+std::vector<T> read_tensor(const SafetensorsFile& f, const std::string& name) {
+  const TensorInfo* t = f.find(name);
+  EXPECT_NE(t, nullptr) << name;
+  if (!t) return {};
+  std::vector<T> v(t->nbytes / sizeof(T));
+  EXPECT_TRUE(f.read(*t, 0, t->nbytes, v.data()).ok());
+  return v;
+}
+
+// ||got - want|| / ||want||.
+double relative_l2(const float* got, const float* want, int64_t n) {
+  double diff = 0, norm = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    diff += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
+    norm += static_cast<double>(want[i]) * want[i];
+  }
+  return std::sqrt(diff / norm);
+}
+
+struct Case {
+  ModelConfig config;
+  std::unique_ptr<DeepseekV41> model;
+  std::unique_ptr<SafetensorsFile> golden;
+};
+
+Case load_case(const std::string& name) {
+  Case c;
+  auto config = parse_v41_model_config(read_text_file(golden_v41_dir(name) + "/config.json"), name);
+  EXPECT_TRUE(config.ok()) << config.status().message();
+  if (!config.ok()) return c;
+  c.config = *config;
+  auto tokenizer = BpeTokenizer::load(golden_v41_dir(name));
+  EXPECT_TRUE(tokenizer.ok()) << tokenizer.status().message();
+  auto map = engram_token_map(**tokenizer, c.config.engram.compressed_vocab_size);
+  EXPECT_TRUE(map.ok()) << map.status().message();
+  auto weights = load_v41_weights(golden_v41_dir(name), c.config);
+  EXPECT_TRUE(weights.ok()) << weights.status().message();
+  if (!map.ok() || !weights.ok()) return c;
+  c.model = std::make_unique<DeepseekV41>(c.config, std::move(*weights), map->compressed, map->size);
+  auto file = SafetensorsFile::open(golden_v41_dir(name) + "/golden.safetensors");
+  EXPECT_TRUE(file.ok()) << file.status().message();
+  if (file.ok()) c.golden = std::move(*file);
+  return c;
+}
+
+// How the prompts go in: chunk tokens at a time (0: whole), each prompt
+// in its own forwards or both packed into the same ones.
+struct Split {
+  int64_t chunk = 0;
+  bool packed = false;
+};
+
+class V41Golden : public ::testing::TestWithParam<std::tuple<std::string, Split>> {};
+
+TEST_P(V41Golden, PrefillAndDecodeAreTheReferencesBitForBit) {
+  const auto& [name, split] = GetParam();
+  Case c = load_case(name);
+  ASSERT_TRUE(c.model && c.golden);
+  const SafetensorsFile& g = *c.golden;
+  const ModelConfig& cfg = c.config;
+  const std::vector<int64_t> ids_shape = g.find("prompt_ids")->shape;
+  const int64_t B = ids_shape[0], S = ids_shape[1], V = cfg.vocab_size, flat = cfg.hc_mult * cfg.dim;
+  const int64_t taps = cfg.dspark_taps() * cfg.dim;
+  const std::vector<int64_t> prompt = read_tensor<int64_t>(g, "prompt_ids");
+  std::vector<V41Sequence> seqs;
+  for (int64_t b = 0; b < B; ++b) seqs.push_back(c.model->new_sequence());
+
+  // Prefill: the rows of each prompt as they come out of the forwards.
+  std::vector<std::vector<std::vector<float>>> layer_rows(B, std::vector<std::vector<float>>(cfg.n_layers));
+  std::vector<std::vector<float>> tap_rows(B), last_logits(B);
+  const int64_t chunk = split.chunk ? split.chunk : S;
+  for (int64_t p0 = 0; p0 < S; p0 += chunk) {
+    const int64_t n = std::min(chunk, S - p0);
+    std::vector<std::vector<int64_t>> groups;  // which prompts share a forward
+    if (split.packed) groups.push_back({0, 1});
+    else for (int64_t b = 0; b < B; ++b) groups.push_back({b});
+    for (const auto& group : groups) {
+      std::vector<V41Input> inputs;
+      for (int64_t b : group) {
+        const auto first = prompt.begin() + b * S + p0;
+        inputs.push_back({&seqs[b], std::vector<int32_t>(first, first + n), S});
+      }
+      V41Output out;
+      ASSERT_TRUE(c.model->forward(inputs, &out, /*want_taps=*/true, /*trace=*/true).ok());
+      for (size_t k = 0; k < group.size(); ++k) {
+        const int64_t b = group[k], row0 = static_cast<int64_t>(k) * n;
+        for (int i = 0; i < cfg.n_layers; ++i)
+          layer_rows[b][i].insert(layer_rows[b][i].end(), out.trace[i].second.begin() + row0 * flat,
+                                  out.trace[i].second.begin() + (row0 + n) * flat);
+        tap_rows[b].insert(tap_rows[b].end(), out.taps.begin() + row0 * taps, out.taps.begin() + (row0 + n) * taps);
+        last_logits[b].assign(out.logits.begin() + k * V, out.logits.begin() + (k + 1) * V);
+      }
+    }
+  }
+  const std::vector<float> want_logits = read_tensor<float>(g, "prefill_logits");
+  const std::vector<float> want_taps = read_tensor<float>(g, "main_hidden");
+  for (int64_t b = 0; b < B; ++b) {
+    for (int i = 0; i < cfg.n_layers; ++i) {
+      const std::vector<float> want = read_tensor<float>(g, "layer_out." + std::to_string(i));
+      EXPECT_EQ(relative_l2(layer_rows[b][i].data(), &want[b * S * flat], S * flat), 0.0)
+          << "layer_out." << i << " of prompt " << b;
+    }
+    EXPECT_EQ(relative_l2(tap_rows[b].data(), &want_taps[b * S * taps], S * taps), 0.0) << "main_hidden of prompt " << b;
+    EXPECT_EQ(relative_l2(last_logits[b].data(), &want_logits[b * V], V), 0.0) << "prefill_logits of prompt " << b;
+  }
+
+  // Decode: the reference's own tokens, both sequences in each step.
+  const std::vector<int64_t> decode_ids = read_tensor<int64_t>(g, "decode_ids");
+  const std::vector<float> decode_logits = read_tensor<float>(g, "decode_logits");
+  const int64_t T = g.find("decode_ids")->shape[0];
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<V41Input> inputs;
+    for (int64_t b = 0; b < B; ++b) inputs.push_back({&seqs[b], {static_cast<int32_t>(decode_ids[t * B + b])}, S});
+    V41Output out;
+    ASSERT_TRUE(c.model->forward(inputs, &out).ok());
+    EXPECT_EQ(relative_l2(out.logits.data(), &decode_logits[t * B * V], B * V), 0.0) << "decode step " << t;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, V41Golden,
+    ::testing::Combine(::testing::Values("v41-tiny", "v41-fp8"),
+                       ::testing::Values(Split{0, false}, Split{1, false}, Split{7, false}, Split{64, false},
+                                         Split{0, true}, Split{7, true})),
+    [](const auto& info) {
+      const Split& s = std::get<1>(info.param);
+      return std::string(std::get<0>(info.param) == "v41-tiny" ? "Tiny" : "Fp8") + "_" +
+             (s.chunk ? "Chunks" + std::to_string(s.chunk) : std::string("Whole")) + (s.packed ? "_Packed" : "");
+    });
+
+TEST(V41Golden, AMissingTensorIsAnErrorNamingIt) {
+  auto config = parse_v41_model_config(read_text_file(golden_v41_dir("v41-tiny") + "/config.json"), "v41-tiny");
+  ASSERT_TRUE(config.ok());
+  config->n_layers += 1;  // a layer the checkpoint does not have
+  config->compress_ratios.insert(config->compress_ratios.begin() + config->n_layers - 1, 0);
+  auto weights = load_v41_weights(golden_v41_dir("v41-tiny"), *config);
+  ASSERT_FALSE(weights.ok());
+  EXPECT_NE(weights.status().message().find("layers.10."), std::string::npos) << weights.status().message();
+}
+
+}  // namespace
+}  // namespace dsv4
