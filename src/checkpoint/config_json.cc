@@ -18,12 +18,7 @@ using json_fields::read;
 }  // namespace
 
 StatusOr<ModelConfig> parse_model_config(const std::string& text, const std::string& src) try {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const std::exception& e) {
-    return invalid_argument(src + ": not valid JSON: " + e.what());
-  }
+  DSV4_ASSIGN_OR_RETURN(json j, json_fields::parse(text, src));
   if (!j.is_object()) return invalid_argument(src + ": config must be a JSON object");
   if (is_v41_config(j)) {
     // Read and checked, so a broken V4.1 config is named as such; serving it

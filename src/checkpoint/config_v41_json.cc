@@ -264,12 +264,7 @@ bool is_v41_config(const nlohmann::json& j) {
 }
 
 StatusOr<ModelConfig> parse_v41_model_config(const std::string& text, const std::string& src) try {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const std::exception& e) {
-    return invalid_argument(src + ": not valid JSON: " + e.what());
-  }
+  DSV4_ASSIGN_OR_RETURN(json j, json_fields::parse(text, src));
   if (!is_v41_config(j)) return invalid_argument(src + ": not a DeepSeek-V4.1 config");
   if (j.contains("text_config") && !j["text_config"].is_object())
     return invalid_argument(src + ": text_config must be an object");

@@ -11,6 +11,15 @@
 
 namespace dsv4::json_fields {
 
+// The text parsed as JSON; invalid JSON is an error naming src.
+inline StatusOr<nlohmann::json> parse(const std::string& text, const std::string& src) {
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const std::exception& e) {
+    return invalid_argument(src + ": not valid JSON: " + e.what());
+  }
+}
+
 // Reads key into out; a missing required key or a wrong type is an error.
 template <class T>
 Status read(const nlohmann::json& j, const char* key, T* out, bool required, const std::string& src) {

@@ -178,9 +178,10 @@ Status load_block(TensorReader& r, const ModelConfig& c, int layer, V41Block* b)
   ASSIGN(b->attn_norm, r.floats(p + "attn_norm.weight", {dim}));
   ASSIGN(b->ffn_norm, r.floats(p + "ffn_norm.weight", {dim}));
   for (auto [name, hc] : {std::pair{"hc_attn", &b->hc_attn}, std::pair{"hc_ffn", &b->hc_ffn}}) {
-    hc->fn.out = mix;
-    hc->fn.in = flat;
-    ASSIGN(hc->fn.w, r.floats(p + name + "_fn", {mix, flat}));
+    std::vector<float> fn;
+    ASSIGN(fn, r.floats(p + name + "_fn", {mix, flat}));
+    hc->fn = Linear::dense(std::move(fn), mix, flat);
+    hc->fn.pack();
     ASSIGN(hc->base, r.floats(p + name + "_base", {mix}));
     ASSIGN(hc->scale, r.floats(p + name + "_scale", {3}));
   }

@@ -11,17 +11,9 @@
 #include "model/forward_scope.h"
 #include "model/hyper_connection.h"
 #include "model/moe.h"
+#include "ops/norm.h"
 
 namespace dsv4 {
-namespace {
-
-void rms_norm_rows(const std::vector<float>& weight, float eps, float* x, int64_t rows, int64_t dim) {
-  parallel_for(rows, 16, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) kernels::rms_norm(x + r * dim, weight.data(), dim, eps, x + r * dim);
-  });
-}
-
-}  // namespace
 
 DeepseekV4::DeepseekV4(ModelConfig config, std::unique_ptr<ModelWeights> weights, const ModelOptions& options)
     : config_(std::move(config)),

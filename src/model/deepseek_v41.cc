@@ -5,8 +5,10 @@
 #include <cstring>
 
 #include "base/thread_pool.h"
+#include "kernels/dispatch.h"
 #include "kernels/kernels.h"
 #include "model/hyper_connection.h"
+#include "ops/norm.h"
 #include "ops/topk.h"
 
 namespace dsv4 {
@@ -14,28 +16,8 @@ namespace {
 
 using Buffer = std::vector<float>;
 
-void rms_norm_rows(const std::vector<float>& weight, float eps, float* x, int64_t rows, int64_t dim) {
-  parallel_for(rows, 16, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) kernels::rms_norm(x + r * dim, weight.data(), dim, eps, x + r * dim);
-  });
-}
-
-// x[d] = sum_c pre[c] * h[c][d], the copies in order.
-void collapse(const float* pre, int hc, int64_t dim, const float* h, float* x) {
-  std::fill_n(x, dim, 0.0f);
-  for (int s = 0; s < hc; ++s)
-    for (int64_t d = 0; d < dim; ++d) x[d] += pre[s] * h[s * dim + d];
-}
-
 
 }  // namespace
-
-// A sublayer's mixes from its input streams: pre (the next sublayer's
-// collapse), post and comb (its own hc_post).
-struct DeepseekV41::Mix {
-  Buffer pre;  // [rows, hc]
-  HcMix post_comb;
-};
 
 DeepseekV41::DeepseekV41(ModelConfig config, std::unique_ptr<V41Weights> weights, std::vector<int32_t> token_map,
                          int32_t compressed_vocab)
@@ -46,35 +28,6 @@ DeepseekV41::DeepseekV41(ModelConfig config, std::unique_ptr<V41Weights> weights
       compress_rope_(compress_rope_options(config_)) {
   if (config_.engram.enabled())
     engram_layout_ = engram_hash_layout(config_.engram, compressed_vocab, token_map_[config_.engram.pad_id]);
-}
-
-DeepseekV41::Mix DeepseekV41::hc_mixes(const V41HyperConn& w, const float* h, int64_t rows,
-                                       const ReferenceRows& rr) const {
-  const ModelConfig& c = config_;
-  const int hc = c.hc_mult;
-  const int64_t mix = c.mix_hc(), flat = static_cast<int64_t>(hc) * c.dim;
-  Buffer mixes(rows * mix);
-  v41_linear(w.fn, h, rows, mixes.data());
-  Mix out;
-  out.pre.resize(rows * hc);
-  out.post_comb.post.resize(rows * hc);
-  out.post_comb.comb.resize(rows * hc * hc);
-  parallel_for(rows, 8, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const float rs = 1.0f / std::sqrt(kernels::sum_squares(h + r * flat, flat) / static_cast<float>(flat) + c.norm_eps);
-      float* m = &mixes[r * mix];
-      for (int64_t i = 0; i < mix; ++i) m[i] *= rs;
-      for (int s = 0; s < hc; ++s) {
-        const int64_t at = rr.element(r, hc, s), n = rr.elements(r, hc);
-        out.pre[r * hc + s] = kernels::sigmoid_at(m[s] * w.scale[0] + w.base[s], at, n) + c.hc_eps;
-        out.post_comb.post[r * hc + s] = 2.0f * kernels::sigmoid_at(m[hc + s] * w.scale[1] + w.base[hc + s], at, n);
-      }
-      float* comb = &out.post_comb.comb[r * hc * hc];
-      for (int e = 0; e < hc * hc; ++e) comb[e] = m[2 * hc + e] * w.scale[2] + w.base[2 * hc + e];
-      sinkhorn(comb, hc, c.hc_sinkhorn_iters, c.hc_eps, /*divide=*/true);
-    }
-  });
-  return out;
 }
 
 // Engram: the rows of each position's hashed n-grams, projected to a key
@@ -179,23 +132,22 @@ void DeepseekV41::block(int layer, const std::vector<V41Chunk>& chunks, const Re
                         std::vector<float>* pre, float* h) const {
   const ModelConfig& c = config_;
   const V41Block& b = weights_->blocks[layer];
-  const int hc = c.hc_mult;
-  const int64_t rows = static_cast<int64_t>(pre->size()) / hc, dim = c.dim, flat = hc * dim;
+  const kernels::Kernels& k = kernels::kernels_for(kernels::Numerics::kExact);
+  const int64_t rows = static_cast<int64_t>(pre->size()) / c.hc_mult, dim = c.dim;
   Buffer x(rows * dim), y(rows * dim);
-  // Attention: collapsed with the previous sublayer's mix; its own mixes
-  // come from its input.
-  const Mix attn = hc_mixes(b.hc_attn, h, rows, rr);
-  for (int64_t r = 0; r < rows; ++r) collapse(&(*pre)[r * hc], hc, dim, h + r * flat, &x[r * dim]);
+  // Attention: collapsed with the previous sublayer's pre; its own mixes
+  // come from its input, and its pre collapses for the MoE.
+  const HcMix attn = hc_mixes(k, b.hc_attn, c, h, rows, rr, /*divide=*/true);
+  hc_collapse(pre->data(), c, h, rows, x.data());
   rms_norm_rows(b.attn_norm, c.norm_eps, x.data(), rows, dim);
   const V41LayerContext ctx{c, rope_for(b.attn.ratio), layer};
   v41_attention(b.attn, ctx, chunks, x.data(), rows, shared, y.data());
-  hc_post(attn.post_comb, c, y.data(), rows, h);
-  // MoE: collapsed with the attention's mix.
-  const Mix ffn = hc_mixes(b.hc_ffn, h, rows, rr);
-  for (int64_t r = 0; r < rows; ++r) collapse(&attn.pre[r * hc], hc, dim, h + r * flat, &x[r * dim]);
+  hc_post(attn, c, y.data(), rows, h);
+  const HcMix ffn = hc_mixes(k, b.hc_ffn, c, h, rows, rr, /*divide=*/true);
+  hc_collapse(attn.pre.data(), c, h, rows, x.data());
   rms_norm_rows(b.ffn_norm, c.norm_eps, x.data(), rows, dim);
   moe(b.ffn, x.data(), rows, rr, y.data());
-  hc_post(ffn.post_comb, c, y.data(), rows, h);
+  hc_post(ffn, c, y.data(), rows, h);
   *pre = ffn.pre;
 }
 
@@ -279,7 +231,7 @@ Status DeepseekV41::forward(const std::vector<V41Input>& inputs, V41Output* out,
   Buffer x(n * dim);
   for (int64_t i = 0; i < n; ++i) {
     const int64_t r = chunks[i].row_begin + chunks[i].num_tokens - 1;
-    collapse(&pre[r * hc], hc, dim, &h[r * flat], &x[i * dim]);
+    hc_collapse(&pre[r * hc], c, &h[r * flat], 1, &x[i * dim]);
   }
   rms_norm_rows(weights_->norm, c.norm_eps, x.data(), n, dim);
   out->logits.resize(n * c.vocab_size);

@@ -45,8 +45,6 @@ class DeepseekV41 {
   Status forward(const std::vector<V41Input>& inputs, V41Output* out, bool want_taps = false, bool trace = false) const;
 
  private:
-  struct Mix;
-  Mix hc_mixes(const V41HyperConn& w, const float* h, int64_t rows, const ReferenceRows& rr) const;
   void engram(const V41Engram& g, int which, const std::vector<int64_t>& rows_ids, float* h, int64_t rows,
               const ReferenceRows& rr) const;
   void moe(const V41MoE& w, const float* x, int64_t rows, const ReferenceRows& rr, float* y) const;

@@ -66,30 +66,43 @@ void sinkhorn(float* comb, int hc, int iters, float eps, bool divide) {
   }
 }
 
-HcMix hc_pre(const kernels::Kernels& k, const HyperConnWeights& w, const ModelConfig& c, const float* h, int64_t rows,
-             const ReferenceRows& rr, float* x) {
+HcMix hc_mixes(const kernels::Kernels& k, const HyperConnWeights& w, const ModelConfig& c, const float* h,
+               int64_t rows, const ReferenceRows& rr, bool divide) {
   const int hc = c.hc_mult;
-  const int64_t mix = c.mix_hc(), flat = static_cast<int64_t>(hc) * c.dim;
+  const int64_t mix = c.mix_hc();
   std::vector<float> mixes = stream_mixes(k, w.fn, mix, c, h, rows);
   HcMix out;
+  out.pre.resize(rows * hc);
   out.post.resize(rows * hc);
   out.comb.resize(rows * hc * hc);
   parallel_for(rows, 8, [&](int64_t r0, int64_t r1) {
-    std::vector<float> pre(hc);
     for (int64_t r = r0; r < r1; ++r) {
       const float* m = &mixes[r * mix];
       for (int s = 0; s < hc; ++s) {
         // pre and post are separate [rows, hc] tensors in the reference.
         const int64_t at = rr.element(r, hc, s), n = rr.elements(r, hc);
-        pre[s] = kernels::sigmoid_at(m[s] * w.scale[0] + w.base[s], at, n) + c.hc_eps;
+        out.pre[r * hc + s] = kernels::sigmoid_at(m[s] * w.scale[0] + w.base[s], at, n) + c.hc_eps;
         out.post[r * hc + s] = 2.0f * kernels::sigmoid_at(m[hc + s] * w.scale[1] + w.base[hc + s], at, n);
       }
       float* comb = &out.comb[r * hc * hc];
       for (int e = 0; e < hc * hc; ++e) comb[e] = m[2 * hc + e] * w.scale[2] + w.base[2 * hc + e];
-      sinkhorn(comb, hc, c.hc_sinkhorn_iters, c.hc_eps);
-      weighted_stream_sum(pre.data(), c, h + r * flat, x + r * c.dim);
+      sinkhorn(comb, hc, c.hc_sinkhorn_iters, c.hc_eps, divide);
     }
   });
+  return out;
+}
+
+void hc_collapse(const float* pre, const ModelConfig& c, const float* h, int64_t rows, float* x) {
+  const int64_t flat = static_cast<int64_t>(c.hc_mult) * c.dim;
+  parallel_for(rows, 8, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) weighted_stream_sum(pre + r * c.hc_mult, c, h + r * flat, x + r * c.dim);
+  });
+}
+
+HcMix hc_pre(const kernels::Kernels& k, const HyperConnWeights& w, const ModelConfig& c, const float* h, int64_t rows,
+             const ReferenceRows& rr, float* x) {
+  HcMix out = hc_mixes(k, w, c, h, rows, rr);
+  hc_collapse(out.pre.data(), c, h, rows, x);
   return out;
 }
 

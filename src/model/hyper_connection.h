@@ -21,11 +21,23 @@ namespace dsv4 {
 void sinkhorn(float* comb, int hc, int iters, float eps, bool divide = false);
 
 struct HcMix {
+  std::vector<float> pre;   // [rows, hc]: the collapse weights
   std::vector<float> post;  // [rows, hc]
   std::vector<float> comb;  // [rows, hc, hc]; out[j] = sum_i comb[i][j] * residual[i]
 };
 
-// h: [rows, hc, dim] -> x: [rows, dim], and the mix hc_post needs.
+// A sublayer's mixes from the streams h [rows, hc, dim]: the projection of
+// each row's flattened streams by w.fn over their RMS, split into pre
+// (sigmoid + eps), post (2 sigmoid) and the Sinkhorn-normalized comb.
+// divide: as sinkhorn's (V4.1).
+HcMix hc_mixes(const kernels::Kernels& k, const HyperConnWeights& w, const ModelConfig& c, const float* h,
+               int64_t rows, const ReferenceRows& rr, bool divide = false);
+
+// x [rows, dim] = sum_s pre[r][s] * h[r][s], the copies in order.
+void hc_collapse(const float* pre, const ModelConfig& c, const float* h, int64_t rows, float* x);
+
+// h: [rows, hc, dim] -> x: [rows, dim] collapsed with the mixes' own pre
+// (V4), and the mixes.
 HcMix hc_pre(const kernels::Kernels& k, const HyperConnWeights& w, const ModelConfig& c, const float* h, int64_t rows,
              const ReferenceRows& rr, float* x);
 

@@ -5,6 +5,7 @@
 
 #include "base/thread_pool.h"
 #include "kernels/kernels.h"
+#include "ops/norm.h"
 #include "ops/topk.h"
 
 namespace dsv4 {
@@ -15,16 +16,19 @@ using Buffer = std::vector<float>;
 constexpr int64_t kAttnBlock = 64;  // sparse_attn's blocks of indices
 
 
-void rms_norm_rows(const std::vector<float>& weight, float eps, float* x, int64_t rows, int64_t dim) {
-  for (int64_t r = 0; r < rows; ++r) kernels::rms_norm(x + r * dim, weight.data(), dim, eps, x + r * dim);
-}
-
-// RoPE on the last rope_dim values of a vector at position pos.
-void rope_tail(const Rope& rope, float* v, int64_t size, int rope_dim, int64_t pos, bool inverse = false) {
-  Buffer cos(rope_dim / 2), sin(rope_dim / 2);
-  rope.angles(pos, cos.data(), sin.data());
-  kernels::rope(v + size - rope_dim, cos.data(), sin.data(), rope_dim / 2, inverse);
-}
+// One position's RoPE angles, for every vector rotated at it.
+struct Angles {
+  Buffer cos, sin;
+  Angles(const Rope& rope, int64_t pos) : cos(rope.pairs()), sin(rope.pairs()) {
+    rope.angles(pos, cos.data(), sin.data());
+  }
+  // RoPE on the last 2 * pairs values of each of `count` vectors of `size`.
+  void rotate(float* v, int64_t count, int64_t size, bool inverse = false) const {
+    const int64_t pairs = static_cast<int64_t>(cos.size());
+    for (int64_t i = 0; i < count; ++i)
+      kernels::rope(v + i * size + size - 2 * pairs, cos.data(), sin.data(), pairs, inverse);
+  }
+};
 
 
 // The latest source at or before `layer`.
@@ -124,10 +128,10 @@ std::vector<int32_t> index_row(const V41LayerContext& ctx, const V41Chunk& ch, i
 void compress_chunk(const V41Attention& w, const V41LayerContext& ctx, const V41Chunk& ch, const float* x) {
   const ModelConfig& c = ctx.config;
   const V41Compressor& comp = *w.compressor;
-  const int ratio = comp.ratio, rd = c.rope_head_dim;
+  const int ratio = comp.ratio;
   const int64_t hd = c.head_dim, id = c.index_head_dim, dim = c.dim;
   V41Sequence& seq = *ch.seq;
-  Buffer kv(hd), score(hd), latent(hd), key(id);
+  Buffer kv(hd), score(hd), latent(hd), key(id), e(ratio);
   for (int64_t i = 0; i < ch.num_tokens; ++i) {
     const int64_t t = ch.start_pos + i;
     const float* xi = x + (ch.row_begin + i) * dim;
@@ -146,7 +150,6 @@ void compress_chunk(const V41Attention& w, const V41LayerContext& ctx, const V41
       for (int64_t d = 0; d < hd; ++d) {
         float m = gs[d];
         for (int r = 1; r < ratio; ++r) m = std::fmax(m, gs[r * hd + d]);
-        Buffer e(ratio);
         float sum = 0.0f;
         for (int r = 0; r < ratio; ++r) sum += (e[r] = kernels::vexp(gs[r * hd + d] - m));
         float acc = 0.0f;
@@ -155,16 +158,17 @@ void compress_chunk(const V41Attention& w, const V41LayerContext& ctx, const V41
       }
     }
     kernels::rms_norm(latent.data(), comp.norm.data(), hd, c.norm_eps, latent.data());
-    const int64_t j = t / ratio, pos = j * ratio;  // a group takes its first token's position
+    const int64_t j = t / ratio;
+    const Angles at(ctx.rope, j * ratio);  // a group takes its first token's position
     if (w.indexer && w.indexer->owns_keys) {
       v41_linear(w.indexer->wk, latent.data(), 1, key.data());
       kernels::rms_norm(key.data(), w.indexer->k_norm.data(), id, c.norm_eps, key.data());
-      rope_tail(ctx.rope, key.data(), id, rd, pos);
+      at.rotate(key.data(), 1, id);
       fp4_round_e8m0(key.data(), id);
       seq.index_keys[ctx.layer].resize((j + 1) * id);
       std::copy(key.begin(), key.end(), seq.index_keys[ctx.layer].begin() + j * id);
     }
-    rope_tail(ctx.rope, latent.data(), hd, rd, pos);
+    at.rotate(latent.data(), 1, hd);
     fp4_round_e4m3_scaled(latent.data(), hd);
     seq.compressed[ctx.layer].resize((j + 1) * hd);
     std::copy(latent.begin(), latent.end(), seq.compressed[ctx.layer].begin() + j * hd);
@@ -210,12 +214,12 @@ void v41_sparse_attention(const float* q, int heads, int64_t head_dim, const std
 void v41_attention(const V41Attention& w, const V41LayerContext& ctx, const std::vector<V41Chunk>& chunks,
                    const float* x, int64_t rows, V41Shared* shared, float* out) {
   const ModelConfig& c = ctx.config;
-  const int heads = c.n_heads, rd = c.rope_head_dim;
+  const int heads = c.n_heads;
   const int64_t hd = c.head_dim, win = c.window_size, ql = c.q_lora_rank;
   const int L = ctx.layer;
-  std::vector<int64_t> pos(rows);
+  std::vector<Angles> angles;  // each row's position
   for (const V41Chunk& ch : chunks)
-    for (int64_t i = 0; i < ch.num_tokens; ++i) pos[ch.row_begin + i] = ch.start_pos + i;
+    for (int64_t i = 0; i < ch.num_tokens; ++i) angles.emplace_back(ctx.rope, ch.start_pos + i);
 
   // Queries: wq_a -> q_norm -> wq_b, rotated (no per-head norm in V4.1).
   Buffer qr(rows * ql), q(rows * heads * hd), kv(rows * hd);
@@ -227,8 +231,8 @@ void v41_attention(const V41Attention& w, const V41LayerContext& ctx, const std:
   rms_norm_rows(w.kv_norm, c.norm_eps, kv.data(), rows, hd);
   parallel_for(rows, 4, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
-      for (int h = 0; h < heads; ++h) rope_tail(ctx.rope, &q[(r * heads + h) * hd], hd, rd, pos[r]);
-      rope_tail(ctx.rope, &kv[r * hd], hd, rd, pos[r]);
+      angles[r].rotate(&q[r * heads * hd], heads, hd);
+      angles[r].rotate(&kv[r * hd], 1, hd);
       act_round_e4m3(&kv[r * hd], hd);
     }
   });
@@ -248,7 +252,7 @@ void v41_attention(const V41Attention& w, const V41LayerContext& ctx, const std:
     const float wscale = static_cast<float>(std::pow(id, -0.5) * std::pow(ih, -0.5));
     for (float& v : iw) v *= wscale;
     for (int64_t r = 0; r < rows; ++r) {
-      for (int h = 0; h < ih; ++h) rope_tail(ctx.rope, &iq[(r * ih + h) * id], id, rd, pos[r]);
+      angles[r].rotate(&iq[r * ih * id], ih, id);
       fp4_round_e8m0(&iq[r * ih * id], ih * id);
     }
     for (const V41Chunk& ch : chunks)
@@ -298,7 +302,7 @@ void v41_attention(const V41Attention& w, const V41LayerContext& ctx, const std:
   Buffer og(rows * G * ol);
   parallel_for(rows, 1, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
-      for (int h = 0; h < heads; ++h) rope_tail(ctx.rope, &o[(r * heads + h) * hd], hd, rd, pos[r], true);
+      angles[r].rotate(&o[r * heads * hd], heads, hd, /*inverse=*/true);
       for (int64_t g = 0; g < G; ++g)
         for (int64_t k = 0; k < ol; ++k)
           og[(r * G + g) * ol + k] = kernels::dot(&o[r * heads * hd + g * group_in], &w.wo_a.w[(g * ol + k) * group_in], group_in);

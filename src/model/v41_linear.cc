@@ -43,9 +43,11 @@ void act_quant_e4m3(const float* x, int64_t n, float* codes, float* scales) {
 }
 
 void act_round_e4m3(float* x, int64_t n) {
-  std::vector<float> codes(n), scales(n / kBlock);
-  act_quant_e4m3(x, n, codes.data(), scales.data());
-  for (int64_t i = 0; i < n; ++i) x[i] = codes[i] * scales[i / kBlock];
+  float codes[kBlock], scale;
+  for (int64_t b = 0; b < n; b += kBlock) {
+    act_quant_e4m3(x + b, kBlock, codes, &scale);
+    for (int64_t i = 0; i < kBlock; ++i) x[b + i] = codes[i] * scale;
+  }
 }
 
 void fp4_round_e8m0(float* x, int64_t n) {

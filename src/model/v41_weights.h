@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "model/v41_linear.h"
+#include "model/weights.h"
 
 namespace dsv4 {
 
@@ -46,12 +47,6 @@ struct V41MoE {  // ffn
   V41Expert shared;
 };
 
-struct V41HyperConn {  // hc_{attn,ffn}_{fn,base,scale}
-  V41Linear fn;              // [(2+hc)*hc, hc*dim]
-  std::vector<float> base;   // [(2+hc)*hc]
-  std::vector<float> scale;  // [3]
-};
-
 // engram: an FP8 table read by row, its projection to hc keys and a value,
 // and the gate's per-copy weights.
 struct V41Engram {
@@ -67,7 +62,7 @@ struct V41Block {
   V41Attention attn;
   V41MoE ffn;
   std::vector<float> attn_norm, ffn_norm;
-  V41HyperConn hc_attn, hc_ffn;
+  HyperConnWeights hc_attn, hc_ffn;  // as V4's
   std::optional<V41Engram> engram;
 };
 
