@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
 #include "base/thread_pool.h"
 #include "kernels/dispatch.h"
@@ -15,7 +14,6 @@ namespace dsv4 {
 namespace {
 
 using Buffer = std::vector<float>;
-
 
 }  // namespace
 
