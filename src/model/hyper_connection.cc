@@ -66,10 +66,14 @@ void sinkhorn(float* comb, int hc, int iters, float eps, bool divide) {
   }
 }
 
-HcMix hc_mixes(const kernels::Kernels& k, const HyperConnWeights& w, const ModelConfig& c, const float* h,
-               int64_t rows, const ReferenceRows& rr, bool divide) {
+namespace {
+
+// The mixes of every row; with x, each row also collapsed with its own pre
+// in the same pass.
+HcMix mix_rows(const kernels::Kernels& k, const HyperConnWeights& w, const ModelConfig& c, const float* h, int64_t rows,
+               const ReferenceRows& rr, bool divide, float* x) {
   const int hc = c.hc_mult;
-  const int64_t mix = c.mix_hc();
+  const int64_t mix = c.mix_hc(), flat = static_cast<int64_t>(hc) * c.dim;
   std::vector<float> mixes = stream_mixes(k, w.fn, mix, c, h, rows);
   HcMix out;
   out.pre.resize(rows * hc);
@@ -87,9 +91,17 @@ HcMix hc_mixes(const kernels::Kernels& k, const HyperConnWeights& w, const Model
       float* comb = &out.comb[r * hc * hc];
       for (int e = 0; e < hc * hc; ++e) comb[e] = m[2 * hc + e] * w.scale[2] + w.base[2 * hc + e];
       sinkhorn(comb, hc, c.hc_sinkhorn_iters, c.hc_eps, divide);
+      if (x) weighted_stream_sum(&out.pre[r * hc], c, h + r * flat, x + r * c.dim);
     }
   });
   return out;
+}
+
+}  // namespace
+
+HcMix hc_mixes(const kernels::Kernels& k, const HyperConnWeights& w, const ModelConfig& c, const float* h,
+               int64_t rows, const ReferenceRows& rr, bool divide) {
+  return mix_rows(k, w, c, h, rows, rr, divide, nullptr);
 }
 
 void hc_collapse(const float* pre, const ModelConfig& c, const float* h, int64_t rows, float* x) {
@@ -101,9 +113,7 @@ void hc_collapse(const float* pre, const ModelConfig& c, const float* h, int64_t
 
 HcMix hc_pre(const kernels::Kernels& k, const HyperConnWeights& w, const ModelConfig& c, const float* h, int64_t rows,
              const ReferenceRows& rr, float* x) {
-  HcMix out = hc_mixes(k, w, c, h, rows, rr);
-  hc_collapse(out.pre.data(), c, h, rows, x);
-  return out;
+  return mix_rows(k, w, c, h, rows, rr, /*divide=*/false, x);
 }
 
 void hc_post(const HcMix& mix, const ModelConfig& c, const float* x, int64_t rows, float* h) {
