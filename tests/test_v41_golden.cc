@@ -159,5 +159,36 @@ TEST(V41Golden, AMissingTensorIsAnErrorNamingIt) {
   EXPECT_NE(weights.status().message().find("layers.10."), std::string::npos) << weights.status().message();
 }
 
+TEST(V41Golden, AShapeTheConfigDoesNotGiveIsAnErrorNamingTensorAndShapes) {
+  auto config = parse_v41_model_config(read_text_file(golden_v41_dir("v41-tiny") + "/config.json"), "v41-tiny");
+  ASSERT_TRUE(config.ok());
+  config->dim *= 2;
+  auto weights = load_v41_weights(golden_v41_dir("v41-tiny"), *config);
+  ASSERT_FALSE(weights.ok());
+  EXPECT_NE(weights.status().message().find("embed.weight has shape [1024, 128], the config says [1024, 256]"),
+            std::string::npos)
+      << weights.status().message();
+}
+
+TEST(V41Golden, BadForwardInputsAreRefusedAndTheSequenceKept) {
+  Case c = load_case("v41-tiny");
+  ASSERT_TRUE(c.model);
+  V41Sequence seq = c.model->new_sequence();
+  V41Output out;
+  ASSERT_TRUE(c.model->forward({{&seq, {5, 6, 7}, 3}}, &out).ok());
+  const std::vector<float> ring = seq.window[0];
+  const Status outside = c.model->forward({{&seq, {8, 1024}, 5}}, &out);
+  ASSERT_FALSE(outside.ok());
+  EXPECT_NE(outside.message().find("token id 1024 is outside the vocabulary [0, 1024)"), std::string::npos)
+      << outside.message();
+  EXPECT_FALSE(c.model->forward({{&seq, {}, 3}}, &out).ok());
+  EXPECT_FALSE(c.model->forward({{nullptr, {5}, 1}}, &out).ok());
+  EXPECT_FALSE(c.model->forward({{&seq, {8}, 3}, {&seq, {9}, 3}}, &out).ok());
+  // Nothing of a refused forward reaches the sequence.
+  EXPECT_EQ(seq.length, 3);
+  EXPECT_EQ(seq.window[0], ring);
+  EXPECT_EQ(seq.engram_history.size(), 3u);
+}
+
 }  // namespace
 }  // namespace dsv4

@@ -161,6 +161,8 @@ Status DeepseekV41::forward(const std::vector<V41Input>& inputs, V41Output* out,
   ReferenceRows rr;
   for (const V41Input& in : inputs) {
     if (!in.seq || in.tokens.empty()) return invalid_argument("a V4.1 forward input has no sequence or no tokens");
+    for (const V41Chunk& other : chunks)
+      if (other.seq == in.seq) return invalid_argument("a sequence is in a V4.1 forward twice");
     V41Chunk ch{in.seq, in.seq->length, static_cast<int64_t>(in.tokens.size()), static_cast<int64_t>(tokens.size()),
                 in.prefill_len};
     for (int64_t i = 0; i < ch.num_tokens; ++i) {
