@@ -140,7 +140,12 @@ TEST(ResponsesApi, ProblemsAreFourHundredsNamingTheirField) {
       {{{"input", "x"}, {"tool_choice", "required"}}, 400, "tool_choice", "function tools"},
       {{{"input", "x"}, {"model", "other"}}, 404, "model", "does not exist"},
       {{{"input", "x"}, {"top_logprobs", 3}}, 400, "top_logprobs", "not supported"},
+      // Fields of the wrong JSON type are named, never an exception (a 500).
+      {{{"input", "x"}, {"tools", ordered_json::array({{{"type", {{"name", "f"}}}}})}}, 400, "tools", "function tools"},
+      {{{"input", "x"}, {"background", "yes"}}, 400, "background", "true or false"},
+      {{{"input", "x"}, {"text", {{"format", {{"type", 5}}}}}}, 400, "text.format", "json_schema"},
   };
+  EXPECT_TRUE(plan_response({{"input", "x"}, {"background", nullptr}}, s.model, store).plan);
   for (const Case& c : cases) {
     const ResponsePlanOrError r = plan_response(c.body, s.model, store);
     ASSERT_FALSE(r.plan) << c.body.dump();

@@ -1,5 +1,7 @@
 #include "server/anthropic_messages.h"
 
+#include "server/request_json.h"
+
 namespace dsv4 {
 namespace {
 
@@ -10,8 +12,6 @@ std::string dump(const ordered_json& j) { return j.dump(-1, ' ', false, ordered_
 PlanOrError fail(std::string message, std::string param = "") {
   return {std::nullopt, api_error(400, std::move(message), std::move(param), "invalid_value")};
 }
-
-bool given(const ordered_json& b, const char* k) { return b.contains(k) && !b[k].is_null(); }
 
 // Text of a string or an array of text blocks; other blocks are an error.
 std::optional<std::string> block_text(const ordered_json& content, const std::string& at, std::string* error) {
@@ -24,7 +24,7 @@ std::optional<std::string> block_text(const ordered_json& content, const std::st
   std::string text;
   for (size_t k = 0; k < content.size(); ++k) {
     const auto& block = content[k];
-    const std::string type = block.is_object() ? block.value("type", "") : "";
+    const std::string type = block.is_object() ? string_field(block, "type") : "";
     if (type != "text" || !block.contains("text") || !block["text"].is_string()) {
       *error = at + "[" + std::to_string(k) + "] is a '" + type + "' block; only text blocks are read here (this model reads text only)";
       return std::nullopt;
@@ -60,19 +60,19 @@ std::optional<std::string> convert_message(const ordered_json& m, size_t i, orde
       if (!text.empty()) text += "\n\n";
       text += block["text"].get<std::string>();
     } else if (type == "thinking" && role == "assistant") {
-      thinking += block.value("thinking", "");
+      thinking += string_field(block, "thinking");
     } else if (type == "redacted_thinking" && role == "assistant") {
       // Nothing readable to give the model back.
     } else if (type == "tool_use" && role == "assistant") {
       if (!block.contains("name") || !block["name"].is_string()) return where + ".name must be a string";
       const ordered_json input = block.contains("input") ? block["input"] : ordered_json::object();
-      calls.push_back({{"id", block.value("id", "")}, {"type", "function"},
+      calls.push_back({{"id", string_field(block, "id")}, {"type", "function"},
                        {"function", {{"name", block["name"]}, {"arguments", dump(input)}}}});
     } else if (type == "tool_result" && role == "user") {
       std::string error;
       auto result = block_text(block.contains("content") ? block["content"] : ordered_json(), where + ".content", &error);
       if (!result) return error;
-      out->push_back({{"role", "tool"}, {"tool_call_id", block.value("tool_use_id", "")}, {"content", *result}});
+      out->push_back({{"role", "tool"}, {"tool_call_id", string_field(block, "tool_use_id")}, {"content", *result}});
     } else {
       return where + " is a '" + type + "' block, which a " + role + " message cannot carry here" +
              (type == "image" || type == "document" ? " (this model reads text only)" : "");
@@ -159,7 +159,7 @@ PlanOrError plan_messages(const ordered_json& b, const ServedModel& m) {
   }
   if (given(b, "tool_choice")) {
     const auto& tc = b["tool_choice"];
-    const std::string type = tc.is_object() ? tc.value("type", "") : "";
+    const std::string type = tc.is_object() ? string_field(tc, "type") : "";
     if (type == "auto") chat["tool_choice"] = "auto";
     else if (type == "any") chat["tool_choice"] = "required";
     else if (type == "none") chat["tool_choice"] = "none";
@@ -173,7 +173,7 @@ PlanOrError plan_messages(const ordered_json& b, const ServedModel& m) {
   }
   if (given(b, "thinking")) {
     const auto& t = b["thinking"];
-    const std::string type = t.is_object() ? t.value("type", "") : "";
+    const std::string type = t.is_object() ? string_field(t, "type") : "";
     if (type != "enabled" && type != "disabled") return fail("thinking.type must be enabled or disabled", "thinking");
     chat["chat_template_kwargs"] = {{"thinking", type == "enabled"}};
   }

@@ -12,6 +12,7 @@
 #include "server/chat_page.h"
 #include "server/generation_reply.h"
 #include "server/openai_response.h"
+#include "server/request_json.h"
 #include "server/responses_api.h"
 #include "server/structured_output.h"
 
@@ -316,8 +317,13 @@ void HttpServer::tokenize(const ExchangePtr& ex) {
                     (*body)["return_token_strs"].get<bool>();
   std::vector<int32_t> ids;
   if (body->contains("prompt") && (*body)["prompt"].is_string()) {
+    if (given(*body, "add_special_tokens") && !(*body)["add_special_tokens"].is_boolean())
+      return respond_later(ex, error_response(api_error(400, "add_special_tokens must be true or false",
+                                                        "add_special_tokens", "invalid_type"),
+                                              Api::kOpenAi));
     ids = tokenizer_->encode((*body)["prompt"].get<std::string>());
-    if (body->value("add_special_tokens", true) && tokenizer_->add_bos() && tokenizer_->bos_id() >= 0)
+    const bool special = !given(*body, "add_special_tokens") || (*body)["add_special_tokens"].get<bool>();
+    if (special && tokenizer_->add_bos() && tokenizer_->bos_id() >= 0)
       ids.insert(ids.begin(), tokenizer_->bos_id());
   } else if (body->contains("messages")) {
     ChatRender rendered;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 
+#include "server/request_json.h"
 #include "server/structured_output.h"
 
 namespace dsv4 {
@@ -78,8 +79,6 @@ std::optional<ApiError> check_params(GenerationPlan* p, const ServedModel& m, co
                      "max_tokens", "context_length_exceeded");
   return std::nullopt;
 }
-
-bool given(const ordered_json& b, const char* k) { return b.contains(k) && !b[k].is_null(); }
 
 }  // namespace
 
@@ -249,12 +248,12 @@ std::optional<ApiError> render_chat(const ordered_json& b, ChatRender* out) {
   }
   for (const char* key : {"add_generation_prompt", "continue_final_message"})
     if (given(b, key) && !b[key].is_boolean()) return err(std::string(key) + " must be true or false", key, "invalid_type");
-  o.add_generation_prompt = b.value("add_generation_prompt", true);
-  if (b.value("continue_final_message", false)) {
+  o.add_generation_prompt = given(b, "add_generation_prompt") ? b["add_generation_prompt"].get<bool>() : true;
+  if (given(b, "continue_final_message") && b["continue_final_message"].get<bool>()) {
     // vLLM's rule: the last (assistant) message is continued, not closed.
     if (o.add_generation_prompt && given(b, "add_generation_prompt"))
       return err("continue_final_message and add_generation_prompt cannot both be true", "continue_final_message");
-    if (messages.back().value("role", "") != "assistant")
+    if (string_field(messages.back(), "role") != "assistant")
       return err("continue_final_message needs a final assistant message", "continue_final_message");
     o.add_generation_prompt = false;
     messages.back()["wo_eos"] = true;
@@ -303,7 +302,7 @@ std::optional<ApiError> render_chat(const ordered_json& b, ChatRender* out) {
   if (!tools.empty() && choice != "none") {
     // Tools go on the first system or developer message (a system message
     // is added when there is none).
-    if (messages[0].value("role", "") == "system" || messages[0].value("role", "") == "developer") {
+    if (string_field(messages[0], "role") == "system" || string_field(messages[0], "role") == "developer") {
       messages[0]["tools"] = tools;
     } else {
       messages.insert(messages.begin(), ordered_json{{"role", "system"}, {"content", ""}, {"tools", tools}});

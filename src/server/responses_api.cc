@@ -2,14 +2,14 @@
 
 #include <cstring>
 
+#include "server/request_json.h"
+
 namespace dsv4 {
 namespace {
 
 using nlohmann::ordered_json;
 
 std::string dump(const ordered_json& j) { return j.dump(-1, ' ', false, ordered_json::error_handler_t::replace); }
-
-bool given(const ordered_json& b, const char* k) { return b.contains(k) && !b[k].is_null(); }
 
 ResponsePlanOrError fail(std::string message, std::string param, std::string code = "invalid_value", int status = 400) {
   ResponsePlanOrError r;
@@ -37,7 +37,7 @@ std::optional<std::string> content_text(const ordered_json& content, const std::
       }
       text += part["text"].get<std::string>();
     } else if (type == "refusal") {
-      text += part.value("refusal", "");
+      text += string_field(part, "refusal");
     } else {
       *error = where + (type.empty() ? " must be a content part with a type"
                                      : " is an '" + type + "' part; this model reads text only (give input_text parts)");
@@ -91,7 +91,7 @@ std::optional<std::string> items_to_messages(const ordered_json& items, ordered_
         text = *t;
       }
       ordered_json& a = assistant();
-      a["reasoning_content"] = a.value("reasoning_content", "") + text;
+      a["reasoning_content"] = string_field(a, "reasoning_content") + text;
     } else if (type == "function_call") {
       for (const char* key : {"call_id", "name", "arguments"})
         if (!item.contains(key) || !item[key].is_string()) return at + "." + key + " must be a string";
@@ -133,7 +133,7 @@ std::optional<std::string> convert_tools(const ordered_json& tools, ordered_json
   for (size_t i = 0; i < tools.size(); ++i) {
     const auto& t = tools[i];
     const std::string at = "tools[" + std::to_string(i) + "]";
-    const std::string type = t.is_object() ? t.value("type", "") : "";
+    const std::string type = t.is_object() ? string_field(t, "type") : "";
     if (type != "function")
       return at + " is a '" + type + "' tool; this server runs function tools only ({\"type\": \"function\", \"name\": ...})";
     if (!t.contains("name") || !t["name"].is_string()) return at + ".name must be a string";
@@ -223,7 +223,9 @@ ordered_json input_items_list(const ResponseStore::Entry& e) {
 }
 
 ResponsePlanOrError plan_response(const ordered_json& b, const ServedModel& m, const ResponseStore& store) {
-  if (b.value("background", false) == true)
+  if (given(b, "background") && !b["background"].is_boolean())
+    return fail("background must be true or false", "background", "invalid_type");
+  if (given(b, "background") && b["background"].get<bool>())
     return fail("background responses are not supported: give background false (or leave it out)", "background");
   for (const char* key : {"conversation", "prompt"})
     if (given(b, key))
@@ -250,7 +252,7 @@ ResponsePlanOrError plan_response(const ordered_json& b, const ServedModel& m, c
       return fail("Previous response with id '" + prev + "' not found (never stored, deleted, or older than the responses "
                   "this server keeps).",
                   "previous_response_id", "previous_response_not_found", 404);
-    if (entry->response.value("status", "") == "in_progress")
+    if (string_field(entry->response, "status") == "in_progress")
       return fail("Previous response with id '" + prev + "' is still in progress; wait for it to finish",
                   "previous_response_id");
     conversation = entry->conversation;
@@ -284,7 +286,7 @@ ResponsePlanOrError plan_response(const ordered_json& b, const ServedModel& m, c
     const auto& tc = b["tool_choice"];
     if (tc.is_string()) {
       chat["tool_choice"] = tc;
-    } else if (tc.is_object() && tc.value("type", "") == "function" && tc.contains("name") && tc["name"].is_string()) {
+    } else if (tc.is_object() && string_field(tc, "type") == "function" && tc.contains("name") && tc["name"].is_string()) {
       chat["tool_choice"] = {{"type", "function"}, {"function", {{"name", tc["name"]}}}};
     } else {
       return fail("tool_choice must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"name\": ...}",
@@ -310,9 +312,9 @@ ResponsePlanOrError plan_response(const ordered_json& b, const ServedModel& m, c
     if (!t.is_object()) return fail("text must be an object ({\"format\": ...})", "text", "invalid_type");
     if (given(t, "format")) {
       const auto& f = t["format"];
-      const std::string type = f.is_object() ? f.value("type", "") : "";
+      const std::string type = f.is_object() ? string_field(f, "type") : "";
       if (type == "json_schema") {
-        ordered_json js = {{"name", f.value("name", "response")}};
+        ordered_json js = {{"name", string_field(f, "name", "response")}};
         for (const char* key : {"schema", "strict", "description"})
           if (given(f, key)) js[key] = f[key];
         chat["response_format"] = {{"type", "json_schema"}, {"json_schema", js}};

@@ -7,13 +7,12 @@
 #include "grammar/ebnf_grammar.h"
 #include "grammar/json_schema_grammar.h"
 #include "grammar/regex_grammar.h"
+#include "server/request_json.h"
 
 namespace dsv4 {
 namespace {
 
 using nlohmann::ordered_json;
-
-bool given(const ordered_json& b, const char* k) { return b.contains(k) && !b[k].is_null(); }
 
 ApiError bad(std::string message, std::string param) {
   return api_error(400, std::move(message), std::move(param), "invalid_value");
@@ -270,7 +269,7 @@ std::shared_ptr<const TokenVocabulary> grammar_vocabulary(const Tokenizer& token
 
 bool StructuredOutputs::asked(const ordered_json& b, const ForcedToolCalls& forced) {
   if (!forced.tools.empty()) return true;
-  if (given(b, "response_format") && b["response_format"].is_object() && b["response_format"].value("type", "") != "text")
+  if (given(b, "response_format") && b["response_format"].is_object() && string_field(b["response_format"], "type") != "text")
     return true;
   for (const char* k : {"structured_outputs", "guided_json", "guided_regex", "guided_choice", "guided_grammar"})
     if (given(b, k)) return true;
