@@ -24,7 +24,7 @@ std::optional<std::string> block_text(const ordered_json& content, const std::st
   std::string text;
   for (size_t k = 0; k < content.size(); ++k) {
     const auto& block = content[k];
-    const std::string type = block.is_object() ? string_field(block, "type") : "";
+    const std::string type = string_field(block, "type");
     if (type != "text" || !block.contains("text") || !block["text"].is_string()) {
       *error = at + "[" + std::to_string(k) + "] is a '" + type + "' block; only text blocks are read here (this model reads text only)";
       return std::nullopt;
@@ -159,7 +159,7 @@ PlanOrError plan_messages(const ordered_json& b, const ServedModel& m) {
   }
   if (given(b, "tool_choice")) {
     const auto& tc = b["tool_choice"];
-    const std::string type = tc.is_object() ? string_field(tc, "type") : "";
+    const std::string type = string_field(tc, "type");
     if (type == "auto") chat["tool_choice"] = "auto";
     else if (type == "any") chat["tool_choice"] = "required";
     else if (type == "none") chat["tool_choice"] = "none";
@@ -173,7 +173,7 @@ PlanOrError plan_messages(const ordered_json& b, const ServedModel& m) {
   }
   if (given(b, "thinking")) {
     const auto& t = b["thinking"];
-    const std::string type = t.is_object() ? string_field(t, "type") : "";
+    const std::string type = string_field(t, "type");
     if (type != "enabled" && type != "disabled") return fail("thinking.type must be enabled or disabled", "thinking");
     chat["chat_template_kwargs"] = {{"thinking", type == "enabled"}};
   }

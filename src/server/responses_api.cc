@@ -133,9 +133,10 @@ std::optional<std::string> convert_tools(const ordered_json& tools, ordered_json
   for (size_t i = 0; i < tools.size(); ++i) {
     const auto& t = tools[i];
     const std::string at = "tools[" + std::to_string(i) + "]";
-    const std::string type = t.is_object() ? string_field(t, "type") : "";
+    const std::string type = string_field(t, "type");
     if (type != "function")
-      return at + " is a '" + type + "' tool; this server runs function tools only ({\"type\": \"function\", \"name\": ...})";
+      return at + (type.empty() ? " has no type" : " is a '" + type + "' tool") +
+             "; this server runs function tools only ({\"type\": \"function\", \"name\": ...})";
     if (!t.contains("name") || !t["name"].is_string()) return at + ".name must be a string";
     ordered_json f = {{"name", t["name"]}};
     for (const char* key : {"description", "parameters", "strict"})
@@ -312,7 +313,7 @@ ResponsePlanOrError plan_response(const ordered_json& b, const ServedModel& m, c
     if (!t.is_object()) return fail("text must be an object ({\"format\": ...})", "text", "invalid_type");
     if (given(t, "format")) {
       const auto& f = t["format"];
-      const std::string type = f.is_object() ? string_field(f, "type") : "";
+      const std::string type = string_field(f, "type");
       if (type == "json_schema") {
         ordered_json js = {{"name", string_field(f, "name", "response")}};
         for (const char* key : {"schema", "strict", "description"})
