@@ -1,10 +1,11 @@
 // DeepSeek-V4.1's forward against the official reference's goldens
 // (tests/golden_v41), bit for bit: every layer's streams, the DSpark taps
 // and the logits of the prefill, then the logits of each decode step with
-// the sequences batched; the prompts whole, in chunks of 1, 7 and 64, and
+// the sequences batched and the DSpark drafts after it; the prompts whole, in chunks of 1, 7 and 64, and
 // packed into one forward.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "checkpoint/config_json.h"
@@ -109,6 +110,8 @@ TEST_P(V41Golden, PrefillAndDecodeAreTheReferencesBitForBit) {
           layer_rows[b][i].insert(layer_rows[b][i].end(), out.trace[i].second.begin() + row0 * flat,
                                   out.trace[i].second.begin() + (row0 + n) * flat);
         tap_rows[b].insert(tap_rows[b].end(), out.taps.begin() + row0 * taps, out.taps.begin() + (row0 + n) * taps);
+        // The prefill's forward_spec only fills the drafter's rings.
+        ASSERT_TRUE(c.model->dspark_fill(&seqs[b], &out.taps[row0 * taps], n, p0).ok());
         last_logits[b].assign(out.logits.begin() + k * V, out.logits.begin() + (k + 1) * V);
       }
     }
@@ -125,16 +128,39 @@ TEST_P(V41Golden, PrefillAndDecodeAreTheReferencesBitForBit) {
     EXPECT_EQ(relative_l2(last_logits[b].data(), &want_logits[b * V], V), 0.0) << "prefill_logits of prompt " << b;
   }
 
-  // Decode: the reference's own tokens, both sequences in each step.
+  // Decode: the reference's own tokens, both sequences in each step; after
+  // each step both draft together from its greedy token and taps.
   const std::vector<int64_t> decode_ids = read_tensor<int64_t>(g, "decode_ids");
   const std::vector<float> decode_logits = read_tensor<float>(g, "decode_logits");
-  const int64_t T = g.find("decode_ids")->shape[0];
+  const std::vector<int64_t> spark_ids = read_tensor<int64_t>(g, "dspark_ids");
+  const std::vector<float> spark_logits = read_tensor<float>(g, "dspark_logits");
+  const std::vector<float> spark_conf = read_tensor<float>(g, "dspark_confidence");
+  const int64_t T = g.find("decode_ids")->shape[0], K = cfg.dspark_block_size;
   for (int64_t t = 0; t < T; ++t) {
     std::vector<V41Input> inputs;
     for (int64_t b = 0; b < B; ++b) inputs.push_back({&seqs[b], {static_cast<int32_t>(decode_ids[t * B + b])}, S});
     V41Output out;
-    ASSERT_TRUE(c.model->forward(inputs, &out).ok());
+    ASSERT_TRUE(c.model->forward(inputs, &out, /*want_taps=*/true).ok());
     EXPECT_EQ(relative_l2(out.logits.data(), &decode_logits[t * B * V], B * V), 0.0) << "decode step " << t;
+    std::vector<V41DraftCall> calls(B);
+    for (int64_t b = 0; b < B; ++b) {
+      const float* row = &out.logits[b * V];
+      calls[b].seq = &seqs[b];
+      calls[b].position = S + t;
+      calls[b].anchor = static_cast<int32_t>(std::max_element(row, row + V) - row);
+      calls[b].tap = &out.taps[b * taps];
+    }
+    std::vector<DSparkDraft> drafts;
+    ASSERT_TRUE(c.model->dspark_draft(calls, &drafts).ok());
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t at = t * B + b;
+      for (int64_t j = 0; j <= K; ++j)
+        EXPECT_EQ(drafts[b].ids[j], spark_ids[at * (K + 1) + j]) << "dspark_ids step " << t << " seq " << b << " #" << j;
+      EXPECT_EQ(relative_l2(drafts[b].logits.data(), &spark_logits[at * K * V], K * V), 0.0)
+          << "dspark_logits step " << t << " seq " << b;
+      EXPECT_EQ(relative_l2(drafts[b].confidence.data(), &spark_conf[at * K], K), 0.0)
+          << "dspark_confidence step " << t << " seq " << b;
+    }
   }
 }
 
@@ -188,6 +214,35 @@ TEST(V41Golden, BadForwardInputsAreRefusedAndTheSequenceKept) {
   EXPECT_EQ(seq.length, 3);
   EXPECT_EQ(seq.window[0], ring);
   EXPECT_EQ(seq.engram_history.size(), 3u);
+}
+
+TEST(V41Golden, BadDraftCallsAreRefusedAndTheRingsKept) {
+  Case c = load_case("v41-tiny");
+  ASSERT_TRUE(c.model);
+  const ModelConfig& cfg = c.config;
+  V41Sequence seq = c.model->new_sequence();
+  V41Output out;
+  ASSERT_TRUE(c.model->forward({{&seq, {5, 6, 7}, 3}}, &out, /*want_taps=*/true).ok());
+  ASSERT_TRUE(c.model->dspark_fill(&seq, out.taps.data(), 3, 0).ok());
+  const std::vector<std::vector<float>> rings = seq.dspark_ring;
+  const float* tap = &out.taps[2 * cfg.dspark_taps() * cfg.dim];
+  std::vector<DSparkDraft> drafts;
+  const Status outside = c.model->dspark_draft({{&seq, 2, cfg.vocab_size, tap}}, &drafts);
+  ASSERT_FALSE(outside.ok());
+  EXPECT_NE(outside.message().find("anchor 1024 is outside the vocabulary"), std::string::npos) << outside.message();
+  EXPECT_FALSE(c.model->dspark_draft({{&seq, 0, 5, tap}}, &drafts).ok());  // nothing decoded yet
+  EXPECT_FALSE(c.model->dspark_draft({{&seq, 2, 5, nullptr}}, &drafts).ok());
+  const std::vector<int32_t> bad_chain(cfg.dspark_block_size, -1);
+  V41DraftCall forced{&seq, 2, 5, tap};
+  forced.forced_prev = bad_chain.data();
+  EXPECT_FALSE(c.model->dspark_draft({forced}, &drafts).ok());
+  EXPECT_EQ(seq.dspark_ring, rings);
+  // A good call drafts the block: the anchor, then K tokens in the vocabulary.
+  ASSERT_TRUE(c.model->dspark_draft({{&seq, 2, 5, tap}}, &drafts).ok());
+  ASSERT_EQ(drafts.size(), 1u);
+  ASSERT_EQ(drafts[0].ids.size(), static_cast<size_t>(cfg.dspark_block_size + 1));
+  EXPECT_EQ(drafts[0].ids[0], 5);
+  for (int32_t id : drafts[0].ids) EXPECT_TRUE(id >= 0 && id < cfg.vocab_size);
 }
 
 }  // namespace

@@ -171,8 +171,8 @@ Status load_engram(TensorReader& r, const ModelConfig& c, int which, const std::
   return Status::Ok();
 }
 
-Status load_block(TensorReader& r, const ModelConfig& c, int layer, V41Block* b) {
-  const std::string p = "layers." + std::to_string(layer) + ".";
+// Block `layer` stored below prefix p (layers.N. or, for a DSpark stage, mtp.S.).
+Status load_block(TensorReader& r, const ModelConfig& c, int layer, const std::string& p, V41Block* b) {
   const int64_t dim = c.dim, mix = c.mix_hc(), flat = static_cast<int64_t>(c.hc_mult) * dim;
   DSV4_RETURN_IF_ERROR(load_attention(r, c, layer, p + "attn.", &b->attn));
   ASSIGN(b->attn_norm, r.floats(p + "attn_norm.weight", {dim}));
@@ -185,7 +185,8 @@ Status load_block(TensorReader& r, const ModelConfig& c, int layer, V41Block* b)
     ASSIGN(hc->base, r.floats(p + name + "_base", {mix}));
     ASSIGN(hc->scale, r.floats(p + name + "_scale", {3}));
   }
-  const int64_t E = c.n_routed_experts;
+  const bool stage = layer >= c.n_layers;
+  const int64_t E = stage && c.dspark_n_routed_experts ? c.dspark_n_routed_experts : c.n_routed_experts;
   ASSIGN(b->ffn.gate, r.linear(p + "ffn.gate", E, dim));
   ASSIGN(b->ffn.gate_bias, r.floats(p + "ffn.gate.bias", {E}));
   b->ffn.experts.resize(E);
@@ -195,6 +196,21 @@ Status load_block(TensorReader& r, const ModelConfig& c, int layer, V41Block* b)
   const auto& ids = c.engram.layer_ids;
   const auto it = std::find(ids.begin(), ids.end(), layer);
   if (it != ids.end()) DSV4_RETURN_IF_ERROR(load_engram(r, c, static_cast<int>(it - ids.begin()), p + "engram.", &b->engram.emplace()));
+  return Status::Ok();
+}
+
+Status load_dspark(TensorReader& r, const ModelConfig& c, V41DSpark* d) {
+  const int64_t dim = c.dim, rank = c.dspark_markov_rank, V = c.vocab_size;
+  ASSIGN(d->main_proj, r.linear("mtp.0.main_proj", dim, c.dspark_taps() * dim));
+  ASSIGN(d->main_norm, r.floats("mtp.0.main_norm.weight", {dim}));
+  d->stages.resize(c.dspark_stages);
+  for (int s = 0; s < c.dspark_stages; ++s)
+    DSV4_RETURN_IF_ERROR(load_block(r, c, c.n_layers + s, "mtp." + std::to_string(s) + ".", &d->stages[s]));
+  const std::string last = "mtp." + std::to_string(c.dspark_stages - 1) + ".";
+  ASSIGN(d->norm, r.floats(last + "norm.weight", {dim}));
+  ASSIGN(d->markov_embed, r.floats(last + "markov_head.embed.weight", {V, rank}));
+  ASSIGN(d->markov_head, r.linear(last + "markov_head.head", V, rank));
+  ASSIGN(d->confidence, r.linear(last + "confidence_head.proj", 1, dim + rank));
   return Status::Ok();
 }
 
@@ -213,7 +229,9 @@ StatusOr<std::unique_ptr<V41Weights>> load_v41_weights(const std::string& dir, c
   ASSIGN(w->norm, r.floats("norm.weight", {c.dim}));
   ASSIGN(w->head, r.linear("head", c.vocab_size, c.dim));
   w->blocks.resize(c.n_layers);
-  for (int i = 0; i < c.n_layers; ++i) DSV4_RETURN_IF_ERROR(load_block(r, c, i, &w->blocks[i]));
+  for (int i = 0; i < c.n_layers; ++i)
+    DSV4_RETURN_IF_ERROR(load_block(r, c, i, "layers." + std::to_string(i) + ".", &w->blocks[i]));
+  if (c.has_dspark()) DSV4_RETURN_IF_ERROR(load_dspark(r, c, &w->dspark.emplace()));
   return w;
 }
 

@@ -61,10 +61,11 @@ void DeepseekV41::engram(const V41Engram& g, int which, const std::vector<int64_
   });
 }
 
-void DeepseekV41::moe(const V41MoE& w, const float* x, int64_t rows, const ReferenceRows& rr, float* y) const {
+void DeepseekV41::moe(const V41MoE& w, int top_k, const float* x, int64_t rows, const ReferenceRows& rr,
+                      float* y) const {
   const ModelConfig& c = config_;
   const int64_t dim = c.dim, E = w.gate.out, inter = c.moe_inter_dim;
-  const int k = c.n_activated_experts;
+  const int k = top_k;
   // Routing: sqrt(softplus(x . gate / temp)); the bias picks, the scores weigh.
   Buffer scores(rows * E);
   v41_linear(w.gate, x, rows, scores.data());
@@ -126,10 +127,9 @@ void DeepseekV41::moe(const V41MoE& w, const float* x, int64_t rows, const Refer
   for (int64_t i = 0; i < rows * dim; ++i) y[i] += shared[i];
 }
 
-void DeepseekV41::block(int layer, const std::vector<V41Chunk>& chunks, const ReferenceRows& rr, V41Shared* shared,
+void DeepseekV41::block(const V41Block& b, const Attend& attend, int top_k, const ReferenceRows& rr,
                         std::vector<float>* pre, float* h) const {
   const ModelConfig& c = config_;
-  const V41Block& b = weights_->blocks[layer];
   const kernels::Kernels& k = kernels::kernels_for(kernels::Numerics::kExact);
   const int64_t rows = static_cast<int64_t>(pre->size()) / c.hc_mult, dim = c.dim;
   Buffer x(rows * dim), y(rows * dim);
@@ -138,13 +138,12 @@ void DeepseekV41::block(int layer, const std::vector<V41Chunk>& chunks, const Re
   const HcMix attn = hc_mixes(k, b.hc_attn, c, h, rows, rr, /*divide=*/true);
   hc_collapse(pre->data(), c, h, rows, x.data());
   rms_norm_rows(b.attn_norm, c.norm_eps, x.data(), rows, dim);
-  const V41LayerContext ctx{c, rope_for(b.attn.ratio), layer};
-  v41_attention(b.attn, ctx, chunks, x.data(), rows, shared, y.data());
+  attend(x.data(), y.data());
   hc_post(attn, c, y.data(), rows, h);
   const HcMix ffn = hc_mixes(k, b.hc_ffn, c, h, rows, rr, /*divide=*/true);
   hc_collapse(attn.pre.data(), c, h, rows, x.data());
   rms_norm_rows(b.ffn_norm, c.norm_eps, x.data(), rows, dim);
-  moe(b.ffn, x.data(), rows, rr, y.data());
+  moe(b.ffn, top_k, x.data(), rows, rr, y.data());
   hc_post(ffn, c, y.data(), rows, h);
   *pre = ffn.pre;
 }
@@ -223,7 +222,11 @@ Status DeepseekV41::forward(const std::vector<V41Input>& inputs, V41Output* out,
           out->taps[(r * taps + k) * dim + d] = sum / static_cast<float>(hc);
         }
     }
-    block(i, chunks, rr, &shared, &pre, h.data());
+    const V41LayerContext ctx{c, rope_for(b.attn.ratio), i};
+    const Attend attend = [&](const float* x, float* y) {
+      v41_attention(b.attn, ctx, chunks, x, rows, &shared, y);
+    };
+    block(b, attend, c.n_activated_experts, rr, &pre, h.data());
     if (trace) out->trace.emplace_back("layer_out." + std::to_string(i), h);
   }
   // The head: each input's last row, collapsed with the last FFN's mix.

@@ -5,12 +5,15 @@
 // the last FFN's mix. The model owns no sequence state (V41Sequence).
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "base/status.h"
 #include "model/config.h"
+#include "model/dspark.h"
 #include "model/engram_hash.h"
 #include "model/reference_rows.h"
 #include "model/rope.h"
@@ -33,6 +36,24 @@ struct V41Output {
   std::vector<std::pair<std::string, std::vector<float>>> trace;
 };
 
+// One DSpark draft (the reference's forward_spec after a decode step): the
+// taps of position p enter the rings, then the block [anchor, noise x (K-1)]
+// at positions p+1..p+K runs through the stages and the head drafts K tokens.
+struct V41DraftCall {
+  V41Sequence* seq = nullptr;  // holds the rings
+  int64_t position = 0;        // p >= 1, the last committed position
+  int32_t anchor = 0;          // the token at p + 1
+  const float* tap = nullptr;  // [taps * dim]: the taps of position p
+  // temperature 0: argmax; else the Gumbel-max draw (dspark_draw), its
+  // variates from `noise` [K, vocab] when given, else from rng.
+  float temperature = 0.0f;
+  const float* noise = nullptr;
+  std::mt19937_64* rng = nullptr;
+  // When set, [K]: the previous token of each Markov step (prev[0] is the
+  // anchor) instead of the draws (verification against a recorded chain).
+  const int32_t* forced_prev = nullptr;
+};
+
 class DeepseekV41 {
  public:
   // token_map: each token id's Engram compressed id (tokenizer/engram_token_map.h).
@@ -44,12 +65,22 @@ class DeepseekV41 {
 
   Status forward(const std::vector<V41Input>& inputs, V41Output* out, bool want_taps = false, bool trace = false) const;
 
+  // The DSpark drafter (config().has_dspark(); model/v41_dspark.cc). Fill
+  // puts the taps [rows, taps * dim] of positions pos0.. into the rings (a
+  // prefill's forward_spec does only this); draft places each call's rows as
+  // the reference's batch of these calls would.
+  Status dspark_fill(V41Sequence* seq, const float* taps, int64_t rows, int64_t pos0) const;
+  Status dspark_draft(const std::vector<V41DraftCall>& calls, std::vector<DSparkDraft>* out) const;
+
  private:
+  using Attend = std::function<void(const float* x, float* y)>;
   void engram(const V41Engram& g, int which, const std::vector<int64_t>& rows_ids, float* h, int64_t rows,
               const ReferenceRows& rr) const;
-  void moe(const V41MoE& w, const float* x, int64_t rows, const ReferenceRows& rr, float* y) const;
-  void block(int layer, const std::vector<V41Chunk>& chunks, const ReferenceRows& rr, V41Shared* shared,
-             std::vector<float>* pre, float* h) const;
+  void moe(const V41MoE& w, int top_k, const float* x, int64_t rows, const ReferenceRows& rr, float* y) const;
+  // A block over h [rows, hc, dim], its attention `attend`; pre [rows, hc]:
+  // the collapse weights the previous sublayer left, replaced by the FFN's.
+  void block(const V41Block& b, const Attend& attend, int top_k, const ReferenceRows& rr, std::vector<float>* pre,
+             float* h) const;
   const Rope& rope_for(int ratio) const { return ratio ? compress_rope_ : window_rope_; }
 
   ModelConfig config_;

@@ -17,9 +17,9 @@ void rms_norm_each(const std::vector<float>& weight, float eps, float* x, int64_
   for (int64_t r = 0; r < rows; ++r) kernels::rms_norm(x + r * dim, weight.data(), dim, eps, x + r * dim);
 }
 
-// The reference's sample(): argmax at temperature 0, else
-// argmax(softmax(logits / T) / E) with E ~ Exp(1) (Gumbel-max).
-int32_t draw(const float* logits, int64_t vocab, float temperature, const float* noise, std::mt19937_64* rng) {
+}  // namespace
+
+int32_t dspark_draw(const float* logits, int64_t vocab, float temperature, const float* noise, std::mt19937_64* rng) {
   if (temperature == 0.0f) return static_cast<int32_t>(std::max_element(logits, logits + vocab) - logits);
   const float t = std::max(temperature, 1e-5f);
   std::vector<float> p(vocab);
@@ -37,8 +37,6 @@ int32_t draw(const float* logits, int64_t vocab, float temperature, const float*
   }
   return best;
 }
-
-}  // namespace
 
 void dspark_tap_rows(const float* streams, int64_t rows, int hc, int64_t dim, int tap, int num_taps, float* taps) {
   for (int64_t r = 0; r < rows; ++r) {
@@ -167,7 +165,7 @@ Status DeepseekV4::dspark_draft(const std::vector<DSparkCall>& calls, std::vecto
       linear_forward(k, d.markov_w2, e.data(), 1, bias.data());
       float* l = &o.logits[j * V];
       for (int64_t v = 0; v < V; ++v) l[v] += bias[v];
-      o.ids.push_back(draw(l, V, call.temperature, call.noise ? call.noise + j * V : nullptr, call.rng));
+      o.ids.push_back(dspark_draw(l, V, call.temperature, call.noise ? call.noise + j * V : nullptr, call.rng));
       const int64_t r = i * K + j;
       std::memcpy(&conf_in[r * (dim + R)], &hidden[r * dim], sizeof(float) * dim);
       std::memcpy(&conf_in[r * (dim + R) + dim], e.data(), sizeof(float) * R);

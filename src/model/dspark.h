@@ -33,6 +33,11 @@ namespace dsv4 {
 // streams [rows, hc, dim], into taps [rows, num_taps, dim].
 void dspark_tap_rows(const float* streams, int64_t rows, int hc, int64_t dim, int tap, int num_taps, float* taps);
 
+// The reference's sample(): argmax at temperature 0 (the first maximum),
+// else argmax(softmax(logits / T) / E) with E ~ Exp(1) (Gumbel-max), the
+// variates from `noise` [vocab] when given, else from rng.
+int32_t dspark_draw(const float* logits, int64_t vocab, float temperature, const float* noise, std::mt19937_64* rng);
+
 // One draft call: the tap row of position p (the last committed position)
 // goes into the rings, then the block at p+1..p+K drafts K tokens.
 struct DSparkCall {

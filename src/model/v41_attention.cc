@@ -175,6 +175,60 @@ void compress_chunk(const V41Attention& w, const V41LayerContext& ctx, const V41
   }
 }
 
+std::vector<Angles> angles_at(const Rope& rope, const std::vector<int64_t>& positions) {
+  std::vector<Angles> out;
+  out.reserve(positions.size());
+  for (int64_t p : positions) out.emplace_back(rope, p);
+  return out;
+}
+
+// The window KV row of each input: norm, RoPE, FP8 over all of it in blocks of 32.
+void window_kv_rows(const V41Attention& w, const ModelConfig& c, const std::vector<Angles>& angles, const float* x,
+                    int64_t rows, float* kv) {
+  const int64_t hd = c.head_dim;
+  v41_linear(w.wkv, x, rows, kv);
+  rms_norm_rows(w.kv_norm, c.norm_eps, kv, rows, hd);
+  parallel_for(rows, 4, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      angles[r].rotate(&kv[r * hd], 1, hd);
+      act_round_e4m3(&kv[r * hd], hd);
+    }
+  });
+}
+
+// Queries: wq_a -> q_norm (qr, which the indexer reads too) -> wq_b,
+// rotated (no per-head norm in V4.1).
+void queries(const V41Attention& w, const ModelConfig& c, const std::vector<Angles>& angles, const float* x,
+             int64_t rows, Buffer* qr, Buffer* q) {
+  const int heads = c.n_heads;
+  const int64_t hd = c.head_dim, ql = c.q_lora_rank;
+  qr->resize(rows * ql);
+  q->resize(rows * heads * hd);
+  v41_linear(w.wq_a, x, rows, qr->data());
+  rms_norm_rows(w.q_norm, c.norm_eps, qr->data(), rows, ql);
+  v41_linear(w.wq_b, qr->data(), rows, q->data());
+  for (int64_t r = 0; r < rows; ++r) angles[r].rotate(&(*q)[r * heads * hd], heads, hd);
+}
+
+// The heads' outputs o [rows, heads, head_dim] de-rotated, then the grouped
+// wo_a (each group its own heads) and wo_b.
+void output_projection(const V41Attention& w, const ModelConfig& c, const std::vector<Angles>& angles, float* o,
+                       int64_t rows, float* out) {
+  const int heads = c.n_heads;
+  const int64_t hd = c.head_dim, G = c.o_groups, ol = c.o_lora_rank, group_in = heads * hd / G;
+  Buffer og(rows * G * ol);
+  parallel_for(rows, 1, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      angles[r].rotate(&o[r * heads * hd], heads, hd, /*inverse=*/true);
+      for (int64_t g = 0; g < G; ++g)
+        for (int64_t k = 0; k < ol; ++k)
+          og[(r * G + g) * ol + k] =
+              kernels::dot(&o[r * heads * hd + g * group_in], &w.wo_a.w[(g * ol + k) * group_in], group_in);
+    }
+  });
+  v41_linear(w.wo_b, og.data(), rows, out);
+}
+
 }  // namespace
 
 void v41_sparse_attention(const float* q, int heads, int64_t head_dim, const std::vector<const float*>& kv,
@@ -211,31 +265,50 @@ void v41_sparse_attention(const float* q, int heads, int64_t head_dim, const std
   }
 }
 
+void v41_window_kv(const V41Attention& w, const V41LayerContext& ctx, const float* x,
+                   const std::vector<int64_t>& positions, float* kv) {
+  window_kv_rows(w, ctx.config, angles_at(ctx.rope, positions), x, static_cast<int64_t>(positions.size()), kv);
+}
+
+void v41_dspark_attention(const V41Attention& w, const V41LayerContext& ctx, const std::vector<V41DSparkView>& views,
+                          int64_t block, const float* x, float* out) {
+  const ModelConfig& c = ctx.config;
+  const int heads = c.n_heads;
+  const int64_t hd = c.head_dim, rows = static_cast<int64_t>(views.size()) * block;
+  std::vector<int64_t> positions;
+  for (const V41DSparkView& v : views)
+    for (int64_t j = 0; j < block; ++j) positions.push_back(v.first_pos + j);
+  const std::vector<Angles> angles = angles_at(ctx.rope, positions);
+  Buffer qr, q, kv(rows * hd), o(rows * heads * hd);
+  queries(w, c, angles, x, rows, &qr, &q);
+  window_kv_rows(w, c, angles, x, rows, kv.data());
+  // Every row of a block attends the ring's filled slots in slot order, then
+  // the whole block (no causal mask).
+  const float scale = static_cast<float>(std::pow(hd, -0.5));
+  parallel_for(rows, 1, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t call = r / block;
+      std::vector<const float*> slots = views[call].ring;
+      for (int64_t j = 0; j < block; ++j) slots.push_back(&kv[(call * block + j) * hd]);
+      v41_sparse_attention(&q[r * heads * hd], heads, hd, slots, w.attn_sink.data(), scale, &o[r * heads * hd]);
+    }
+  });
+  output_projection(w, c, angles, o.data(), rows, out);
+}
+
 void v41_attention(const V41Attention& w, const V41LayerContext& ctx, const std::vector<V41Chunk>& chunks,
                    const float* x, int64_t rows, V41Shared* shared, float* out) {
   const ModelConfig& c = ctx.config;
   const int heads = c.n_heads;
-  const int64_t hd = c.head_dim, win = c.window_size, ql = c.q_lora_rank;
+  const int64_t hd = c.head_dim, win = c.window_size;
   const int L = ctx.layer;
-  std::vector<Angles> angles;  // each row's position
+  std::vector<int64_t> positions;  // each row's
   for (const V41Chunk& ch : chunks)
-    for (int64_t i = 0; i < ch.num_tokens; ++i) angles.emplace_back(ctx.rope, ch.start_pos + i);
-
-  // Queries: wq_a -> q_norm -> wq_b, rotated (no per-head norm in V4.1).
-  Buffer qr(rows * ql), q(rows * heads * hd), kv(rows * hd);
-  v41_linear(w.wq_a, x, rows, qr.data());
-  rms_norm_rows(w.q_norm, c.norm_eps, qr.data(), rows, ql);
-  v41_linear(w.wq_b, qr.data(), rows, q.data());
-  // The window KV row: norm, RoPE, FP8 over all of it in blocks of 32.
-  v41_linear(w.wkv, x, rows, kv.data());
-  rms_norm_rows(w.kv_norm, c.norm_eps, kv.data(), rows, hd);
-  parallel_for(rows, 4, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      angles[r].rotate(&q[r * heads * hd], heads, hd);
-      angles[r].rotate(&kv[r * hd], 1, hd);
-      act_round_e4m3(&kv[r * hd], hd);
-    }
-  });
+    for (int64_t i = 0; i < ch.num_tokens; ++i) positions.push_back(ch.start_pos + i);
+  const std::vector<Angles> angles = angles_at(ctx.rope, positions);
+  Buffer qr, q, kv(rows * hd);
+  queries(w, c, angles, x, rows, &qr, &q);
+  window_kv_rows(w, c, angles, x, rows, kv.data());
 
   // Compressed rows and which of them each row attends.
   const bool compressed = w.ratio > 0;
@@ -297,18 +370,7 @@ void v41_attention(const V41Attention& w, const V41LayerContext& ctx, const std:
       std::copy_n(window_row(p), hd, &seq.window[L][(p % win) * hd]);
   }
 
-  // De-rotate, then the grouped wo_a (each group its own heads) and wo_b.
-  const int64_t G = c.o_groups, ol = c.o_lora_rank, group_in = heads * hd / G;
-  Buffer og(rows * G * ol);
-  parallel_for(rows, 1, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      angles[r].rotate(&o[r * heads * hd], heads, hd, /*inverse=*/true);
-      for (int64_t g = 0; g < G; ++g)
-        for (int64_t k = 0; k < ol; ++k)
-          og[(r * G + g) * ol + k] = kernels::dot(&o[r * heads * hd + g * group_in], &w.wo_a.w[(g * ol + k) * group_in], group_in);
-    }
-  });
-  v41_linear(w.wo_b, og.data(), rows, out);
+  output_projection(w, c, angles, o.data(), rows, out);
 }
 
 }  // namespace dsv4

@@ -42,6 +42,24 @@ struct V41LayerContext {
 void v41_attention(const V41Attention& w, const V41LayerContext& ctx, const std::vector<V41Chunk>& chunks,
                    const float* x, int64_t rows, V41Shared* shared, float* out);
 
+// The window KV rows of inputs x [n, dim] (after attn_norm) at `positions`
+// (n of them): kv_norm(wkv(x)), RoPE, the FP8 rounding; kv [n, head_dim].
+void v41_window_kv(const V41Attention& w, const V41LayerContext& ctx, const float* x,
+                   const std::vector<int64_t>& positions, float* kv);
+
+// A DSpark stage's view of one draft: its ring's filled slots in slot
+// order, and the position of the block's first row.
+struct V41DSparkView {
+  std::vector<const float*> ring;
+  int64_t first_pos = 0;
+};
+
+// A DSpark stage's attention over views.size() blocks of `block` rows each:
+// each row attends its view's ring, then every row of its block.
+// x [rows, dim] (after attn_norm) -> out [rows, dim].
+void v41_dspark_attention(const V41Attention& w, const V41LayerContext& ctx, const std::vector<V41DSparkView>& views,
+                          int64_t block, const float* x, float* out);
+
 // The reference's sparse_attn for one query row: `heads` heads of q
 // [heads, head_dim] over the KV rows kv[j] (nullptr: an unused index) in
 // blocks of 64 with an online softmax from -1e30; out [heads, head_dim].

@@ -66,11 +66,25 @@ struct V41Block {
   std::optional<V41Engram> engram;
 };
 
+// The DSpark drafter, stored as `mtp.N.`: its stages are window-only blocks
+// with their own experts; the first projects the target's taps, the last
+// carries the norm, the Markov head and the confidence head.
+struct V41DSpark {
+  V41Linear main_proj;             // mtp.0.main_proj [dim, taps * dim]
+  std::vector<float> main_norm;    // mtp.0.main_norm [dim]
+  std::vector<V41Block> stages;    // mtp.N
+  std::vector<float> norm;         // mtp.<last>.norm [dim]
+  std::vector<float> markov_embed; // mtp.<last>.markov_head.embed [vocab, rank]
+  V41Linear markov_head;           // mtp.<last>.markov_head.head [vocab, rank]
+  V41Linear confidence;            // mtp.<last>.confidence_head.proj [1, dim + rank]
+};
+
 struct V41Weights {
   std::vector<float> embed;  // [vocab, dim]
   std::vector<V41Block> blocks;
   std::vector<float> norm;   // [dim]
   V41Linear head;            // [vocab, dim]
+  std::optional<V41DSpark> dspark;
 };
 
 }  // namespace dsv4

@@ -1,0 +1,123 @@
+// DeepSeek-V4.1's DSpark drafter, as its reference's forward_spec computes
+// it (members of DeepseekV41):
+//
+//   main_x    = main_norm(main_proj(taps)), one row per target position
+//   rings     per stage, slot p % window holds the stage's window KV row of
+//             main_x_p (kv_norm, RoPE at p, FP8): all of a prefill's rows,
+//             then each decode step's before its draft
+//   block     [anchor, noise x (K-1)] at positions p+1..p+K, in every hc
+//             copy, through the stages (window-only blocks with their own
+//             experts, attending the ring's filled slots and the whole block)
+//   head      collapsed with the last stage's FFN mix (before the norm: the
+//             confidence reads it), norm, the trunk's head; then left to
+//             right the Markov bias head(embed[previous token]) and a draw;
+//             the confidence proj([hidden ; embed[previous]])
+#include <algorithm>
+#include <cstring>
+
+#include "model/deepseek_v41.h"
+#include "model/hyper_connection.h"
+#include "ops/norm.h"
+
+namespace dsv4 {
+
+Status DeepseekV41::dspark_fill(V41Sequence* seq, const float* taps, int64_t rows, int64_t pos0) const {
+  if (!weights_->dspark) return invalid_argument("the model has no DSpark drafter");
+  const ModelConfig& c = config_;
+  const V41DSpark& d = *weights_->dspark;
+  const int64_t dim = c.dim, hd = c.head_dim, W = c.window_size;
+  // A ring holds the last window of positions; earlier rows would be
+  // overwritten before any draft reads them.
+  const int64_t from = std::max<int64_t>(0, rows - W), n = rows - from;
+  std::vector<float> main_x(n * dim), kv(n * hd);
+  v41_linear(d.main_proj, taps + from * c.dspark_taps() * dim, n, main_x.data());
+  rms_norm_rows(d.main_norm, c.norm_eps, main_x.data(), n, dim);
+  std::vector<int64_t> positions(n);
+  for (int64_t i = 0; i < n; ++i) positions[i] = pos0 + from + i;
+  for (int s = 0; s < c.dspark_stages; ++s) {
+    const V41LayerContext ctx{c, rope_for(0), c.n_layers + s};
+    v41_window_kv(d.stages[s].attn, ctx, main_x.data(), positions, kv.data());
+    for (int64_t i = 0; i < n; ++i)
+      std::copy_n(&kv[i * hd], hd, &seq->dspark_ring[s][(positions[i] % W) * hd]);
+  }
+  return Status::Ok();
+}
+
+Status DeepseekV41::dspark_draft(const std::vector<V41DraftCall>& calls, std::vector<DSparkDraft>* out) const {
+  if (!weights_->dspark) return invalid_argument("the model has no DSpark drafter");
+  const ModelConfig& c = config_;
+  const V41DSpark& d = *weights_->dspark;
+  const int hc = c.hc_mult;
+  const int64_t K = c.dspark_block_size, V = c.vocab_size, dim = c.dim, R = c.dspark_markov_rank, W = c.window_size;
+  const int64_t n = static_cast<int64_t>(calls.size()), rows = n * K, flat = hc * dim;
+  for (const V41DraftCall& call : calls) {
+    if (!call.seq || !call.tap) return invalid_argument("a DSpark draft call has no sequence or no taps");
+    if (call.position < 1) return invalid_argument("a DSpark draft follows a decode step: position must be >= 1");
+    if (call.anchor < 0 || call.anchor >= V)
+      return invalid_argument("DSpark anchor " + std::to_string(call.anchor) + " is outside the vocabulary");
+    if (call.forced_prev)
+      for (int64_t j = 0; j < K; ++j)
+        if (call.forced_prev[j] < 0 || call.forced_prev[j] >= V)
+          return invalid_argument("a forced DSpark token is outside the vocabulary");
+  }
+  for (const V41DraftCall& call : calls) DSV4_RETURN_IF_ERROR(dspark_fill(call.seq, call.tap, 1, call.position));
+
+  // The block's rows, in every copy; the first stage collapses with copy 0.
+  // Row j of call i sits at j of i in the reference's [calls, K] tensors.
+  ReferenceRows rr;
+  std::vector<float> h(rows * flat), pre(rows * hc, 0.0f);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < K; ++j) {
+      const int64_t r = i * K + j;
+      const int32_t token = j == 0 ? calls[i].anchor : c.dspark_noise_token_id;
+      for (int s = 0; s < hc; ++s) std::copy_n(&weights_->embed[token * dim], dim, &h[r * flat + s * dim]);
+      pre[r * hc] = 1.0f;
+      rr.index.push_back(r);
+      rr.count.push_back(rows);
+    }
+  for (int s = 0; s < c.dspark_stages; ++s) {
+    std::vector<V41DSparkView> views(n);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t p = calls[i].position;
+      for (int64_t j = 0; j < std::min(W, p + 1); ++j) views[i].ring.push_back(&calls[i].seq->dspark_ring[s][j * c.head_dim]);
+      views[i].first_pos = p + 1;
+    }
+    const V41Block& b = d.stages[s];
+    const V41LayerContext ctx{c, rope_for(0), c.n_layers + s};
+    const Attend attend = [&](const float* x, float* y) { v41_dspark_attention(b.attn, ctx, views, K, x, y); };
+    const int top_k = c.dspark_n_activated_experts ? c.dspark_n_activated_experts : c.n_activated_experts;
+    block(b, attend, top_k, rr, &pre, h.data());
+  }
+
+  std::vector<float> hidden(rows * dim), normed(rows * dim), logits(rows * V);
+  hc_collapse(pre.data(), c, h.data(), rows, hidden.data());
+  normed = hidden;
+  rms_norm_rows(d.norm, c.norm_eps, normed.data(), rows, dim);
+  v41_linear(weights_->head, normed.data(), rows, logits.data());
+
+  // Left to right: the Markov bias of the previous token, then the draw.
+  std::vector<float> conf_in(rows * (dim + R)), conf(rows), bias(V);
+  out->assign(n, DSparkDraft{});
+  for (int64_t i = 0; i < n; ++i) {
+    const V41DraftCall& call = calls[i];
+    DSparkDraft& o = (*out)[i];
+    o.ids.assign(1, call.anchor);
+    o.logits.assign(logits.begin() + i * K * V, logits.begin() + (i + 1) * K * V);
+    for (int64_t j = 0; j < K; ++j) {
+      const int32_t prev = call.forced_prev ? call.forced_prev[j] : o.ids[j];
+      const float* e = &d.markov_embed[static_cast<int64_t>(prev) * R];
+      v41_linear(d.markov_head, e, 1, bias.data());
+      float* l = &o.logits[j * V];
+      for (int64_t v = 0; v < V; ++v) l[v] += bias[v];
+      o.ids.push_back(dspark_draw(l, V, call.temperature, call.noise ? call.noise + j * V : nullptr, call.rng));
+      const int64_t r = i * K + j;
+      std::copy_n(&hidden[r * dim], dim, &conf_in[r * (dim + R)]);
+      std::copy_n(e, R, &conf_in[r * (dim + R) + dim]);
+    }
+  }
+  v41_linear(d.confidence, conf_in.data(), rows, conf.data());
+  for (int64_t i = 0; i < n; ++i) (*out)[i].confidence.assign(conf.begin() + i * K, conf.begin() + (i + 1) * K);
+  return Status::Ok();
+}
+
+}  // namespace dsv4
