@@ -44,4 +44,24 @@ void load_kv_row(const uint8_t* row, const KvRowFormat& f, float* x);
 void store_index_row(const float* x, int64_t dim, uint8_t* row);
 void load_index_row(const uint8_t* row, int64_t dim, float* x);
 
+// DeepSeek-V4.1's rows (its reference rounds differently):
+//   window row: all `dim` values as FP8 e4m3 codes with an e8m0 scale per
+//   32 (act_quant(kv, 32) over the RoPE dims too):
+//       [dim codes][dim / 32 scales]
+//   compressed row: FP4 e2m1 codes, two per byte (low nibble first), with
+//   an e4m3 scale per 16 (fp4_act_quant(x, 16, scale_dtype=e4m3)):
+//       [dim / 2 code bytes][dim / 16 scales]
+//   index key row: as V4's (FP4 with an e8m0 scale per 32).
+// The forward rounds the values as the reference does (model/v41_linear.h)
+// before storing them; storing such values and loading them gives them
+// back exactly.
+inline constexpr int64_t kV41WindowScaleBlock = 32;
+inline constexpr int64_t kV41CompressedScaleBlock = 16;
+inline int64_t v41_window_row_bytes(int64_t dim) { return dim + dim / kV41WindowScaleBlock; }
+inline int64_t v41_compressed_row_bytes(int64_t dim) { return dim / 2 + dim / kV41CompressedScaleBlock; }
+void store_v41_window_row(const float* x, int64_t dim, uint8_t* row);
+void load_v41_window_row(const uint8_t* row, int64_t dim, float* x);
+void store_v41_compressed_row(const float* x, int64_t dim, uint8_t* row);
+void load_v41_compressed_row(const uint8_t* row, int64_t dim, float* x);
+
 }  // namespace dsv4::kernels

@@ -289,13 +289,13 @@ uint8_t* PagedSequenceCache::row(CacheFamily f, int layer, int64_t page_index, i
 
 uint8_t* PagedSequenceCache::window_row(int layer, int64_t pos) {
   const int64_t bs = layout_.block_size;
-  return row(layout_.window_family(layer), layer, pos / bs, pos % bs, layout_.geometry.kv_row.bytes());
+  return row(layout_.window_family(layer), layer, pos / bs, pos % bs, layout_.geometry.window_row_bytes);
 }
 
 uint8_t* PagedSequenceCache::compressed_row(int layer, int64_t r) {
   const CacheFamily f = layout_.compressed_family(layer);
   const int64_t per_page = layout_.family(f).rows_per_page[layer];
-  return row(f, layer, r / per_page, r % per_page, layout_.geometry.kv_row.bytes());
+  return row(f, layer, r / per_page, r % per_page, layout_.geometry.compressed_row_bytes);
 }
 
 uint8_t* PagedSequenceCache::index_row(int layer, int64_t r) {

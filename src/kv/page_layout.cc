@@ -32,25 +32,20 @@ StatusOr<PageLayout> PageLayout::of(const CacheGeometry& g, int64_t block_size) 
     f.rows_per_page[l] = rows;
     f.page_bytes += (bytes + kAreaAlign - 1) / kAreaAlign * kAreaAlign;
   };
-  const int64_t kv_row = g.kv_row.bytes();
   for (int l = 0; l < layers; ++l) {
     const LayerCacheShape& s = g.layers[l];
-    add(p.window_family(l), l, block_size * kv_row, block_size);
-    if (!s.ratio) continue;
+    add(p.window_family(l), l, block_size * g.window_row_bytes, block_size);
+    if (!s.compressed) continue;
     if (kCompressedPageTokens % s.ratio != 0)
       return invalid_argument("compress ratio " + std::to_string(s.ratio) + " of cache layer " + std::to_string(l) +
                               " does not divide the " + std::to_string(kCompressedPageTokens) +
                               "-token compressed page");
     const int64_t rows = kCompressedPageTokens / s.ratio;
-    if (s.ratio == 4) {
-      add(CacheFamily::kCmpC4, l, rows * kv_row, rows);
-      add(CacheFamily::kIdx, l, rows * g.index_row_bytes, rows);
-      add(CacheFamily::kCsaState, l, 2 * 4 * s.state_floats, 0);
-      add(CacheFamily::kCsaInnerState, l, 2 * 4 * s.index_state_floats, 0);
-    } else {
-      add(CacheFamily::kCmpC128, l, rows * kv_row, rows);
-      add(CacheFamily::kHcaState, l, 2 * 4 * s.state_floats, 0);
-    }
+    const bool c4 = s.ratio == 4;
+    add(c4 ? CacheFamily::kCmpC4 : CacheFamily::kCmpC128, l, rows * g.compressed_row_bytes, rows);
+    if (s.indexer) add(CacheFamily::kIdx, l, rows * g.index_row_bytes, rows);
+    if (s.state_floats) add(c4 ? CacheFamily::kCsaState : CacheFamily::kHcaState, l, 2 * 4 * s.state_floats, 0);
+    if (s.index_state_floats) add(CacheFamily::kCsaInnerState, l, 2 * 4 * s.index_state_floats, 0);
   }
   return p;
 }

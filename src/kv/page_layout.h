@@ -8,7 +8,8 @@
 //
 //   ori              raw window KV, block_size tokens per page (a ring)
 //   cmp_c4           ratio-4 compressed rows, a page per 128 source tokens
-//   cmp_c128         rows of the other compressed layers (ratio 128 in V4),
+//   cmp_c128         rows of the other compressed layers (ratio 128 in V4;
+//                    V4.1's KV sources at ratios 2 and 1),
 //                    a page per 128 source tokens
 //   idx              indexer keys of the ratio-4 layers, per 128 tokens
 //   csa_state        ratio-4 compressor states, one page per request

@@ -1,5 +1,5 @@
 // What a sequence's caches hold per cache layer (the main layers, then the
-// MTP layers), derived from the config. The contiguous and the paged caches
+// MTP layers, then DSpark stages), derived from the config (V4 or V4.1). The contiguous and the paged caches
 // are both sized from this.
 #pragma once
 
@@ -24,7 +24,12 @@ inline constexpr int64_t kBlockTokens = 128;
 struct LayerCacheShape {
   int ratio = 0;               // 0: sliding window only
   bool dspark_ring = false;    // a DSpark stage: its window rows are the stage's ring
-  bool indexer = false;        // ratio 4: indexer keys and their compressor
+  // Whether the layer stores compressed rows and indexer keys of its own.
+  // V4: every compressed layer its rows, the ratio-4 layers keys (with
+  // their own compressor). V4.1: only the KV sources, whose keys come from
+  // their latents; the other layers read the latest source's.
+  bool compressed = false;
+  bool indexer = false;
   int64_t state_floats = 0;    // one compressor state array (kv or score)
   int64_t index_state_floats = 0;
 };
@@ -37,8 +42,12 @@ struct CacheGeometry {
   // Draft rows beyond the committed token a step may write (0 without
   // speculative decoding): the compressor rings' slack.
   int draft_slack = 0;
-  kernels::KvRowFormat kv_row;  // window and compressed rows (FP8 + RoPE dims)
-  int64_t index_row_bytes = 0;  // indexer key rows (FP4)
+  kernels::KvRowFormat kv_row;  // V4's window and compressed rows (FP8 + RoPE dims)
+  // Bytes of one row (V4: kv_row; V4.1: window rows FP8 in 32s, compressed
+  // rows FP4 with E4M3 scales per 16; index keys FP4 in both).
+  int64_t window_row_bytes = 0;
+  int64_t compressed_row_bytes = 0;
+  int64_t index_row_bytes = 0;
   std::vector<LayerCacheShape> layers;  // cache layer l: main layers, then MTP, then DSpark stages
 
   static CacheGeometry of(const ModelConfig& c, int draft_slack = 0);

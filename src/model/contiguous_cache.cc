@@ -19,7 +19,7 @@ ContiguousCache::ContiguousCache(const CacheGeometry& geometry, int first_layer,
   for (int i = 0; i < num_layers; ++i) {
     const LayerCacheShape& s = geometry.layers[first_layer + i];
     Layer& l = layers_[i];
-    l.window.assign(window_rows() * geometry.kv_row.bytes(), 0);
+    l.window.assign(window_rows() * geometry.window_row_bytes, 0);
     l.state_kv.resize(s.state_floats);
     l.state_score.resize(s.state_floats);
     l.index_state_kv.resize(s.index_state_floats);
@@ -51,11 +51,11 @@ uint8_t* ContiguousCache::grow_row(std::vector<uint8_t>& rows, int64_t row, int6
 }
 
 uint8_t* ContiguousCache::window_row(int layer, int64_t pos) {
-  return at(layer).window.data() + (pos % window_rows()) * geometry_.kv_row.bytes();
+  return at(layer).window.data() + (pos % window_rows()) * geometry_.window_row_bytes;
 }
 
 uint8_t* ContiguousCache::compressed_row(int layer, int64_t row) {
-  return grow_row(at(layer).compressed, row, geometry_.kv_row.bytes());
+  return grow_row(at(layer).compressed, row, geometry_.compressed_row_bytes);
 }
 
 uint8_t* ContiguousCache::index_row(int layer, int64_t row) {
