@@ -1,6 +1,7 @@
 #include "checkpoint/v41_loader.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "base/dtype.h"
 #include "checkpoint/checkpoint.h"
@@ -65,39 +66,41 @@ class TensorReader {
     return out;
   }
 
-  // A linear stored as `prefix.weight` (+ `prefix.scale`): FP8, FP4 or plain.
+  // A linear stored as `prefix.weight` (+ `prefix.scale`), held as stored:
+  // FP8, FP4, BF16 or F32.
   StatusOr<V41Linear> linear(const std::string& prefix, int64_t out, int64_t in) {
     V41Linear l;
     l.out = out;
     l.in = in;
     DSV4_ASSIGN_OR_RETURN(const TensorInfo* t, ckpt_.get(prefix + ".weight"));
+    DType dt;
     if (t->dtype == DType::kF8E4M3 || t->dtype == DType::kI8 || t->dtype == DType::kU8) {
       const bool fp4 = t->dtype != DType::kF8E4M3;
       if (in % kBlock) return invalid_argument(prefix + ": " + std::to_string(in) + " inputs are not whole blocks of 32");
-      DType dt;
-      DSV4_ASSIGN_OR_RETURN(std::vector<uint8_t> raw, bytes(prefix + ".weight", {out, fp4 ? in / 2 : in}, &dt));
+      DSV4_ASSIGN_OR_RETURN(l.codes, bytes(prefix + ".weight", {out, fp4 ? in / 2 : in}, &dt));
       l.kind = fp4 ? V41Linear::Kind::kFp4 : V41Linear::Kind::kFp8;
-      l.w.resize(out * in);
-      for (int64_t i = 0; i < out * in; ++i)
-        l.w[i] = fp4 ? e2m1_to_f32((raw[i / 2] >> (i % 2 * 4)) & 0xF) : e4m3_to_f32(raw[i]);
       const std::vector<int64_t> scale_shape =
           fp4 ? std::vector<int64_t>{out, in / kBlock} : std::vector<int64_t>{(out + kBlock - 1) / kBlock, in / kBlock};
       DSV4_ASSIGN_OR_RETURN(l.scale, scales(prefix + ".scale", scale_shape));
       return l;
     }
-    DSV4_ASSIGN_OR_RETURN(l.w, floats(prefix + ".weight", {out, in}));
+    if (t->dtype == DType::kBF16) {
+      DSV4_ASSIGN_OR_RETURN(std::vector<uint8_t> raw, bytes(prefix + ".weight", {out, in}, &dt));
+      l.kind = V41Linear::Kind::kBf16;
+      l.bf16.resize(out * in);
+      std::memcpy(l.bf16.data(), raw.data(), raw.size());
+      return l;
+    }
+    DSV4_ASSIGN_OR_RETURN(l.f32, floats(prefix + ".weight", {out, in}));
     return l;
   }
 
   // A linear the reference uses dequantized (wo_a): FP8 codes times their
-  // tile's scale, or plain.
+  // tile's scale in a plain product, or plain.
   StatusOr<V41Linear> dequantized(const std::string& prefix, int64_t out, int64_t in) {
     DSV4_ASSIGN_OR_RETURN(V41Linear l, linear(prefix, out, in));
-    if (l.kind == V41Linear::Kind::kPlain) return l;
-    for (int64_t o = 0; o < out; ++o)
-      for (int64_t i = 0; i < in; ++i) l.w[o * in + i] *= l.weight_scale(o, i / kBlock);
-    l.kind = V41Linear::Kind::kPlain;
-    l.scale.clear();
+    if (l.kind == V41Linear::Kind::kFp4) return invalid_argument(prefix + " is FP4; the reference dequantizes only FP8 here");
+    l.dequantized = l.kind == V41Linear::Kind::kFp8;
     return l;
   }
 
@@ -208,7 +211,7 @@ Status load_dspark(TensorReader& r, const ModelConfig& c, V41DSpark* d) {
     DSV4_RETURN_IF_ERROR(load_block(r, c, c.n_layers + s, "mtp." + std::to_string(s) + ".", &d->stages[s]));
   const std::string last = "mtp." + std::to_string(c.dspark_stages - 1) + ".";
   ASSIGN(d->norm, r.floats(last + "norm.weight", {dim}));
-  ASSIGN(d->markov_embed, r.floats(last + "markov_head.embed.weight", {V, rank}));
+  ASSIGN(d->markov_embed, r.linear(last + "markov_head.embed", V, rank));
   ASSIGN(d->markov_head, r.linear(last + "markov_head.head", V, rank));
   ASSIGN(d->confidence, r.linear(last + "confidence_head.proj", 1, dim + rank));
   return Status::Ok();
@@ -218,14 +221,14 @@ Status load_dspark(TensorReader& r, const ModelConfig& c, V41DSpark* d) {
 
 void V41Engram::row(int64_t r, float* out) const {
   for (int64_t i = 0; i < head_dim; ++i)
-    out[i] = e4m3_to_f32(codes[r * head_dim + i]) * e8m0_to_f32(scales[r * (head_dim / kBlock) + i / kBlock]);
+    out[i] = e4m3_to_f32(codes[r * head_dim + i]) * e8m0_to_f32(scales[r * (head_dim / V41Linear::kBlock) + i / V41Linear::kBlock]);
 }
 
 StatusOr<std::unique_ptr<V41Weights>> load_v41_weights(const std::string& dir, const ModelConfig& c) {
   DSV4_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, Checkpoint::open(dir));
   TensorReader r(*ckpt);
   auto w = std::make_unique<V41Weights>();
-  ASSIGN(w->embed, r.floats("embed.weight", {c.vocab_size, c.dim}));
+  ASSIGN(w->embed, r.linear("embed", c.vocab_size, c.dim));
   ASSIGN(w->norm, r.floats("norm.weight", {c.dim}));
   ASSIGN(w->head, r.linear("head", c.vocab_size, c.dim));
   w->blocks.resize(c.n_layers);

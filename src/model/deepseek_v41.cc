@@ -37,16 +37,20 @@ void DeepseekV41::engram(const V41Engram& g, int which, const std::vector<int64_
   const int hc = c.hc_mult, cols = config_.engram.hash_columns();
   const int64_t dim = c.dim, hd = g.head_dim, flat = hc * dim;
   const float dim_scale = static_cast<float>(std::pow(static_cast<double>(dim), -0.5));
+  Buffer e(rows * cols * hd), kv(rows * (flat + dim));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int k = 0; k < cols; ++k)
+      g.row(row_ids[(r * config_.engram.layer_ids.size() + which) * cols + k], &e[(r * cols + k) * hd]);
+  v41_linear(g.wkv, e.data(), rows, kv.data());
   parallel_for(rows, 1, [&](int64_t r0, int64_t r1) {
-    Buffer e(cols * hd), kv(flat + dim), prod(dim);
+    Buffer prod(dim);
     for (int64_t r = r0; r < r1; ++r) {
-      for (int k = 0; k < cols; ++k) g.row(row_ids[(r * config_.engram.layer_ids.size() + which) * cols + k], &e[k * hd]);
-      v41_linear(g.wkv, e.data(), 1, kv.data());
-      const float* value = &kv[flat];
+      const float* keys = &kv[r * (flat + dim)];
+      const float* value = keys + flat;
       float* hr = h + r * flat;
       for (int s = 0; s < hc; ++s) {
         const float* hs = hr + s * dim;
-        const float* key = &kv[s * dim];
+        const float* key = &keys[s * dim];
         const float* qk = &g.qk[s * dim];
         const float rstd = (1.0f / std::sqrt(kernels::sum_squares(hs, dim) / static_cast<float>(dim) + c.norm_eps)) *
                            (1.0f / std::sqrt(kernels::sum_squares(key, dim) / static_cast<float>(dim) + c.norm_eps));
@@ -195,7 +199,8 @@ Status DeepseekV41::forward(const std::vector<V41Input>& inputs, V41Output* out,
   // The embedding in every copy; layer 0 collapses with copy 0 alone.
   Buffer h(rows * flat), pre(rows * hc, 0.0f);
   for (int64_t r = 0; r < rows; ++r) {
-    for (int s = 0; s < hc; ++s) std::copy_n(&weights_->embed[tokens[r] * dim], dim, &h[r * flat + s * dim]);
+    weights_->embed.row(tokens[r], &h[r * flat]);
+    for (int s = 1; s < hc; ++s) std::copy_n(&h[r * flat], dim, &h[r * flat + s * dim]);
     pre[r * hc] = 1.0f;
   }
   V41Shared shared;

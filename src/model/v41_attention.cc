@@ -131,18 +131,19 @@ void compress_chunk(const V41Attention& w, const V41LayerContext& ctx, const V41
   const int ratio = comp.ratio;
   const int64_t hd = c.head_dim, id = c.index_head_dim, dim = c.dim;
   V41Sequence& seq = *ch.seq;
-  Buffer kv(hd), score(hd), latent(hd), key(id), e(ratio);
-  for (int64_t i = 0; i < ch.num_tokens; ++i) {
+  const int64_t n = ch.num_tokens;
+  Buffer kv_all(n * hd), score_all(ratio > 1 ? n * hd : 0), latent(hd), key(id), e(ratio);
+  v41_linear(comp.wkv, x + ch.row_begin * dim, n, kv_all.data());
+  if (ratio > 1) v41_linear(comp.wgate, x + ch.row_begin * dim, n, score_all.data());
+  for (int64_t i = 0; i < n; ++i) {
     const int64_t t = ch.start_pos + i;
-    const float* xi = x + (ch.row_begin + i) * dim;
-    v41_linear(comp.wkv, xi, 1, kv.data());
+    const float* kv = &kv_all[i * hd];
     if (ratio == 1) {
-      latent = kv;
+      std::copy_n(kv, hd, latent.begin());
     } else {
-      v41_linear(comp.wgate, xi, 1, score.data());
       const int64_t slot = t % ratio;
-      std::copy(kv.begin(), kv.end(), seq.group_kv[ctx.layer].begin() + slot * hd);
-      std::copy(score.begin(), score.end(), seq.group_score[ctx.layer].begin() + slot * hd);
+      std::copy_n(kv, hd, seq.group_kv[ctx.layer].begin() + slot * hd);
+      std::copy_n(&score_all[i * hd], hd, seq.group_score[ctx.layer].begin() + slot * hd);
       if ((t + 1) % ratio) continue;
       // softmax over the group's rows per channel, then the weighted sum.
       const float* gk = seq.group_kv[ctx.layer].data();
@@ -217,13 +218,13 @@ void output_projection(const V41Attention& w, const ModelConfig& c, const std::v
   const int heads = c.n_heads;
   const int64_t hd = c.head_dim, G = c.o_groups, ol = c.o_lora_rank, group_in = heads * hd / G;
   Buffer og(rows * G * ol);
-  parallel_for(rows, 1, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      angles[r].rotate(&o[r * heads * hd], heads, hd, /*inverse=*/true);
-      for (int64_t g = 0; g < G; ++g)
-        for (int64_t k = 0; k < ol; ++k)
-          og[(r * G + g) * ol + k] =
-              kernels::dot(&o[r * heads * hd + g * group_in], &w.wo_a.w[(g * ol + k) * group_in], group_in);
+  for (int64_t r = 0; r < rows; ++r) angles[r].rotate(&o[r * heads * hd], heads, hd, /*inverse=*/true);
+  parallel_for(G * ol, 1, [&](int64_t j0, int64_t j1) {
+    Buffer wrow(group_in);
+    for (int64_t j = j0; j < j1; ++j) {  // j = g * ol + k
+      w.wo_a.row(j, wrow.data());
+      for (int64_t r = 0; r < rows; ++r)
+        og[r * G * ol + j] = kernels::dot(&o[r * heads * hd + j / ol * group_in], wrow.data(), group_in);
     }
   });
   v41_linear(w.wo_b, og.data(), rows, out);

@@ -70,7 +70,8 @@ Status DeepseekV41::dspark_draft(const std::vector<V41DraftCall>& calls, std::ve
     for (int64_t j = 0; j < K; ++j) {
       const int64_t r = i * K + j;
       const int32_t token = j == 0 ? calls[i].anchor : c.dspark_noise_token_id;
-      for (int s = 0; s < hc; ++s) std::copy_n(&weights_->embed[token * dim], dim, &h[r * flat + s * dim]);
+      weights_->embed.row(token, &h[r * flat]);
+      for (int s = 1; s < hc; ++s) std::copy_n(&h[r * flat], dim, &h[r * flat + s * dim]);
       pre[r * hc] = 1.0f;
       rr.index.push_back(r);
       rr.count.push_back(rows);
@@ -96,7 +97,7 @@ Status DeepseekV41::dspark_draft(const std::vector<V41DraftCall>& calls, std::ve
   v41_linear(weights_->head, normed.data(), rows, logits.data());
 
   // Left to right: the Markov bias of the previous token, then the draw.
-  std::vector<float> conf_in(rows * (dim + R)), conf(rows), bias(V);
+  std::vector<float> conf_in(rows * (dim + R)), conf(rows), bias(V), e(R);
   out->assign(n, DSparkDraft{});
   for (int64_t i = 0; i < n; ++i) {
     const V41DraftCall& call = calls[i];
@@ -105,14 +106,14 @@ Status DeepseekV41::dspark_draft(const std::vector<V41DraftCall>& calls, std::ve
     o.logits.assign(logits.begin() + i * K * V, logits.begin() + (i + 1) * K * V);
     for (int64_t j = 0; j < K; ++j) {
       const int32_t prev = call.forced_prev ? call.forced_prev[j] : o.ids[j];
-      const float* e = &d.markov_embed[static_cast<int64_t>(prev) * R];
-      v41_linear(d.markov_head, e, 1, bias.data());
+      d.markov_embed.row(prev, e.data());
+      v41_linear(d.markov_head, e.data(), 1, bias.data());
       float* l = &o.logits[j * V];
       for (int64_t v = 0; v < V; ++v) l[v] += bias[v];
       o.ids.push_back(dspark_draw(l, V, call.temperature, call.noise ? call.noise + j * V : nullptr, call.rng));
       const int64_t r = i * K + j;
       std::copy_n(&hidden[r * dim], dim, &conf_in[r * (dim + R)]);
-      std::copy_n(e, R, &conf_in[r * (dim + R) + dim]);
+      std::copy_n(e.data(), R, &conf_in[r * (dim + R) + dim]);
     }
   }
   v41_linear(d.confidence, conf_in.data(), rows, conf.data());

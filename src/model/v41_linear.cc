@@ -20,6 +20,19 @@ float abs_max(const float* x, int64_t n) {
 
 float e4m3(float x) { return round_to_e4m3(std::fmax(-kE4M3Max, std::fmin(kE4M3Max, x))); }
 
+// Every code's value, so a row decodes by lookup.
+struct CodeTables {
+  float e4m3[256], e2m1[16];
+  CodeTables() {
+    for (int i = 0; i < 256; ++i) e4m3[i] = e4m3_to_f32(static_cast<uint8_t>(i));
+    for (int i = 0; i < 16; ++i) e2m1[i] = e2m1_to_f32(static_cast<uint8_t>(i));
+  }
+};
+const CodeTables& tables() {
+  static const CodeTables t;
+  return t;
+}
+
 // Rounds [n] through e2m1 with the scale of each group of `group` values.
 template <typename ScaleOf>
 void fp4_round(float* x, int64_t n, int64_t group, ScaleOf scale_of) {
@@ -60,26 +73,59 @@ void fp4_round_e4m3_scaled(float* x, int64_t n) {
   fp4_round(x, n, 16, [&](float amax) { return e4m3(std::fmax(amax, min_amax) / kE2M1Max); });
 }
 
-void v41_linear(const V41Linear& l, const float* x, int64_t m, float* y) {
-  const int64_t in = l.in, out = l.out;
-  if (l.kind == V41Linear::Kind::kPlain) {
-    parallel_for(m * out, 64, [&](int64_t v0, int64_t v1) {
-      for (int64_t v = v0; v < v1; ++v) y[v] = kernels::dot(x + v / out * in, &l.w[v % out * in], in);
-    });
-    return;
-  }
-  const int64_t blocks = in / kBlock;
-  std::vector<float> codes(m * in), scales(m * blocks);
-  for (int64_t r = 0; r < m; ++r) act_quant_e4m3(x + r * in, in, &codes[r * in], &scales[r * blocks]);
-  parallel_for(m * out, 16, [&](int64_t v0, int64_t v1) {
-    for (int64_t v = v0; v < v1; ++v) {
-      const int64_t r = v / out, o = v % out;
-      float acc = 0.0f;
-      for (int64_t b = 0; b < blocks; ++b) {
-        const float partial = kernels::dot(&codes[r * in + b * kBlock], &l.w[o * in + b * kBlock], kBlock);
-        acc += partial * scales[r * blocks + b] * l.weight_scale(o, b);
+void V41Linear::row(int64_t o, float* w) const {
+  switch (kind) {
+    case Kind::kF32: std::copy_n(&f32[o * in], in, w); break;
+    case Kind::kBf16:
+      for (int64_t i = 0; i < in; ++i) w[i] = bf16_to_f32(bf16[o * in + i]);
+      break;
+    case Kind::kFp8: {
+      const uint8_t* c = &codes[o * in];
+      for (int64_t i = 0; i < in; ++i) w[i] = tables().e4m3[c[i]];
+      if (dequantized)
+        for (int64_t i = 0; i < in; ++i) w[i] *= weight_scale(o, i / kBlock);
+      break;
+    }
+    case Kind::kFp4: {
+      const uint8_t* c = &codes[o * in / 2];  // in is a multiple of 32
+      for (int64_t i = 0; i < in / 2; ++i) {
+        w[2 * i] = tables().e2m1[c[i] & 0xF];
+        w[2 * i + 1] = tables().e2m1[c[i] >> 4];
       }
-      y[v] = acc;
+      break;
+    }
+  }
+}
+
+int64_t V41Linear::bytes() const {
+  return static_cast<int64_t>(4 * f32.size() + 2 * bf16.size() + codes.size() + 4 * scale.size());
+}
+
+void v41_linear(const V41Linear& l, const float* x, int64_t m, float* y) {
+  const int64_t in = l.in, out = l.out, blocks = in / kBlock;
+  std::vector<float> codes, scales;
+  if (l.block_scaled()) {
+    codes.resize(m * in);
+    scales.resize(m * blocks);
+    for (int64_t r = 0; r < m; ++r) act_quant_e4m3(x + r * in, in, &codes[r * in], &scales[r * blocks]);
+  }
+  // Each weight row decoded once, then every input row against it.
+  parallel_for(out, std::max<int64_t>(1, 16 / std::max<int64_t>(m, 1)), [&](int64_t o0, int64_t o1) {
+    std::vector<float> w(in);
+    for (int64_t o = o0; o < o1; ++o) {
+      l.row(o, w.data());
+      for (int64_t r = 0; r < m; ++r) {
+        if (!l.block_scaled()) {
+          y[r * out + o] = kernels::dot(x + r * in, w.data(), in);
+          continue;
+        }
+        float acc = 0.0f;
+        for (int64_t b = 0; b < blocks; ++b) {
+          const float partial = kernels::dot(&codes[r * in + b * kBlock], &w[b * kBlock], kBlock);
+          acc += partial * scales[r * blocks + b] * l.weight_scale(o, b);
+        }
+        y[r * out + o] = acc;
+      }
     }
   });
 }

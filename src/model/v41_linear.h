@@ -3,7 +3,8 @@
 // 32 inputs, and the GEMM is block-scaled: per K block of 32, the products
 // of the two operands' codes summed, times the activation's scale, times
 // the weight's, added to the output in K order. BF16 and F32 weights are a
-// plain left-to-right dot product.
+// plain left-to-right dot product. Weights stay in their stored format and
+// are decoded a row at a time (exactly: every code value is a float).
 #pragma once
 
 #include <cstdint>
@@ -12,16 +13,29 @@
 namespace dsv4 {
 
 struct V41Linear {
-  enum class Kind { kPlain, kFp8, kFp4 };
-  Kind kind = Kind::kPlain;
+  enum class Kind { kF32, kBf16, kFp8, kFp4 };
+  Kind kind = Kind::kF32;
   int64_t out = 0, in = 0;
-  // kPlain: the weights [out, in]; kFp8 / kFp4: each weight's code value
-  // (e4m3 / e2m1) [out, in], and the scales: FP8 one per 32 x 32 tile
-  // [ceil(out / 32), in / 32], FP4 one per row and 32 inputs [out, in / 32].
-  std::vector<float> w, scale;
+  // Held as stored: F32 or BF16 values [out, in]; FP8 e4m3 codes [out, in]
+  // with one scale per 32 x 32 tile [ceil(out / 32), in / 32]; FP4 e2m1
+  // codes two per byte (low nibble first) [out, in / 2] with one scale per
+  // row and 32 inputs [out, in / 32].
+  std::vector<float> f32;
+  std::vector<uint16_t> bf16;
+  std::vector<uint8_t> codes;
+  std::vector<float> scale;
+  // An FP8 weight the reference dequantizes and uses in a plain product
+  // (wo_a): its values are codes times scales, its activation unrounded.
+  bool dequantized = false;
+
+  bool block_scaled() const { return (kind == Kind::kFp8 || kind == Kind::kFp4) && !dequantized; }
   float weight_scale(int64_t row, int64_t block) const {
     return kind == Kind::kFp8 ? scale[(row / kBlock) * (in / kBlock) + block] : scale[row * (in / kBlock) + block];
   }
+  // Row o as the product reads it: the code values of a block-scaled
+  // weight, else the weights. w [in].
+  void row(int64_t o, float* w) const;
+  int64_t bytes() const;  // resident
   static constexpr int64_t kBlock = 32;
 };
 

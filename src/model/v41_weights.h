@@ -74,13 +74,13 @@ struct V41DSpark {
   std::vector<float> main_norm;    // mtp.0.main_norm [dim]
   std::vector<V41Block> stages;    // mtp.N
   std::vector<float> norm;         // mtp.<last>.norm [dim]
-  std::vector<float> markov_embed; // mtp.<last>.markov_head.embed [vocab, rank]
+  V41Linear markov_embed;          // mtp.<last>.markov_head.embed [vocab, rank], read by row
   V41Linear markov_head;           // mtp.<last>.markov_head.head [vocab, rank]
   V41Linear confidence;            // mtp.<last>.confidence_head.proj [1, dim + rank]
 };
 
 struct V41Weights {
-  std::vector<float> embed;  // [vocab, dim]
+  V41Linear embed;           // [vocab, dim], read by row
   std::vector<V41Block> blocks;
   std::vector<float> norm;   // [dim]
   V41Linear head;            // [vocab, dim]
