@@ -12,15 +12,16 @@ namespace dsv4::app {
 namespace {
 
 const char* kHelp =
-    "usage: dsv4 plan --config PATH_OR_DIR|flash|pro [--tp N --dp N --ep N] [--memory 512G]\n"
+    "usage: dsv4 plan --config PATH_OR_DIR|flash|pro|v41-flash [--tp N --dp N --ep N] [--memory 512G]\n"
     "                 [--max-model-len N] [--bandwidth 400G] [--weights released|bf16] [engine options]\n"
     "Prints, before anything is downloaded, what the model needs on a layout: per-rank resident\n"
     "weights by format (as dsv4 loads them), the KV cache's bytes per token, how many tokens of\n"
     "history and how many requests of max-model-len fit in the memory left, and the batch-1\n"
     "decode roofline for a memory bandwidth. The numbers are the ones the engine computes.\n"
     "Exit code 0: it fits; 1: the weights do not fit in --memory; 2: bad input.\n"
-    "  --config          a config.json, a checkpoint directory holding one, or flash / pro (the\n"
-    "                    released DeepSeek-V4-Flash / -Pro configs)\n"
+    "  --config          a config.json, a checkpoint directory holding one, or flash / pro /\n"
+    "                    v41-flash (the released DeepSeek-V4-Flash / -Pro / V4.1-Flash configs);\n"
+    "                    V4.1's Engram tables are counted once per machine\n"
     "  --memory          the machine's memory (K, M, G, T: powers of 1024); the KV budget is what\n"
     "                    the weights and a headroom of 5% (at least 2 GiB) leave, or --kv-cache-memory\n"
     "  --bandwidth       memory read bandwidth, bytes/s (G = 10^9: 400G is 400 GB/s)\n"
@@ -30,10 +31,10 @@ const char* kHelp =
     "  --kv-cache-memory, --[no-]enable-prefix-caching, --speculative-config: as dsv4 serve\n";
 
 StatusOr<ModelConfig> config_from(const std::string& where) {
-  if (where == "flash" || where == "pro") return released_config(where);
+  if (where == "flash" || where == "pro" || where == "v41-flash") return released_config(where);
   std::string path = where;
   if (std::filesystem::is_directory(path)) path += "/config.json";
-  return load_model_config(path);
+  return load_any_model_config(path);
 }
 
 }  // namespace

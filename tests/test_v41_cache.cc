@@ -8,11 +8,14 @@
 
 #include "checkpoint/config_json.h"
 #include "checkpoint/released_configs.h"
+#include "checkpoint/v41_loader.h"
+#include "golden_v41_case.h"
 #include "kernels/cache_rows.h"
 #include "kv/kv_cache_manager.h"
 #include "kv/page_layout.h"
 #include "model/cache_geometry.h"
 #include "model/v41_linear.h"
+#include "tools/capacity_plan.h"
 #include "test_util.h"
 
 namespace dsv4 {
@@ -137,6 +140,36 @@ TEST(V41CacheGeometry, V4KeepsItsGeometry) {
     EXPECT_EQ(g.layers[l].indexer, g.layers[l].ratio == 4);
   }
   EXPECT_EQ(g.prefix_replay_tokens(), 4);
+}
+
+// dsv4 plan's V4.1 walk is what the loader holds: on the FP8 golden
+// checkpoint, every byte of the rank's weights and of the Engram tables.
+TEST(V41Plan, CountsWhatTheLoaderHolds) {
+  const std::string dir = golden_v41_dir("v41-fp8");
+  auto config = load_any_model_config(dir + "/config.json");
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  auto weights = load_v41_weights(dir, *config);
+  ASSERT_TRUE(weights.ok()) << weights.status().message();
+  PlanOptions o;
+  o.max_model_len = 128;
+  o.kv_cache_bytes = int64_t{64} << 20;
+  auto plan = plan_capacity(*config, o);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  EXPECT_EQ(plan->rank_weight_bytes, (*weights)->resident_bytes());
+  EXPECT_EQ(plan->engram_bytes, (*weights)->engram_bytes());
+  EXPECT_GT(plan->engram_bytes, 0);
+  EXPECT_NE(plan->report().find("Engram tables:"), std::string::npos) << plan->report();
+}
+
+TEST(V41Plan, TheReleasedConfigPlansWithItsEngramTables) {
+  auto run = testing::run_dsv4("plan --config v41-flash --memory 768G --bandwidth 400G");
+  EXPECT_EQ(run.code, 0) << run.output;
+  EXPECT_NE(run.output.find("Engram tables: 188.83 GiB once per machine"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("FP4 experts: 275.67 GiB"), std::string::npos) << run.output;
+  // 384 GiB holds the experts but not the experts and the tables.
+  auto small = testing::run_dsv4("plan --config v41-flash --memory 384G");
+  EXPECT_EQ(small.code, 1) << small.output;
+  EXPECT_NE(small.output.find("DOES NOT FIT"), std::string::npos) << small.output;
 }
 
 }  // namespace

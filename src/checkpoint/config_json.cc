@@ -155,12 +155,34 @@ StatusOr<ModelConfig> parse_model_config(const std::string& text, const std::str
   return invalid_argument(src + ": a field has the wrong JSON type: " + e.what());
 }
 
-StatusOr<ModelConfig> load_model_config(const std::string& path) {
+namespace {
+
+StatusOr<std::string> read_config_text(const std::string& path) {
   std::ifstream in(path);
   if (!in) return not_found("cannot read config '" + path + "'");
   std::stringstream ss;
   ss << in.rdbuf();
-  return parse_model_config(ss.str(), path);
+  return ss.str();
+}
+
+}  // namespace
+
+StatusOr<ModelConfig> load_model_config(const std::string& path) {
+  DSV4_ASSIGN_OR_RETURN(const std::string text, read_config_text(path));
+  return parse_model_config(text, path);
+}
+
+StatusOr<ModelConfig> parse_any_model_config(const std::string& text, const std::string& src) try {
+  DSV4_ASSIGN_OR_RETURN(json j, json_fields::parse(text, src));
+  if (j.is_object() && is_v41_config(j)) return parse_v41_model_config(text, src);
+  return parse_model_config(text, src);
+} catch (const json::exception& e) {
+  return invalid_argument(src + ": " + e.what());
+}
+
+StatusOr<ModelConfig> load_any_model_config(const std::string& path) {
+  DSV4_ASSIGN_OR_RETURN(const std::string text, read_config_text(path));
+  return parse_any_model_config(text, path);
 }
 
 std::string model_config_json(const ModelConfig& c) {

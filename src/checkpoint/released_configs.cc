@@ -78,7 +78,8 @@ std::string released_config_json(const std::string& name) {
 
 StatusOr<ModelConfig> released_config(const std::string& name) {
   const std::string json = released_config_json(name);
-  if (json.empty()) return invalid_argument("unknown released model '" + name + "' (known: flash, pro)");
+  if (json.empty()) return invalid_argument("unknown released model '" + name + "' (known: flash, pro, v41-flash)");
+  if (name == "v41-flash") return parse_any_model_config(json, "DeepSeek-V4.1-Flash");
   return parse_model_config(json, "DeepSeek-V4-" + std::string(name == "flash" ? "Flash" : "Pro"));
 }
 

@@ -53,17 +53,14 @@ class TensorReader {
     return out;
   }
 
-  // E8M0 scales as their powers of two.
-  StatusOr<std::vector<float>> scales(const std::string& name, const std::vector<int64_t>& shape) {
+  // E8M0 scales, as stored (each a power of two's biased exponent).
+  StatusOr<std::vector<uint8_t>> scales(const std::string& name, const std::vector<int64_t>& shape) {
     DType dt;
     DSV4_ASSIGN_OR_RETURN(std::vector<uint8_t> raw, bytes(name, shape, &dt));
     if (dt != DType::kF8E8M0) return invalid_argument("tensor " + name + " is " + dtype_name(dt) + ", expected F8_E8M0");
-    std::vector<float> out(raw.size());
-    for (size_t i = 0; i < raw.size(); ++i) {
-      if (raw[i] == 0xFF) return invalid_argument("tensor " + name + " holds a NaN scale (0xFF)");
-      out[i] = e8m0_to_f32(raw[i]);
-    }
-    return out;
+    for (uint8_t b : raw)
+      if (b == 0xFF) return invalid_argument("tensor " + name + " holds a NaN scale (0xFF)");
+    return raw;
   }
 
   // A linear stored as `prefix.weight` (+ `prefix.scale`), held as stored:
@@ -162,8 +159,7 @@ Status load_engram(TensorReader& r, const ModelConfig& c, int which, const std::
   DType dt;
   ASSIGN(g->codes, r.bytes(p + "embed.weight", {g->rows, g->head_dim}, &dt));
   if (dt != DType::kF8E4M3) return invalid_argument("tensor " + p + "embed.weight is " + dtype_name(dt) + ", expected F8_E4M3");
-  ASSIGN(g->scales, r.bytes(p + "embed.scale", {g->rows, g->head_dim / kBlock}, &dt));
-  if (dt != DType::kF8E8M0) return invalid_argument("tensor " + p + "embed.scale is " + dtype_name(dt) + ", expected F8_E8M0");
+  ASSIGN(g->scales, r.scales(p + "embed.scale", {g->rows, g->head_dim / kBlock}));
   ASSIGN(g->wkv, r.linear(p + "wkv", static_cast<int64_t>(c.dim) * (c.hc_mult + 1),
                           static_cast<int64_t>(e.hash_columns()) * e.head_dim));
   std::vector<float> q, k;

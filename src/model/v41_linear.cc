@@ -98,7 +98,17 @@ void V41Linear::row(int64_t o, float* w) const {
 }
 
 int64_t V41Linear::bytes() const {
-  return static_cast<int64_t>(4 * f32.size() + 2 * bf16.size() + codes.size() + 4 * scale.size());
+  return static_cast<int64_t>(4 * f32.size() + 2 * bf16.size() + codes.size() + scale.size());
+}
+
+int64_t V41Linear::held_bytes(Kind kind, int64_t out, int64_t in) {
+  switch (kind) {
+    case Kind::kF32: return 4 * out * in;
+    case Kind::kBf16: return 2 * out * in;
+    case Kind::kFp8: return out * in + (out + kBlock - 1) / kBlock * (in / kBlock);
+    case Kind::kFp4: return out * in / 2 + out * (in / kBlock);
+  }
+  return 0;
 }
 
 void v41_linear(const V41Linear& l, const float* x, int64_t m, float* y) {
@@ -111,9 +121,11 @@ void v41_linear(const V41Linear& l, const float* x, int64_t m, float* y) {
   }
   // Each weight row decoded once, then every input row against it.
   parallel_for(out, std::max<int64_t>(1, 16 / std::max<int64_t>(m, 1)), [&](int64_t o0, int64_t o1) {
-    std::vector<float> w(in);
+    std::vector<float> w(in), wscale(blocks);
     for (int64_t o = o0; o < o1; ++o) {
       l.row(o, w.data());
+      if (l.block_scaled())
+        for (int64_t b = 0; b < blocks; ++b) wscale[b] = l.weight_scale(o, b);
       for (int64_t r = 0; r < m; ++r) {
         if (!l.block_scaled()) {
           y[r * out + o] = kernels::dot(x + r * in, w.data(), in);
@@ -122,7 +134,7 @@ void v41_linear(const V41Linear& l, const float* x, int64_t m, float* y) {
         float acc = 0.0f;
         for (int64_t b = 0; b < blocks; ++b) {
           const float partial = kernels::dot(&codes[r * in + b * kBlock], &w[b * kBlock], kBlock);
-          acc += partial * scales[r * blocks + b] * l.weight_scale(o, b);
+          acc += partial * scales[r * blocks + b] * wscale[b];
         }
         y[r * out + o] = acc;
       }

@@ -7,6 +7,7 @@
 // are decoded a row at a time (exactly: every code value is a float).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -23,19 +24,22 @@ struct V41Linear {
   std::vector<float> f32;
   std::vector<uint16_t> bf16;
   std::vector<uint8_t> codes;
-  std::vector<float> scale;
+  std::vector<uint8_t> scale;  // e8m0: 2^(byte - 127)
   // An FP8 weight the reference dequantizes and uses in a plain product
   // (wo_a): its values are codes times scales, its activation unrounded.
   bool dequantized = false;
 
   bool block_scaled() const { return (kind == Kind::kFp8 || kind == Kind::kFp4) && !dequantized; }
   float weight_scale(int64_t row, int64_t block) const {
-    return kind == Kind::kFp8 ? scale[(row / kBlock) * (in / kBlock) + block] : scale[row * (in / kBlock) + block];
+    const uint8_t e = kind == Kind::kFp8 ? scale[(row / kBlock) * (in / kBlock) + block] : scale[row * (in / kBlock) + block];
+    return std::ldexp(1.0f, static_cast<int>(e) - 127);
   }
   // Row o as the product reads it: the code values of a block-scaled
   // weight, else the weights. w [in].
   void row(int64_t o, float* w) const;
   int64_t bytes() const;  // resident
+  // What a linear of this kind and shape holds (bytes() once loaded).
+  static int64_t held_bytes(Kind kind, int64_t out, int64_t in);
   static constexpr int64_t kBlock = 32;
 };
 

@@ -85,6 +85,10 @@ struct V41Weights {
   std::vector<float> norm;   // [dim]
   V41Linear head;            // [vocab, dim]
   std::optional<V41DSpark> dspark;
+
+  // Resident bytes as loaded, the Engram tables apart (engram_bytes).
+  int64_t resident_bytes() const;
+  int64_t engram_bytes() const;
 };
 
 }  // namespace dsv4

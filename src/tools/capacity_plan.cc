@@ -8,6 +8,7 @@
 
 #include "kernels/kernels.h"
 #include "model/cache_geometry.h"
+#include "model/v41_linear.h"
 #include "model/weights.h"
 
 namespace dsv4 {
@@ -120,6 +121,118 @@ class WeightWalk {
   const Visit& visit_;
 };
 
+// DeepSeek-V4.1's share per rank, as checkpoint/v41_loader.cc holds it
+// (each linear in its stored format: V41Linear::held_bytes), sharded as
+// V4's: heads and vocabulary by TP, routed experts by EP. The Engram tables
+// are not a rank's: they are read by row, one copy per machine (engram()).
+class V41WeightWalk {
+ public:
+  using Visit = WeightWalk::Visit;
+  using Kind = V41Linear::Kind;
+  V41WeightWalk(const ModelConfig& c, PlanWeights weights, int tp, int ep, const Visit& visit)
+      : c_(c), weights_(weights), tp_(tp), ep_(ep), visit_(visit) {}
+
+  void run() {
+    const int64_t dim = c_.dim, V = c_.vocab_size;
+    visit_(HeldAs::kBf16, V41Linear::held_bytes(Kind::kBf16, share(V), dim), LinearKind::kMain, false);  // embed
+    for (int i = 0; i < c_.n_layers; ++i) block(i, LinearKind::kMain, LinearKind::kRoutedExpert);
+    vec(dim);
+    linear(Kind::kBf16, share(V), dim, LinearKind::kHead);
+    if (!c_.has_dspark()) return;
+    const int64_t R = c_.dspark_markov_rank;
+    linear(Kind::kFp8, dim, int64_t{c_.dspark_taps()} * dim, LinearKind::kMtp);  // main_proj
+    vec(2 * dim);                                                                // main_norm, norm
+    for (int s = 0; s < c_.dspark_stages; ++s) block(c_.n_layers + s, LinearKind::kMtp, LinearKind::kMtp);
+    linear(Kind::kBf16, V, R, LinearKind::kMtp);        // markov_head.embed (read by row)
+    linear(Kind::kBf16, V, R, LinearKind::kMtp);        // markov_head.head
+    linear(Kind::kBf16, 1, dim + R, LinearKind::kMtp);  // confidence_head.proj
+  }
+
+  // The Engram tables: e4m3 rows and an e8m0 scale per 32 values.
+  static int64_t engram_bytes(const ModelConfig& c) {
+    int64_t n = 0;
+    for (int64_t rows : c.engram.num_embeddings) n += rows * (c.engram.head_dim + c.engram.head_dim / V41Linear::kBlock);
+    return n;
+  }
+
+ private:
+  int64_t share(int64_t n) const { return n / tp_; }
+  void vec(int64_t n) { visit_(HeldAs::kF32, 4 * n, LinearKind::kMain, false); }
+  static HeldAs held_as(Kind k) {
+    switch (k) {
+      case Kind::kFp8: return HeldAs::kFp8;
+      case Kind::kFp4: return HeldAs::kFp4;
+      case Kind::kBf16: return HeldAs::kBf16;
+      case Kind::kF32: break;
+    }
+    return HeldAs::kF32;
+  }
+  void linear(Kind k, int64_t out, int64_t in, LinearKind kind) {
+    if (weights_ == PlanWeights::kBf16 && k != Kind::kF32) k = Kind::kBf16;
+    visit_(held_as(k), V41Linear::held_bytes(k, out, in), kind, true);
+  }
+  static bool has(const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+
+  void block(int layer, LinearKind kind, LinearKind routed) {
+    const int64_t hd = c_.head_dim, heads = c_.n_heads, dim = c_.dim, G = c_.o_groups, olr = c_.o_lora_rank;
+    const bool backbone = layer < c_.n_layers;
+    vec(share(heads) + c_.q_lora_rank + hd);  // attn_sink, q_norm, kv_norm
+    linear(Kind::kFp8, share(c_.q_lora_rank), dim, kind);
+    linear(Kind::kFp8, share(heads * hd), c_.q_lora_rank, kind);
+    linear(Kind::kFp8, share(hd), dim, kind);
+    const int64_t groups = std::max<int64_t>(1, G / tp_);
+    linear(Kind::kFp8, groups * olr, heads * hd / G, kind);  // wo_a, FP8 dequantized per row
+    linear(Kind::kFp8, share(dim), G * olr, kind);          // wo_b
+    const int ratio = c_.compress_ratio(layer);
+    const bool kv_source = backbone && has(c_.shared.kv_source_layers, layer);
+    if (kv_source) {
+      linear(Kind::kBf16, share(hd), dim, kind);             // compressor.wkv
+      if (ratio > 1) linear(Kind::kBf16, share(hd), dim, kind);  // compressor.wgate
+      vec(hd);
+    }
+    if (backbone && has(c_.shared.index_source_layers, layer)) {
+      const int64_t iq = int64_t{c_.index_n_heads} * c_.index_head_dim;
+      linear(Kind::kFp8, share(iq), c_.q_lora_rank, kind);
+      linear(Kind::kBf16, share(c_.index_n_heads), dim, kind);
+      if (kv_source) {
+        linear(Kind::kBf16, c_.index_head_dim, hd, kind);  // wk
+        vec(c_.index_head_dim);
+      }
+    }
+    const int64_t E = !backbone && c_.dspark_n_routed_experts ? c_.dspark_n_routed_experts : c_.n_routed_experts;
+    linear(Kind::kBf16, E, dim, kind);  // the router gate
+    vec(E * (c_.vision_n_layers > 0 ? 2 : 1));  // bias (and bias_vl)
+    const int64_t inter = c_.moe_inter_dim;
+    for (int64_t e = 0; e < E / ep_; ++e)
+      for (auto [out, in] : {std::pair{inter, dim}, std::pair{dim, inter}, std::pair{inter, dim}})
+        linear(Kind::kFp4, out, in, routed);
+    linear(Kind::kFp8, share(inter), dim, kind);
+    linear(Kind::kFp8, share(dim), inter, kind);
+    linear(Kind::kFp8, share(inter), dim, kind);
+    vec(2 * dim);  // attn_norm, ffn_norm
+    for (int i = 0; i < 2; ++i) {  // hc_attn, hc_ffn: packed as V4's
+      visit_(HeldAs::kF32, 4 * kernels::packed_floats(c_.mix_hc(), int64_t{c_.hc_mult} * dim), kind, true);
+      vec(c_.mix_hc() + 3);
+    }
+    if (backbone && has(c_.engram.layer_ids, layer)) {  // the projection; its table is engram_bytes
+      const EngramConfig& e = c_.engram;
+      linear(Kind::kFp8, dim * (c_.hc_mult + 1), int64_t{e.hash_columns()} * e.head_dim, kind);
+      vec(int64_t{c_.hc_mult} * dim);  // q_weight * k_weight
+    }
+  }
+
+  const ModelConfig& c_;
+  const PlanWeights weights_;
+  const int tp_, ep_;
+  const Visit& visit_;
+};
+
+// The walk of the config's family.
+void walk_weights(const ModelConfig& c, PlanWeights weights, int tp, int ep, const WeightWalk::Visit& visit) {
+  if (c.family == ModelFamily::kV41) V41WeightWalk(c, weights, tp, ep, visit).run();
+  else WeightWalk(c, weights, tp, ep, visit).run();
+}
+
 std::string gib(double bytes) {
   char b[32];
   std::snprintf(b, sizeof b, "%.2f GiB", bytes / 1073741824.0);
@@ -154,8 +267,9 @@ StatusOr<CapacityPlan> plan_capacity(const ModelConfig& c, const PlanOptions& o)
     p.rank_weights[static_cast<int>(h)] += bytes;
     p.rank_weight_bytes += bytes;
   };
-  WeightWalk(c, o.weights, t.tp, t.ep, by_format).run();
+  walk_weights(c, o.weights, t.tp, t.ep, by_format);
   p.total_weight_bytes = p.rank_weight_bytes * t.world;
+  if (c.family == ModelFamily::kV41) p.engram_bytes = V41WeightWalk::engram_bytes(c);
   // What a batch-1 decode token reads: one copy of the main model, the
   // experts it activates and the head (not the MTP block, not the
   // embedding table): the same sum as dsv4 bench's roofline.
@@ -165,7 +279,10 @@ StatusOr<CapacityPlan> plan_capacity(const ModelConfig& c, const PlanOptions& o)
     if (kind == LinearKind::kRoutedExpert)
       p.decode_bytes_per_token += static_cast<double>(bytes) * c.n_activated_experts / c.n_routed_experts;
   };
-  WeightWalk(c, o.weights, 1, 1, decode).run();
+  walk_weights(c, o.weights, 1, 1, decode);
+  // V4.1: and its Engram rows (hash columns per Engram layer).
+  for (size_t i = 0; i < c.engram.layer_ids.size(); ++i)
+    p.decode_bytes_per_token += static_cast<double>(c.engram.hash_columns()) * (c.engram.head_dim + c.engram.head_dim / 32);
   p.bandwidth = o.bandwidth;
 
   // The KV cache: the process's budget split over its ranks, each rank of a
@@ -182,7 +299,7 @@ StatusOr<CapacityPlan> plan_capacity(const ModelConfig& c, const PlanOptions& o)
     // the memory, at least 2 GiB.
     p.headroom_bytes = std::max<int64_t>(int64_t{2} << 30, o.memory_bytes / 20);
     p.memory_bytes = o.memory_bytes;
-    p.kv_budget_bytes = o.memory_bytes - p.total_weight_bytes - p.headroom_bytes;
+    p.kv_budget_bytes = o.memory_bytes - p.total_weight_bytes - p.engram_bytes - p.headroom_bytes;
     if (p.kv_budget_bytes <= 0) {
       p.fits = false;
       p.kv_budget_bytes = 0;
@@ -208,12 +325,17 @@ std::string CapacityPlan::report() const {
     if (rank_weights[h]) s << "  " << held_as_name(static_cast<HeldAs>(h)) << ": " << gib(rank_weights[h]) << "\n";
   s << "  total " << gib(rank_weight_bytes) << " per rank, " << gib(total_weight_bytes) << " for all " << t.world
     << " ranks\n";
+  if (engram_bytes)
+    s << "Engram tables: " << gib(engram_bytes)
+      << " once per machine (FP8 rows with E8M0 scales, read by row, shared by its ranks)\n";
+  if (config.family == ModelFamily::kV41 && config.vision_n_layers > 0)
+    s << "vision tower: not loaded (image inputs are not served by this build)\n";
   char line[256];
   std::snprintf(line, sizeof line, "KV cache: %.0f bytes per token at %lld tokens of context (%.0f at 4K), per DP group\n",
                 kv_bytes_per_token, static_cast<long long>(max_model_len), kv_bytes_per_token_4k);
   s << line;
   if (!fits)
-    s << "  DOES NOT FIT: the weights (" << gib(total_weight_bytes) << ") and " << gib(headroom_bytes)
+    s << "  DOES NOT FIT: the weights (" << gib(total_weight_bytes + engram_bytes) << ") and " << gib(headroom_bytes)
       << " of headroom exceed the " << gib(memory_bytes) << " of memory\n";
   if (kv_budget_bytes > 0) {
     s << "  budget " << gib(kv_budget_bytes);

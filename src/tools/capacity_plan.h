@@ -44,6 +44,7 @@ struct CapacityPlan {
   std::array<int64_t, static_cast<int>(HeldAs::kNum)> rank_weights{};  // rank 0, by format
   int64_t rank_weight_bytes = 0;   // rank 0's total
   int64_t total_weight_bytes = 0;  // every rank's
+  int64_t engram_bytes = 0;        // V4.1's Engram tables: one copy per machine, not per rank
   int64_t memory_bytes = 0;        // the machine's, when given
   bool fits = true;                // the weights and headroom leave memory for a KV cache
   int64_t headroom_bytes = 0;      // activations and the runtime, when the KV budget is derived

@@ -1,0 +1,46 @@
+#include "model/v41_weights.h"
+
+namespace dsv4 {
+namespace {
+
+int64_t floats(const std::vector<float>& v) { return 4 * static_cast<int64_t>(v.size()); }
+
+int64_t block_bytes(const V41Block& b) {
+  const V41Attention& a = b.attn;
+  int64_t n = floats(a.attn_sink) + floats(a.q_norm) + floats(a.kv_norm) + floats(b.attn_norm) + floats(b.ffn_norm);
+  for (const V41Linear* l : {&a.wq_a, &a.wq_b, &a.wkv, &a.wo_a, &a.wo_b}) n += l->bytes();
+  if (a.compressor) n += a.compressor->wkv.bytes() + a.compressor->wgate.bytes() + floats(a.compressor->norm);
+  if (a.indexer) {
+    const V41Indexer& ix = *a.indexer;
+    n += ix.wq_b.bytes() + ix.weights_proj.bytes() + ix.wk.bytes() + floats(ix.k_norm);
+  }
+  n += b.ffn.gate.bytes() + floats(b.ffn.gate_bias);
+  for (const V41Expert& e : b.ffn.experts) n += e.w1.bytes() + e.w2.bytes() + e.w3.bytes();
+  n += b.ffn.shared.w1.bytes() + b.ffn.shared.w2.bytes() + b.ffn.shared.w3.bytes();
+  for (const HyperConnWeights* hc : {&b.hc_attn, &b.hc_ffn}) n += hc->fn.resident_bytes() + floats(hc->base) + floats(hc->scale);
+  if (b.engram) n += b.engram->wkv.bytes() + floats(b.engram->qk);
+  return n;
+}
+
+}  // namespace
+
+int64_t V41Weights::resident_bytes() const {
+  int64_t n = embed.bytes() + floats(norm) + head.bytes();
+  for (const V41Block& b : blocks) n += block_bytes(b);
+  if (dspark) {
+    const V41DSpark& d = *dspark;
+    n += d.main_proj.bytes() + floats(d.main_norm) + floats(d.norm) + d.markov_embed.bytes() + d.markov_head.bytes() +
+         d.confidence.bytes();
+    for (const V41Block& b : d.stages) n += block_bytes(b);
+  }
+  return n;
+}
+
+int64_t V41Weights::engram_bytes() const {
+  int64_t n = 0;
+  for (const V41Block& b : blocks)
+    if (b.engram) n += static_cast<int64_t>(b.engram->codes.size() + b.engram->scales.size());
+  return n;
+}
+
+}  // namespace dsv4
