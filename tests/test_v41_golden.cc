@@ -84,8 +84,15 @@ TEST_P(V41Golden, PrefillAndDecodeAreTheReferencesBitForBit) {
   const int64_t B = ids_shape[0], S = ids_shape[1], V = cfg.vocab_size, flat = cfg.hc_mult * cfg.dim;
   const int64_t taps = cfg.dspark_taps() * cfg.dim;
   const std::vector<int64_t> prompt = read_tensor<int64_t>(g, "prompt_ids");
-  std::vector<V41Sequence> seqs;
-  for (int64_t b = 0; b < B; ++b) seqs.push_back(c.model->new_sequence());
+  std::vector<std::unique_ptr<ContiguousCache>> seqs;
+  std::vector<std::vector<int32_t>> seen(B);  // each sequence's tokens so far (Engram's look-back)
+  for (int64_t b = 0; b < B; ++b) seqs.push_back(c.model->new_cache());
+  auto input = [&](int64_t b, std::vector<int32_t> tokens, int64_t prefill_len) {
+    const int64_t back = std::min<int64_t>(static_cast<int64_t>(seen[b].size()), c.model->history_tokens());
+    V41Input in{seqs[b].get(), tokens, prefill_len, std::vector<int32_t>(seen[b].end() - back, seen[b].end())};
+    seen[b].insert(seen[b].end(), tokens.begin(), tokens.end());
+    return in;
+  };
 
   // Prefill: the rows of each prompt as they come out of the forwards.
   std::vector<std::vector<std::vector<float>>> layer_rows(B, std::vector<std::vector<float>>(cfg.n_layers));
@@ -100,7 +107,7 @@ TEST_P(V41Golden, PrefillAndDecodeAreTheReferencesBitForBit) {
       std::vector<V41Input> inputs;
       for (int64_t b : group) {
         const auto first = prompt.begin() + b * S + p0;
-        inputs.push_back({&seqs[b], std::vector<int32_t>(first, first + n), S});
+        inputs.push_back(input(b, std::vector<int32_t>(first, first + n), S));
       }
       V41Output out;
       ASSERT_TRUE(c.model->forward(inputs, &out, /*want_taps=*/true, /*trace=*/true).ok());
@@ -111,7 +118,7 @@ TEST_P(V41Golden, PrefillAndDecodeAreTheReferencesBitForBit) {
                                   out.trace[i].second.begin() + (row0 + n) * flat);
         tap_rows[b].insert(tap_rows[b].end(), out.taps.begin() + row0 * taps, out.taps.begin() + (row0 + n) * taps);
         // The prefill's forward_spec only fills the drafter's rings.
-        ASSERT_TRUE(c.model->dspark_fill(&seqs[b], &out.taps[row0 * taps], n, p0).ok());
+        ASSERT_TRUE(c.model->dspark_fill(seqs[b].get(), &out.taps[row0 * taps], n, p0).ok());
         last_logits[b].assign(out.logits.begin() + k * V, out.logits.begin() + (k + 1) * V);
       }
     }
@@ -138,14 +145,14 @@ TEST_P(V41Golden, PrefillAndDecodeAreTheReferencesBitForBit) {
   const int64_t T = g.find("decode_ids")->shape[0], K = cfg.dspark_block_size;
   for (int64_t t = 0; t < T; ++t) {
     std::vector<V41Input> inputs;
-    for (int64_t b = 0; b < B; ++b) inputs.push_back({&seqs[b], {static_cast<int32_t>(decode_ids[t * B + b])}, S});
+    for (int64_t b = 0; b < B; ++b) inputs.push_back(input(b, {static_cast<int32_t>(decode_ids[t * B + b])}, S));
     V41Output out;
     ASSERT_TRUE(c.model->forward(inputs, &out, /*want_taps=*/true).ok());
     EXPECT_EQ(relative_l2(out.logits.data(), &decode_logits[t * B * V], B * V), 0.0) << "decode step " << t;
     std::vector<V41DraftCall> calls(B);
     for (int64_t b = 0; b < B; ++b) {
       const float* row = &out.logits[b * V];
-      calls[b].seq = &seqs[b];
+      calls[b].cache = seqs[b].get();
       calls[b].position = S + t;
       calls[b].anchor = static_cast<int32_t>(std::max_element(row, row + V) - row);
       calls[b].tap = &out.taps[b * taps];
@@ -196,49 +203,66 @@ TEST(V41Golden, AShapeTheConfigDoesNotGiveIsAnErrorNamingTensorAndShapes) {
       << weights.status().message();
 }
 
+// The window rows [0, n) of cache layers `layers`, as bytes.
+std::vector<uint8_t> window_bytes(SequenceCache& cache, const CacheGeometry& g, const std::vector<int>& layers, int64_t n) {
+  std::vector<uint8_t> out;
+  for (int l : layers)
+    for (int64_t p = 0; p < n; ++p) out.insert(out.end(), cache.window_row(l, p), cache.window_row(l, p) + g.window_row_bytes);
+  return out;
+}
+
 TEST(V41Golden, BadForwardInputsAreRefusedAndTheSequenceKept) {
   Case c = load_case("v41-tiny");
   ASSERT_TRUE(c.model);
-  V41Sequence seq = c.model->new_sequence();
+  const CacheGeometry g = CacheGeometry::of(c.config);
+  auto seq = c.model->new_cache();
   V41Output out;
-  ASSERT_TRUE(c.model->forward({{&seq, {5, 6, 7}, 3}}, &out).ok());
-  const std::vector<float> ring = seq.window[0];
-  const Status outside = c.model->forward({{&seq, {8, 1024}, 5}}, &out);
+  ASSERT_TRUE(c.model->forward({{seq.get(), {5, 6, 7}, 3}}, &out).ok());
+  const std::vector<uint8_t> rows = window_bytes(*seq, g, {0, 9}, 3);
+  const Status outside = c.model->forward({{seq.get(), {8, 1024}, 5, {5, 6, 7}}}, &out);
   ASSERT_FALSE(outside.ok());
   EXPECT_NE(outside.message().find("token id 1024 is outside the vocabulary [0, 1024)"), std::string::npos)
       << outside.message();
-  EXPECT_FALSE(c.model->forward({{&seq, {}, 3}}, &out).ok());
+  EXPECT_FALSE(c.model->forward({{seq.get(), {}, 3, {5, 6, 7}}}, &out).ok());
   EXPECT_FALSE(c.model->forward({{nullptr, {5}, 1}}, &out).ok());
-  EXPECT_FALSE(c.model->forward({{&seq, {8}, 3}, {&seq, {9}, 3}}, &out).ok());
+  EXPECT_FALSE(c.model->forward({{seq.get(), {8}, 3, {5, 6, 7}}, {seq.get(), {9}, 3, {5, 6, 7}}}, &out).ok());
+  // Engram's look-back must come with the tokens: the 3 before position 3.
+  const Status no_history = c.model->forward({{seq.get(), {8}, 3}}, &out);
+  ASSERT_FALSE(no_history.ok());
+  EXPECT_NE(no_history.message().find("needs the 3 tokens before it for Engram, got 0"), std::string::npos)
+      << no_history.message();
   // Nothing of a refused forward reaches the sequence.
-  EXPECT_EQ(seq.length, 3);
-  EXPECT_EQ(seq.window[0], ring);
-  EXPECT_EQ(seq.engram_history.size(), 3u);
+  EXPECT_EQ(seq->length, 3);
+  EXPECT_EQ(window_bytes(*seq, g, {0, 9}, 3), rows);
+  EXPECT_TRUE(c.model->forward({{seq.get(), {8}, 3, {5, 6, 7}}}, &out).ok());
 }
 
 TEST(V41Golden, BadDraftCallsAreRefusedAndTheRingsKept) {
   Case c = load_case("v41-tiny");
   ASSERT_TRUE(c.model);
   const ModelConfig& cfg = c.config;
-  V41Sequence seq = c.model->new_sequence();
+  const CacheGeometry g = CacheGeometry::of(cfg);
+  std::vector<int> stages;
+  for (int s = 0; s < cfg.dspark_stages; ++s) stages.push_back(cfg.dspark_cache_layer(s));
+  auto seq = c.model->new_cache();
   V41Output out;
-  ASSERT_TRUE(c.model->forward({{&seq, {5, 6, 7}, 3}}, &out, /*want_taps=*/true).ok());
-  ASSERT_TRUE(c.model->dspark_fill(&seq, out.taps.data(), 3, 0).ok());
-  const std::vector<std::vector<float>> rings = seq.dspark_ring;
+  ASSERT_TRUE(c.model->forward({{seq.get(), {5, 6, 7}, 3}}, &out, /*want_taps=*/true).ok());
+  ASSERT_TRUE(c.model->dspark_fill(seq.get(), out.taps.data(), 3, 0).ok());
+  const std::vector<uint8_t> rings = window_bytes(*seq, g, stages, 3);
   const float* tap = &out.taps[2 * cfg.dspark_taps() * cfg.dim];
   std::vector<DSparkDraft> drafts;
-  const Status outside = c.model->dspark_draft({{&seq, 2, cfg.vocab_size, tap}}, &drafts);
+  const Status outside = c.model->dspark_draft({{seq.get(), 2, cfg.vocab_size, tap}}, &drafts);
   ASSERT_FALSE(outside.ok());
   EXPECT_NE(outside.message().find("anchor 1024 is outside the vocabulary"), std::string::npos) << outside.message();
-  EXPECT_FALSE(c.model->dspark_draft({{&seq, 0, 5, tap}}, &drafts).ok());  // nothing decoded yet
-  EXPECT_FALSE(c.model->dspark_draft({{&seq, 2, 5, nullptr}}, &drafts).ok());
+  EXPECT_FALSE(c.model->dspark_draft({{seq.get(), 0, 5, tap}}, &drafts).ok());  // nothing decoded yet
+  EXPECT_FALSE(c.model->dspark_draft({{seq.get(), 2, 5, nullptr}}, &drafts).ok());
   const std::vector<int32_t> bad_chain(cfg.dspark_block_size, -1);
-  V41DraftCall forced{&seq, 2, 5, tap};
+  V41DraftCall forced{seq.get(), 2, 5, tap};
   forced.forced_prev = bad_chain.data();
   EXPECT_FALSE(c.model->dspark_draft({forced}, &drafts).ok());
-  EXPECT_EQ(seq.dspark_ring, rings);
+  EXPECT_EQ(window_bytes(*seq, g, stages, 3), rings);
   // A good call drafts the block: the anchor, then K tokens in the vocabulary.
-  ASSERT_TRUE(c.model->dspark_draft({{&seq, 2, 5, tap}}, &drafts).ok());
+  ASSERT_TRUE(c.model->dspark_draft({{seq.get(), 2, 5, tap}}, &drafts).ok());
   ASSERT_EQ(drafts.size(), 1u);
   ASSERT_EQ(drafts[0].ids.size(), static_cast<size_t>(cfg.dspark_block_size + 1));
   EXPECT_EQ(drafts[0].ids[0], 5);

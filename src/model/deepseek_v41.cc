@@ -65,6 +65,11 @@ void DeepseekV41::engram(const V41Engram& g, int which, const std::vector<int64_
   });
 }
 
+std::unique_ptr<ContiguousCache> DeepseekV41::new_cache() const {
+  const CacheGeometry g = CacheGeometry::of(config_);
+  return std::make_unique<ContiguousCache>(g, 0, static_cast<int>(g.layers.size()));
+}
+
 void DeepseekV41::moe(const V41MoE& w, int top_k, const float* x, int64_t rows, const ReferenceRows& rr,
                       float* y) const {
   const ModelConfig& c = config_;
@@ -163,16 +168,22 @@ Status DeepseekV41::forward(const std::vector<V41Input>& inputs, V41Output* out,
   std::vector<int32_t> tokens;
   ReferenceRows rr;
   for (const V41Input& in : inputs) {
-    if (!in.seq || in.tokens.empty()) return invalid_argument("a V4.1 forward input has no sequence or no tokens");
+    if (!in.cache || in.tokens.empty()) return invalid_argument("a V4.1 forward input has no cache or no tokens");
     for (const V41Chunk& other : chunks)
-      if (other.seq == in.seq) return invalid_argument("a sequence is in a V4.1 forward twice");
-    V41Chunk ch{in.seq, in.seq->length, static_cast<int64_t>(in.tokens.size()), static_cast<int64_t>(tokens.size()),
-                in.prefill_len};
+      if (other.cache == in.cache) return invalid_argument("a sequence is in a V4.1 forward twice");
+    const int64_t look_back = std::min<int64_t>(in.cache->length, history_tokens());
+    if (static_cast<int64_t>(in.history.size()) != look_back)
+      return invalid_argument("a V4.1 forward at position " + std::to_string(in.cache->length) + " needs the " +
+                              std::to_string(look_back) + " tokens before it for Engram, got " +
+                              std::to_string(in.history.size()));
+    V41Chunk ch{in.cache, in.cache->length, static_cast<int64_t>(in.tokens.size()), static_cast<int64_t>(tokens.size()),
+                in.prefill_len, in.cached_until, in.keep_all_window_rows};
+    for (const std::vector<int32_t>* list : {&in.history, &in.tokens})
+      for (int32_t t : *list)
+        if (t < 0 || t >= c.vocab_size)
+          return invalid_argument("token id " + std::to_string(t) + " is outside the vocabulary [0, " +
+                                  std::to_string(c.vocab_size) + ")");
     for (int64_t i = 0; i < ch.num_tokens; ++i) {
-      const int32_t t = in.tokens[i];
-      if (t < 0 || t >= c.vocab_size)
-        return invalid_argument("token id " + std::to_string(t) + " is outside the vocabulary [0, " +
-                                std::to_string(c.vocab_size) + ")");
       const int64_t pos = ch.start_pos + i;
       rr.index.push_back(pos < ch.prefill_len ? pos : 0);
       rr.count.push_back(pos < ch.prefill_len ? ch.prefill_len : ReferenceRows::kDecodeRows);
@@ -182,17 +193,20 @@ Status DeepseekV41::forward(const std::vector<V41Input>& inputs, V41Output* out,
   }
   const int64_t rows = static_cast<int64_t>(tokens.size());
 
-  // Engram rows of every position: its n-grams of compressed ids.
+  // Engram rows of every position: its n-grams of compressed ids, from the
+  // look-back and the chunk.
   std::vector<int64_t> engram_ids;
   if (c.engram.enabled()) {
     const int64_t per = static_cast<int64_t>(c.engram.layer_ids.size()) * engram_layout_.columns();
     engram_ids.resize(rows * per);
-    for (const V41Chunk& ch : chunks) {
-      std::vector<int64_t>& history = ch.seq->engram_history;
-      history.resize(ch.start_pos);
-      for (int64_t i = 0; i < ch.num_tokens; ++i) history.push_back(token_map_[tokens[ch.row_begin + i]]);
+    for (size_t k = 0; k < chunks.size(); ++k) {
+      const V41Chunk& ch = chunks[k];
+      std::vector<int64_t> ids;
+      for (int32_t t : inputs[k].history) ids.push_back(token_map_[t]);
+      const int64_t back = static_cast<int64_t>(ids.size());
+      for (int64_t i = 0; i < ch.num_tokens; ++i) ids.push_back(token_map_[tokens[ch.row_begin + i]]);
       for (int64_t i = 0; i < ch.num_tokens; ++i)
-        engram_rows(engram_layout_, history.data(), ch.start_pos + i, &engram_ids[(ch.row_begin + i) * per]);
+        engram_rows(engram_layout_, ids.data(), back + i, &engram_ids[(ch.row_begin + i) * per]);
     }
   }
 
@@ -244,7 +258,7 @@ Status DeepseekV41::forward(const std::vector<V41Input>& inputs, V41Output* out,
   rms_norm_rows(weights_->norm, c.norm_eps, x.data(), n, dim);
   out->logits.resize(n * c.vocab_size);
   v41_linear(weights_->head, x.data(), n, out->logits.data());
-  for (const V41Chunk& ch : chunks) ch.seq->length += ch.num_tokens;
+  for (const V41Chunk& ch : chunks) ch.cache->length += ch.num_tokens;
   return Status::Ok();
 }
 

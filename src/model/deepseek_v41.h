@@ -2,7 +2,8 @@
 // copies, per layer an optional Engram lookup then a block whose attention
 // collapses the copies with the mix the previous sublayer computed (the
 // first with copy 0), the MoE with the attention's; the head collapses with
-// the last FFN's mix. The model owns no sequence state (V41Sequence).
+// the last FFN's mix. The model owns no sequence state: the caches hold it
+// (V41Chunk).
 #pragma once
 
 #include <functional>
@@ -18,15 +19,20 @@
 #include "model/reference_rows.h"
 #include "model/rope.h"
 #include "model/v41_attention.h"
-#include "model/v41_sequence.h"
+#include "model/contiguous_cache.h"
 #include "model/v41_weights.h"
 
 namespace dsv4 {
 
 struct V41Input {
-  V41Sequence* seq = nullptr;
-  std::vector<int32_t> tokens;  // at positions seq->length ..
-  int64_t prefill_len = 0;      // the prompt's length (see V41Chunk)
+  SequenceCache* cache = nullptr;  // the sequence's (new_cache(), or its pages)
+  std::vector<int32_t> tokens;     // at positions cache->length ..
+  int64_t prefill_len = 0;         // the prompt's length (see V41Chunk)
+  // The tokens before cache->length that Engram's n-grams reach back to:
+  // the last min(length, max_ngram_size - 1) of them.
+  std::vector<int32_t> history;
+  int64_t cached_until = 0;           // see V41Chunk
+  bool keep_all_window_rows = false;  // see V41Chunk
 };
 
 struct V41Output {
@@ -40,7 +46,7 @@ struct V41Output {
 // taps of position p enter the rings, then the block [anchor, noise x (K-1)]
 // at positions p+1..p+K runs through the stages and the head drafts K tokens.
 struct V41DraftCall {
-  V41Sequence* seq = nullptr;  // holds the rings
+  SequenceCache* cache = nullptr;  // holds the rings (the stages' window rows)
   int64_t position = 0;        // p >= 1, the last committed position
   int32_t anchor = 0;          // the token at p + 1
   const float* tap = nullptr;  // [taps * dim]: the taps of position p
@@ -61,7 +67,10 @@ class DeepseekV41 {
               int32_t compressed_vocab);
 
   const ModelConfig& config() const { return config_; }
-  V41Sequence new_sequence() const { return V41Sequence(config_); }
+  // A sequence's caches in plain vectors (tests, verify).
+  std::unique_ptr<ContiguousCache> new_cache() const;
+  // Engram look-back: how many tokens before a chunk V41Input::history holds.
+  int history_tokens() const { return config_.engram.enabled() ? config_.engram.max_ngram_size - 1 : 0; }
 
   Status forward(const std::vector<V41Input>& inputs, V41Output* out, bool want_taps = false, bool trace = false) const;
 
@@ -69,7 +78,7 @@ class DeepseekV41 {
   // puts the taps [rows, taps * dim] of positions pos0.. into the rings (a
   // prefill's forward_spec does only this); draft places each call's rows as
   // the reference's batch of these calls would.
-  Status dspark_fill(V41Sequence* seq, const float* taps, int64_t rows, int64_t pos0) const;
+  Status dspark_fill(SequenceCache* cache, const float* taps, int64_t rows, int64_t pos0) const;
   Status dspark_draft(const std::vector<V41DraftCall>& calls, std::vector<DSparkDraft>* out) const;
 
  private:

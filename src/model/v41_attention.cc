@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "base/thread_pool.h"
+#include "kernels/cache_rows.h"
 #include "kernels/kernels.h"
 #include "ops/norm.h"
 #include "ops/topk.h"
@@ -87,10 +89,23 @@ struct IndexerInputs {
   const float* weights;  // [heads]
 };
 
+// Rows [0, n) of a cache layer's compressed rows or index keys, decoded.
+Buffer decode_compressed(SequenceCache* cache, int layer, int64_t n, int64_t dim) {
+  Buffer out(n * dim);
+  for (int64_t j = 0; j < n; ++j) kernels::load_v41_compressed_row(cache->compressed_row(layer, j), dim, &out[j * dim]);
+  return out;
+}
+Buffer decode_keys(SequenceCache* cache, int layer, int64_t n, int64_t dim) {
+  Buffer out(n * dim);
+  for (int64_t j = 0; j < n; ++j) kernels::load_index_row(cache->index_row(layer, j), dim, &out[j * dim]);
+  return out;
+}
+
 // The indexer of `layer` for the row at position t: the compressed rows it
 // picks (ascending, -1 for an unreachable pick).
+// keys_of: each KV source's index keys, decoded (key_source picks one).
 std::vector<int32_t> index_row(const V41LayerContext& ctx, const V41Chunk& ch, int64_t t, const IndexerInputs& in,
-                               V41Shared* shared, int64_t row) {
+                               const std::map<int, Buffer>& keys_of, V41Shared* shared, int64_t row) {
   const ModelConfig& c = ctx.config;
   const SharedSources& s = c.shared;
   const int ratio = c.compress_ratio(ctx.layer), heads = c.index_n_heads, id = c.index_head_dim;
@@ -98,8 +113,9 @@ std::vector<int32_t> index_row(const V41LayerContext& ctx, const V41Chunk& ch, i
   const bool prompt = t < P;
   const int64_t width = (prompt ? P : t + 1) / ratio, visible = (t + 1) / ratio;
   if (width == 0) return {};
-  const int src = key_source(c, ctx.layer, t, P);
-  const std::vector<float>& keys = ch.seq->index_keys[src];
+  const auto source = keys_of.find(key_source(c, ctx.layer, t, P));
+  if (source == keys_of.end()) return {};  // no source has published keys
+  const Buffer& keys = source->second;
   Buffer terms(static_cast<size_t>(heads) * width, 0.0f), score(width, -INFINITY);
   for (int64_t j = 0; j < visible; ++j) {
     const float* k = &keys[j * id];
@@ -130,49 +146,53 @@ void compress_chunk(const V41Attention& w, const V41LayerContext& ctx, const V41
   const V41Compressor& comp = *w.compressor;
   const int ratio = comp.ratio;
   const int64_t hd = c.head_dim, id = c.index_head_dim, dim = c.dim;
-  V41Sequence& seq = *ch.seq;
+  SequenceCache& cache = *ch.cache;
   const int64_t n = ch.num_tokens;
   Buffer kv_all(n * hd), score_all(ratio > 1 ? n * hd : 0), latent(hd), key(id), e(ratio);
   v41_linear(comp.wkv, x + ch.row_begin * dim, n, kv_all.data());
   if (ratio > 1) v41_linear(comp.wgate, x + ch.row_begin * dim, n, score_all.data());
+  // The open group: kv and score rows in a ring of slots by position.
+  const CompressorStateView group = ratio > 1 ? cache.compressor_state(ctx.layer) : CompressorStateView{};
   for (int64_t i = 0; i < n; ++i) {
     const int64_t t = ch.start_pos + i;
     const float* kv = &kv_all[i * hd];
     if (ratio == 1) {
       std::copy_n(kv, hd, latent.begin());
     } else {
-      const int64_t slot = t % ratio;
-      std::copy_n(kv, hd, seq.group_kv[ctx.layer].begin() + slot * hd);
-      std::copy_n(&score_all[i * hd], hd, seq.group_score[ctx.layer].begin() + slot * hd);
+      std::copy_n(kv, hd, group.kv + (t % group.slots) * hd);
+      std::copy_n(&score_all[i * hd], hd, group.score + (t % group.slots) * hd);
       if ((t + 1) % ratio) continue;
       // softmax over the group's rows per channel, then the weighted sum.
-      const float* gk = seq.group_kv[ctx.layer].data();
-      const float* gs = seq.group_score[ctx.layer].data();
+      std::vector<const float*> gk(ratio), gs(ratio);
+      for (int r = 0; r < ratio; ++r) {
+        const int64_t slot = (t + 1 - ratio + r) % group.slots;
+        gk[r] = group.kv + slot * hd;
+        gs[r] = group.score + slot * hd;
+      }
       for (int64_t d = 0; d < hd; ++d) {
-        float m = gs[d];
-        for (int r = 1; r < ratio; ++r) m = std::fmax(m, gs[r * hd + d]);
+        float m = gs[0][d];
+        for (int r = 1; r < ratio; ++r) m = std::fmax(m, gs[r][d]);
         float sum = 0.0f;
-        for (int r = 0; r < ratio; ++r) sum += (e[r] = kernels::vexp(gs[r * hd + d] - m));
+        for (int r = 0; r < ratio; ++r) sum += (e[r] = kernels::vexp(gs[r][d] - m));
         float acc = 0.0f;
-        for (int r = 0; r < ratio; ++r) acc += gk[r * hd + d] * (e[r] / sum);
+        for (int r = 0; r < ratio; ++r) acc += gk[r][d] * (e[r] / sum);
         latent[d] = acc;
       }
     }
     kernels::rms_norm(latent.data(), comp.norm.data(), hd, c.norm_eps, latent.data());
     const int64_t j = t / ratio;
+    const bool write = (j + 1) * ratio > ch.cached_until;  // else its pages are the prefix cache's
     const Angles at(ctx.rope, j * ratio);  // a group takes its first token's position
     if (w.indexer && w.indexer->owns_keys) {
       v41_linear(w.indexer->wk, latent.data(), 1, key.data());
       kernels::rms_norm(key.data(), w.indexer->k_norm.data(), id, c.norm_eps, key.data());
       at.rotate(key.data(), 1, id);
       fp4_round_e8m0(key.data(), id);
-      seq.index_keys[ctx.layer].resize((j + 1) * id);
-      std::copy(key.begin(), key.end(), seq.index_keys[ctx.layer].begin() + j * id);
+      if (write) kernels::store_index_row(key.data(), id, cache.index_row(ctx.layer, j));
     }
     at.rotate(latent.data(), 1, hd);
     fp4_round_e4m3_scaled(latent.data(), hd);
-    seq.compressed[ctx.layer].resize((j + 1) * hd);
-    std::copy(latent.begin(), latent.end(), seq.compressed[ctx.layer].begin() + j * hd);
+    if (write) kernels::store_v41_compressed_row(latent.data(), hd, cache.compressed_row(ctx.layer, j));
   }
 }
 
@@ -329,22 +349,39 @@ void v41_attention(const V41Attention& w, const V41LayerContext& ctx, const std:
       angles[r].rotate(&iq[r * ih * id], ih, id);
       fp4_round_e8m0(&iq[r * ih * id], ih * id);
     }
-    for (const V41Chunk& ch : chunks)
+    for (const V41Chunk& ch : chunks) {
+      // The keys each row's source holds, decoded once: as many rows as the
+      // chunk's last row sees at this layer's ratio.
+      std::map<int, Buffer> keys_of;
+      for (int64_t i = 0; i < ch.num_tokens; ++i) {
+        const int src = key_source(c, L, ch.start_pos + i, ch.prefill_len);
+        if (src >= 0 && !keys_of.count(src))
+          keys_of[src] = decode_keys(ch.cache, src, (ch.start_pos + ch.num_tokens) / w.ratio, id);
+      }
       parallel_for(ch.num_tokens, 1, [&](int64_t i0, int64_t i1) {
         for (int64_t i = i0; i < i1; ++i) {
           const int64_t r = ch.row_begin + i;
-          shared->topk[r] = index_row(ctx, ch, ch.start_pos + i, {&iq[r * ih * id], &iw[r * ih]}, shared, r);
+          shared->topk[r] =
+              index_row(ctx, ch, ch.start_pos + i, {&iq[r * ih * id], &iw[r * ih]}, keys_of, shared, r);
         }
       });
+    }
   }
 
   // Sparse attention: the window (oldest first), then the picked rows.
   Buffer o(rows * heads * hd);
   const float scale = static_cast<float>(std::pow(hd, -0.5));
   for (const V41Chunk& ch : chunks) {
-    V41Sequence& seq = *ch.seq;
+    // The window rows before the chunk and the source's compressed rows the
+    // chunk may pick, decoded once.
+    const int64_t first_prev = std::max<int64_t>(0, ch.start_pos - win + 1);
+    Buffer prev((ch.start_pos - first_prev) * hd);
+    for (int64_t p = first_prev; p < ch.start_pos; ++p)
+      kernels::load_v41_window_row(ch.cache->window_row(L, p), hd, &prev[(p - first_prev) * hd]);
+    const Buffer comp =
+        compressed ? decode_compressed(ch.cache, kv_source, (ch.start_pos + ch.num_tokens) / w.ratio, hd) : Buffer{};
     auto window_row = [&](int64_t p) -> const float* {
-      return p >= ch.start_pos ? &kv[(ch.row_begin + p - ch.start_pos) * hd] : &seq.window[L][(p % win) * hd];
+      return p >= ch.start_pos ? &kv[(ch.row_begin + p - ch.start_pos) * hd] : &prev[(p - first_prev) * hd];
     };
     parallel_for(ch.num_tokens, 1, [&](int64_t i0, int64_t i1) {
       std::vector<const float*> slots;
@@ -361,14 +398,15 @@ void v41_attention(const V41Attention& w, const V41LayerContext& ctx, const std:
           }
         }
         if (compressed)
-          for (int32_t j : shared->topk[r]) slots.push_back(j >= 0 ? &seq.compressed[kv_source][j * hd] : nullptr);
+          for (int32_t j : shared->topk[r]) slots.push_back(j >= 0 ? &comp[j * hd] : nullptr);
         v41_sparse_attention(&q[r * heads * hd], heads, hd, slots, w.attn_sink.data(), scale, &o[r * heads * hd]);
       }
     });
-    // Only now the ring may take this chunk's rows: its queries read the old ones.
+    // The chunk's window rows (its last window's, or all when a prefix
+    // cache keeps blocks) go to the cache, not those its shared pages hold.
     const int64_t end = ch.start_pos + ch.num_tokens;
-    for (int64_t p = std::max(ch.start_pos, end - win); p < end; ++p)
-      std::copy_n(window_row(p), hd, &seq.window[L][(p % win) * hd]);
+    const int64_t from = std::max(ch.keep_all_window_rows ? ch.start_pos : std::max(ch.start_pos, end - win), ch.cached_until);
+    for (int64_t p = from; p < end; ++p) kernels::store_v41_window_row(window_row(p), hd, ch.cache->window_row(L, p));
   }
 
   output_projection(w, c, angles, o.data(), rows, out);

@@ -10,7 +10,7 @@
 
 #include "model/config.h"
 #include "model/rope.h"
-#include "model/v41_sequence.h"
+#include "model/sequence_cache.h"
 #include "model/v41_weights.h"
 
 namespace dsv4 {
@@ -19,9 +19,18 @@ namespace dsv4 {
 // num_tokens - 1 at rows row_begin.. of the batch. Positions below
 // prefill_len are its prompt: they compute what the reference's one-shot
 // prefill of the prompt computes, later ones what its decode steps do.
+// Its cache holds the rows in V4.1's formats (CacheGeometry): window rows
+// of every layer, compressed rows and index keys of the KV sources, their
+// open groups.
 struct V41Chunk {
-  V41Sequence* seq = nullptr;
+  SequenceCache* cache = nullptr;
   int64_t start_pos = 0, num_tokens = 0, row_begin = 0, prefill_len = 0;
+  // Rows of positions below this live in pages shared with the prefix
+  // cache: recomputed, not written.
+  int64_t cached_until = 0;
+  // Write every position's window row (a prefix cache keeps blocks), not
+  // only the last window's.
+  bool keep_all_window_rows = false;
 };
 
 // What a forward's layers hand down to the layers after them, per row (the
@@ -48,7 +57,7 @@ void v41_window_kv(const V41Attention& w, const V41LayerContext& ctx, const floa
                    const std::vector<int64_t>& positions, float* kv);
 
 // A DSpark stage's view of one draft: its ring's filled slots in slot
-// order, and the position of the block's first row.
+// order (decoded rows), and the position of the block's first row.
 struct V41DSparkView {
   std::vector<const float*> ring;
   int64_t first_pos = 0;

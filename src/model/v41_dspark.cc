@@ -15,13 +15,14 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/cache_rows.h"
 #include "model/deepseek_v41.h"
 #include "model/hyper_connection.h"
 #include "ops/norm.h"
 
 namespace dsv4 {
 
-Status DeepseekV41::dspark_fill(V41Sequence* seq, const float* taps, int64_t rows, int64_t pos0) const {
+Status DeepseekV41::dspark_fill(SequenceCache* cache, const float* taps, int64_t rows, int64_t pos0) const {
   if (!weights_->dspark) return invalid_argument("the model has no DSpark drafter");
   const ModelConfig& c = config_;
   const V41DSpark& d = *weights_->dspark;
@@ -38,7 +39,7 @@ Status DeepseekV41::dspark_fill(V41Sequence* seq, const float* taps, int64_t row
     const V41LayerContext ctx{c, rope_for(0), c.n_layers + s};
     v41_window_kv(d.stages[s].attn, ctx, main_x.data(), positions, kv.data());
     for (int64_t i = 0; i < n; ++i)
-      std::copy_n(&kv[i * hd], hd, &seq->dspark_ring[s][(positions[i] % W) * hd]);
+      kernels::store_v41_window_row(&kv[i * hd], hd, cache->window_row(c.dspark_cache_layer(s), positions[i]));
   }
   return Status::Ok();
 }
@@ -51,7 +52,7 @@ Status DeepseekV41::dspark_draft(const std::vector<V41DraftCall>& calls, std::ve
   const int64_t K = c.dspark_block_size, V = c.vocab_size, dim = c.dim, R = c.dspark_markov_rank, W = c.window_size;
   const int64_t n = static_cast<int64_t>(calls.size()), rows = n * K, flat = hc * dim;
   for (const V41DraftCall& call : calls) {
-    if (!call.seq || !call.tap) return invalid_argument("a DSpark draft call has no sequence or no taps");
+    if (!call.cache || !call.tap) return invalid_argument("a DSpark draft call has no cache or no taps");
     if (call.position < 1) return invalid_argument("a DSpark draft follows a decode step: position must be >= 1");
     if (call.anchor < 0 || call.anchor >= V)
       return invalid_argument("DSpark anchor " + std::to_string(call.anchor) + " is outside the vocabulary");
@@ -60,7 +61,7 @@ Status DeepseekV41::dspark_draft(const std::vector<V41DraftCall>& calls, std::ve
         if (call.forced_prev[j] < 0 || call.forced_prev[j] >= V)
           return invalid_argument("a forced DSpark token is outside the vocabulary");
   }
-  for (const V41DraftCall& call : calls) DSV4_RETURN_IF_ERROR(dspark_fill(call.seq, call.tap, 1, call.position));
+  for (const V41DraftCall& call : calls) DSV4_RETURN_IF_ERROR(dspark_fill(call.cache, call.tap, 1, call.position));
 
   // The block's rows, in every copy; the first stage collapses with copy 0.
   // Row j of call i sits at j of i in the reference's [calls, K] tensors.
@@ -76,11 +77,19 @@ Status DeepseekV41::dspark_draft(const std::vector<V41DraftCall>& calls, std::ve
       rr.index.push_back(r);
       rr.count.push_back(rows);
     }
+  const int64_t hd = c.head_dim;
   for (int s = 0; s < c.dspark_stages; ++s) {
+    // Ring slot j holds the position q <= p with q % window == j.
     std::vector<V41DSparkView> views(n);
+    std::vector<std::vector<float>> rings(n);
     for (int64_t i = 0; i < n; ++i) {
-      const int64_t p = calls[i].position;
-      for (int64_t j = 0; j < std::min(W, p + 1); ++j) views[i].ring.push_back(&calls[i].seq->dspark_ring[s][j * c.head_dim]);
+      const int64_t p = calls[i].position, filled = std::min(W, p + 1);
+      rings[i].resize(filled * hd);
+      for (int64_t j = 0; j < filled; ++j) {
+        const uint8_t* row = calls[i].cache->window_row(c.dspark_cache_layer(s), p - (p - j) % W);
+        kernels::load_v41_window_row(row, hd, &rings[i][j * hd]);
+        views[i].ring.push_back(&rings[i][j * hd]);
+      }
       views[i].first_pos = p + 1;
     }
     const V41Block& b = d.stages[s];
