@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "checkpoint/config_json.h"
 #include "checkpoint/safetensors.h"
@@ -38,6 +39,14 @@ double relative_l2(const float* got, const float* want, int64_t n) {
   }
   return std::sqrt(diff / norm);
 }
+
+// The layers' streams of the last forward, by name.
+struct LayerTrace : ForwardTrace {
+  std::map<std::string, std::vector<float>> tensors;
+  void record(const std::string& name, const float* rows, int64_t num_rows, int64_t row_size) override {
+    tensors[name].assign(rows, rows + num_rows * row_size);
+  }
+};
 
 struct Case {
   ModelConfig config;
@@ -87,11 +96,11 @@ TEST_P(V41Golden, PrefillAndDecodeAreTheReferencesBitForBit) {
   std::vector<std::unique_ptr<ContiguousCache>> seqs;
   std::vector<std::vector<int32_t>> seen(B);  // each sequence's tokens so far (Engram's look-back)
   for (int64_t b = 0; b < B; ++b) seqs.push_back(c.model->new_cache());
-  auto input = [&](int64_t b, std::vector<int32_t> tokens, int64_t prefill_len) {
+  auto add = [&](ForwardBatch* batch, int64_t b, const std::vector<int32_t>& tokens, int64_t prefill_len) {
     const int64_t back = std::min<int64_t>(static_cast<int64_t>(seen[b].size()), c.model->history_tokens());
-    V41Input in{seqs[b].get(), tokens, prefill_len, std::vector<int32_t>(seen[b].end() - back, seen[b].end())};
+    batch->add(seqs[b].get(), tokens.data(), static_cast<int64_t>(tokens.size()), prefill_len);
+    batch->chunks.back().history.assign(seen[b].end() - back, seen[b].end());
     seen[b].insert(seen[b].end(), tokens.begin(), tokens.end());
-    return in;
   };
 
   // Prefill: the rows of each prompt as they come out of the forwards.
@@ -104,18 +113,22 @@ TEST_P(V41Golden, PrefillAndDecodeAreTheReferencesBitForBit) {
     if (split.packed) groups.push_back({0, 1});
     else for (int64_t b = 0; b < B; ++b) groups.push_back({b});
     for (const auto& group : groups) {
-      std::vector<V41Input> inputs;
+      ForwardBatch batch;
+      LayerTrace trace;
+      batch.trace = &trace;
+      batch.want_taps = true;
       for (int64_t b : group) {
         const auto first = prompt.begin() + b * S + p0;
-        inputs.push_back(input(b, std::vector<int32_t>(first, first + n), S));
+        add(&batch, b, std::vector<int32_t>(first, first + n), S);
       }
-      V41Output out;
-      ASSERT_TRUE(c.model->forward(inputs, &out, /*want_taps=*/true, /*trace=*/true).ok());
+      ForwardOutput out;
+      ASSERT_TRUE(c.model->forward(batch, &out).ok());
       for (size_t k = 0; k < group.size(); ++k) {
         const int64_t b = group[k], row0 = static_cast<int64_t>(k) * n;
-        for (int i = 0; i < cfg.n_layers; ++i)
-          layer_rows[b][i].insert(layer_rows[b][i].end(), out.trace[i].second.begin() + row0 * flat,
-                                  out.trace[i].second.begin() + (row0 + n) * flat);
+        for (int i = 0; i < cfg.n_layers; ++i) {
+          const std::vector<float>& rows = trace.tensors["layer_out." + std::to_string(i)];
+          layer_rows[b][i].insert(layer_rows[b][i].end(), rows.begin() + row0 * flat, rows.begin() + (row0 + n) * flat);
+        }
         tap_rows[b].insert(tap_rows[b].end(), out.taps.begin() + row0 * taps, out.taps.begin() + (row0 + n) * taps);
         // The prefill's forward_spec only fills the drafter's rings.
         ASSERT_TRUE(c.model->dspark_fill(seqs[b].get(), &out.taps[row0 * taps], n, p0).ok());
@@ -144,18 +157,21 @@ TEST_P(V41Golden, PrefillAndDecodeAreTheReferencesBitForBit) {
   const std::vector<float> spark_conf = read_tensor<float>(g, "dspark_confidence");
   const int64_t T = g.find("decode_ids")->shape[0], K = cfg.dspark_block_size;
   for (int64_t t = 0; t < T; ++t) {
-    std::vector<V41Input> inputs;
-    for (int64_t b = 0; b < B; ++b) inputs.push_back(input(b, {static_cast<int32_t>(decode_ids[t * B + b])}, S));
-    V41Output out;
-    ASSERT_TRUE(c.model->forward(inputs, &out, /*want_taps=*/true).ok());
+    ForwardBatch batch;
+    batch.want_taps = true;
+    for (int64_t b = 0; b < B; ++b) add(&batch, b, {static_cast<int32_t>(decode_ids[t * B + b])}, S);
+    ForwardOutput out;
+    ASSERT_TRUE(c.model->forward(batch, &out).ok());
     EXPECT_EQ(relative_l2(out.logits.data(), &decode_logits[t * B * V], B * V), 0.0) << "decode step " << t;
-    std::vector<V41DraftCall> calls(B);
+    std::vector<DSparkCall> calls(B);
     for (int64_t b = 0; b < B; ++b) {
       const float* row = &out.logits[b * V];
       calls[b].cache = seqs[b].get();
       calls[b].position = S + t;
       calls[b].anchor = static_cast<int32_t>(std::max_element(row, row + V) - row);
       calls[b].tap = &out.taps[b * taps];
+      calls[b].reference_index = b;  // the reference drafts both together
+      calls[b].reference_batch = B;
     }
     std::vector<DSparkDraft> drafts;
     ASSERT_TRUE(c.model->dspark_draft(calls, &drafts).ok());
@@ -211,30 +227,43 @@ std::vector<uint8_t> window_bytes(SequenceCache& cache, const CacheGeometry& g, 
   return out;
 }
 
+// One chunk of `tokens` for `cache`, with Engram's look-back.
+ForwardBatch one_chunk(SequenceCache* cache, std::vector<int32_t> tokens, int64_t prefill_len,
+                       std::vector<int32_t> history = {}) {
+  ForwardBatch batch;
+  batch.add(cache, tokens.data(), static_cast<int64_t>(tokens.size()), prefill_len);
+  batch.chunks.back().history = std::move(history);
+  return batch;
+}
+
 TEST(V41Golden, BadForwardInputsAreRefusedAndTheSequenceKept) {
   Case c = load_case("v41-tiny");
   ASSERT_TRUE(c.model);
   const CacheGeometry g = CacheGeometry::of(c.config);
   auto seq = c.model->new_cache();
-  V41Output out;
-  ASSERT_TRUE(c.model->forward({{seq.get(), {5, 6, 7}, 3}}, &out).ok());
+  ForwardOutput out;
+  ASSERT_TRUE(c.model->forward(one_chunk(seq.get(), {5, 6, 7}, 3), &out).ok());
   const std::vector<uint8_t> rows = window_bytes(*seq, g, {0, 9}, 3);
-  const Status outside = c.model->forward({{seq.get(), {8, 1024}, 5, {5, 6, 7}}}, &out);
+  const Status outside = c.model->forward(one_chunk(seq.get(), {8, 1024}, 5, {5, 6, 7}), &out);
   ASSERT_FALSE(outside.ok());
   EXPECT_NE(outside.message().find("token id 1024 is outside the vocabulary [0, 1024)"), std::string::npos)
       << outside.message();
-  EXPECT_FALSE(c.model->forward({{seq.get(), {}, 3, {5, 6, 7}}}, &out).ok());
-  EXPECT_FALSE(c.model->forward({{nullptr, {5}, 1}}, &out).ok());
-  EXPECT_FALSE(c.model->forward({{seq.get(), {8}, 3, {5, 6, 7}}, {seq.get(), {9}, 3, {5, 6, 7}}}, &out).ok());
+  EXPECT_FALSE(c.model->forward(one_chunk(seq.get(), {}, 3, {5, 6, 7}), &out).ok());
+  ForwardBatch twice = one_chunk(seq.get(), {8}, 3, {5, 6, 7});
+  twice.chunks.push_back(twice.chunks.back());
+  twice.token_ids.push_back(9);
+  twice.chunks.back().row_begin = 1;
+  EXPECT_FALSE(c.model->forward(twice, &out).ok());
   // Engram's look-back must come with the tokens: the 3 before position 3.
-  const Status no_history = c.model->forward({{seq.get(), {8}, 3}}, &out);
+  const Status no_history = c.model->forward(one_chunk(seq.get(), {8}, 3), &out);
   ASSERT_FALSE(no_history.ok());
   EXPECT_NE(no_history.message().find("needs the 3 tokens before it for Engram, got 0"), std::string::npos)
       << no_history.message();
+  EXPECT_FALSE(c.model->forward_mtp(0, one_chunk(seq.get(), {8}, 3, {5, 6, 7}), nullptr, &out, false).ok());
   // Nothing of a refused forward reaches the sequence.
   EXPECT_EQ(seq->length, 3);
   EXPECT_EQ(window_bytes(*seq, g, {0, 9}, 3), rows);
-  EXPECT_TRUE(c.model->forward({{seq.get(), {8}, 3, {5, 6, 7}}}, &out).ok());
+  EXPECT_TRUE(c.model->forward(one_chunk(seq.get(), {8}, 3, {5, 6, 7}), &out).ok());
 }
 
 TEST(V41Golden, BadDraftCallsAreRefusedAndTheRingsKept) {
@@ -245,24 +274,34 @@ TEST(V41Golden, BadDraftCallsAreRefusedAndTheRingsKept) {
   std::vector<int> stages;
   for (int s = 0; s < cfg.dspark_stages; ++s) stages.push_back(cfg.dspark_cache_layer(s));
   auto seq = c.model->new_cache();
-  V41Output out;
-  ASSERT_TRUE(c.model->forward({{seq.get(), {5, 6, 7}, 3}}, &out, /*want_taps=*/true).ok());
+  ForwardBatch batch = one_chunk(seq.get(), {5, 6, 7}, 3);
+  batch.want_taps = true;
+  ForwardOutput out;
+  ASSERT_TRUE(c.model->forward(batch, &out).ok());
   ASSERT_TRUE(c.model->dspark_fill(seq.get(), out.taps.data(), 3, 0).ok());
   const std::vector<uint8_t> rings = window_bytes(*seq, g, stages, 3);
   const float* tap = &out.taps[2 * cfg.dspark_taps() * cfg.dim];
+  auto call = [&](int64_t position, int32_t anchor, const float* t) {
+    DSparkCall d;
+    d.cache = seq.get();
+    d.position = position;
+    d.anchor = anchor;
+    d.tap = t;
+    return d;
+  };
   std::vector<DSparkDraft> drafts;
-  const Status outside = c.model->dspark_draft({{seq.get(), 2, cfg.vocab_size, tap}}, &drafts);
+  const Status outside = c.model->dspark_draft({call(2, cfg.vocab_size, tap)}, &drafts);
   ASSERT_FALSE(outside.ok());
   EXPECT_NE(outside.message().find("anchor 1024 is outside the vocabulary"), std::string::npos) << outside.message();
-  EXPECT_FALSE(c.model->dspark_draft({{seq.get(), 0, 5, tap}}, &drafts).ok());  // nothing decoded yet
-  EXPECT_FALSE(c.model->dspark_draft({{seq.get(), 2, 5, nullptr}}, &drafts).ok());
+  EXPECT_FALSE(c.model->dspark_draft({call(0, 5, tap)}, &drafts).ok());  // nothing decoded yet
+  EXPECT_FALSE(c.model->dspark_draft({call(2, 5, nullptr)}, &drafts).ok());
   const std::vector<int32_t> bad_chain(cfg.dspark_block_size, -1);
-  V41DraftCall forced{seq.get(), 2, 5, tap};
+  DSparkCall forced = call(2, 5, tap);
   forced.forced_prev = bad_chain.data();
   EXPECT_FALSE(c.model->dspark_draft({forced}, &drafts).ok());
   EXPECT_EQ(window_bytes(*seq, g, stages, 3), rings);
   // A good call drafts the block: the anchor, then K tokens in the vocabulary.
-  ASSERT_TRUE(c.model->dspark_draft({{seq.get(), 2, 5, tap}}, &drafts).ok());
+  ASSERT_TRUE(c.model->dspark_draft({call(2, 5, tap)}, &drafts).ok());
   ASSERT_EQ(drafts.size(), 1u);
   ASSERT_EQ(drafts[0].ids.size(), static_cast<size_t>(cfg.dspark_block_size + 1));
   EXPECT_EQ(drafts[0].ids[0], 5);

@@ -13,6 +13,7 @@
 #include "model/config.h"
 #include "model/contiguous_cache.h"
 #include "model/dspark.h"
+#include "model/serving_model.h"
 #include "model/forward_batch.h"
 #include "model/forward_scope.h"
 #include "model/reference_rows.h"
@@ -32,12 +33,12 @@ struct ModelOptions {
   FlashCommOptions flashcomm;
 };
 
-class DeepseekV4 {
+class DeepseekV4 : public ServingModel {
  public:
   // checkpoint/model_loader.h reads one from a checkpoint directory.
   DeepseekV4(ModelConfig config, std::unique_ptr<ModelWeights> weights, const ModelOptions& options = {});
 
-  const ModelConfig& config() const { return config_; }
+  const ModelConfig& config() const override { return config_; }
   kernels::Numerics numerics() const { return options_.numerics; }
   // The numerics of the forwards from now on (the weights serve either).
   void set_numerics(kernels::Numerics n) { options_.numerics = n; }
@@ -57,14 +58,14 @@ class DeepseekV4 {
   // Runs every chunk's tokens through the main model and advances the
   // chunks' states. logits: at each chunk's logit rows; hidden: every row's
   // streams entering the head when want_hidden.
-  Status forward(const ForwardBatch& batch, ForwardOutput* out, bool want_hidden = false) const;
+  Status forward(const ForwardBatch& batch, ForwardOutput* out, bool want_hidden = false) const override;
 
   // MTP block `mtp_index`: batch holds the MTP input ids (the token after
   // each row's) with MTP states, hidden the streams [rows, hc, dim] the
   // rows continue: the main model's, or this block's own from the previous
   // draft step. hidden out: the block's output streams, when want_hidden.
   Status forward_mtp(int mtp_index, const ForwardBatch& batch, const float* hidden, ForwardOutput* out,
-                     bool want_hidden = false) const;
+                     bool want_hidden = false) const override;
 
   // The DSpark drafter (model/dspark.h, dspark.cc); config().has_dspark().
   // main_x of `rows` tap rows [rows, taps * dim] at positions pos0.. into
@@ -72,10 +73,11 @@ class DeepseekV4 {
   // (every_row: a prefix cache keeps the rows of whole blocks); main_x
   // [rows, dim] out when asked.
   Status dspark_fill(SequenceCache* cache, const float* taps, int64_t rows, int64_t pos0, bool every_row = false,
-                     std::vector<float>* main_x = nullptr) const;
+                     std::vector<float>* main_x = nullptr) const override;
   // Draft calls, batched. details: also main_x, hidden, base logits and
   // every stage's output streams.
-  Status dspark_draft(const std::vector<DSparkCall>& calls, std::vector<DSparkDraft>* out, bool details = false) const;
+  Status dspark_draft(const std::vector<DSparkCall>& calls, std::vector<DSparkDraft>* out,
+                      bool details = false) const override;
 
  private:
   Status check_batch(const ForwardBatch& batch) const;

@@ -157,41 +157,45 @@ void DeepseekV41::block(const V41Block& b, const Attend& attend, int top_k, cons
   *pre = ffn.pre;
 }
 
-Status DeepseekV41::forward(const std::vector<V41Input>& inputs, V41Output* out, bool want_taps, bool trace) const {
+Status DeepseekV41::forward_mtp(int, const ForwardBatch&, const float*, ForwardOutput*, bool) const {
+  return invalid_argument("DeepSeek-V4.1 has no MTP block: its drafter is DSpark");
+}
+
+Status DeepseekV41::forward(const ForwardBatch& batch, ForwardOutput* out, bool) const {
   const ModelConfig& c = config_;
   const int hc = c.hc_mult;
   const int64_t dim = c.dim, flat = hc * dim;
   // The batch's rows, and where each sits in the reference's own tensors:
   // a prompt row in its prompt's one-shot prefill, a decode row as the first
   // of a two-sequence decode step (model/reference_rows.h).
+  const std::vector<int32_t>& tokens = batch.token_ids;
   std::vector<V41Chunk> chunks;
-  std::vector<int32_t> tokens;
-  ReferenceRows rr;
-  for (const V41Input& in : inputs) {
-    if (!in.cache || in.tokens.empty()) return invalid_argument("a V4.1 forward input has no cache or no tokens");
+  for (const SeqChunk& in : batch.chunks) {
+    if (!in.cache || in.num_tokens <= 0) return invalid_argument("a V4.1 forward chunk has no cache or no tokens");
+    if (in.start_pos != in.cache->length)
+      return invalid_argument("a V4.1 forward chunk starts at " + std::to_string(in.start_pos) +
+                              ", its sequence is at " + std::to_string(in.cache->length));
+    if (in.logit_rows < 0 || in.logit_rows > in.num_tokens)
+      return invalid_argument("a V4.1 forward chunk asks for " + std::to_string(in.logit_rows) + " logit rows of " +
+                              std::to_string(in.num_tokens));
     for (const V41Chunk& other : chunks)
       if (other.cache == in.cache) return invalid_argument("a sequence is in a V4.1 forward twice");
-    const int64_t look_back = std::min<int64_t>(in.cache->length, history_tokens());
+    const int64_t look_back = std::min<int64_t>(in.start_pos, history_tokens());
     if (static_cast<int64_t>(in.history.size()) != look_back)
-      return invalid_argument("a V4.1 forward at position " + std::to_string(in.cache->length) + " needs the " +
+      return invalid_argument("a V4.1 forward at position " + std::to_string(in.start_pos) + " needs the " +
                               std::to_string(look_back) + " tokens before it for Engram, got " +
                               std::to_string(in.history.size()));
-    V41Chunk ch{in.cache, in.cache->length, static_cast<int64_t>(in.tokens.size()), static_cast<int64_t>(tokens.size()),
-                in.prefill_len, in.cached_until, in.keep_all_window_rows};
-    for (const std::vector<int32_t>* list : {&in.history, &in.tokens})
-      for (int32_t t : *list)
-        if (t < 0 || t >= c.vocab_size)
-          return invalid_argument("token id " + std::to_string(t) + " is outside the vocabulary [0, " +
-                                  std::to_string(c.vocab_size) + ")");
-    for (int64_t i = 0; i < ch.num_tokens; ++i) {
-      const int64_t pos = ch.start_pos + i;
-      rr.index.push_back(pos < ch.prefill_len ? pos : 0);
-      rr.count.push_back(pos < ch.prefill_len ? ch.prefill_len : ReferenceRows::kDecodeRows);
-    }
-    tokens.insert(tokens.end(), in.tokens.begin(), in.tokens.end());
-    chunks.push_back(ch);
+    for (int32_t t : in.history)
+      if (t < 0 || t >= c.vocab_size) return invalid_argument("history token " + std::to_string(t) + " is outside the vocabulary");
+    chunks.push_back({in.cache, in.start_pos, in.num_tokens, in.row_begin, in.prefill_len, in.cached_until,
+                      in.keep_all_window_rows});
   }
-  const int64_t rows = static_cast<int64_t>(tokens.size());
+  for (int32_t t : tokens)
+    if (t < 0 || t >= c.vocab_size)
+      return invalid_argument("token id " + std::to_string(t) + " is outside the vocabulary [0, " +
+                              std::to_string(c.vocab_size) + ")");
+  const int64_t rows = batch.num_rows();
+  const ReferenceRows rr = ReferenceRows::of(batch);
 
   // Engram rows of every position: its n-grams of compressed ids, from the
   // look-back and the chunk.
@@ -202,7 +206,7 @@ Status DeepseekV41::forward(const std::vector<V41Input>& inputs, V41Output* out,
     for (size_t k = 0; k < chunks.size(); ++k) {
       const V41Chunk& ch = chunks[k];
       std::vector<int64_t> ids;
-      for (int32_t t : inputs[k].history) ids.push_back(token_map_[t]);
+      for (int32_t t : batch.chunks[k].history) ids.push_back(token_map_[t]);
       const int64_t back = static_cast<int64_t>(ids.size());
       for (int64_t i = 0; i < ch.num_tokens; ++i) ids.push_back(token_map_[tokens[ch.row_begin + i]]);
       for (int64_t i = 0; i < ch.num_tokens; ++i)
@@ -221,8 +225,8 @@ Status DeepseekV41::forward(const std::vector<V41Input>& inputs, V41Output* out,
   shared.topk.resize(rows);
   shared.candidates.resize(rows);
   const int taps = c.dspark_taps();
-  if (want_taps) out->taps.assign(rows * taps * dim, 0.0f);
-  out->trace.clear();
+  if (batch.want_taps) out->taps.assign(rows * taps * dim, 0.0f);
+  else out->taps.clear();
   for (int i = 0; i < c.n_layers; ++i) {
     const V41Block& b = weights_->blocks[i];
     if (b.engram) {
@@ -232,7 +236,7 @@ Status DeepseekV41::forward(const std::vector<V41Input>& inputs, V41Output* out,
     }
     // A DSpark tap is the block's input, the mean of its copies.
     const auto tap = std::find(c.dspark_target_layer_ids.begin(), c.dspark_target_layer_ids.end(), i);
-    if (want_taps && tap != c.dspark_target_layer_ids.end()) {
+    if (batch.want_taps && tap != c.dspark_target_layer_ids.end()) {
       const int64_t k = tap - c.dspark_target_layer_ids.begin();
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t d = 0; d < dim; ++d) {
@@ -246,18 +250,19 @@ Status DeepseekV41::forward(const std::vector<V41Input>& inputs, V41Output* out,
       v41_attention(b.attn, ctx, chunks, x, rows, &shared, y);
     };
     block(b, attend, c.n_activated_experts, rr, &pre, h.data());
-    if (trace) out->trace.emplace_back("layer_out." + std::to_string(i), h);
+    if (batch.trace) batch.trace->record("layer_out." + std::to_string(i), h.data(), rows, flat);
   }
-  // The head: each input's last row, collapsed with the last FFN's mix.
-  const int64_t n = static_cast<int64_t>(chunks.size());
+  // The head: each chunk's logit rows, collapsed with the last FFN's mix.
+  const std::vector<int64_t> logit_rows = batch.logit_row_indices();
+  const int64_t n = static_cast<int64_t>(logit_rows.size());
   Buffer x(n * dim);
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t r = chunks[i].row_begin + chunks[i].num_tokens - 1;
-    hc_collapse(&pre[r * hc], c, &h[r * flat], 1, &x[i * dim]);
-  }
+  for (int64_t i = 0; i < n; ++i) hc_collapse(&pre[logit_rows[i] * hc], c, &h[logit_rows[i] * flat], 1, &x[i * dim]);
   rms_norm_rows(weights_->norm, c.norm_eps, x.data(), n, dim);
+  out->vocab_begin = 0;
+  out->vocab_size = c.vocab_size;
   out->logits.resize(n * c.vocab_size);
   v41_linear(weights_->head, x.data(), n, out->logits.data());
+  out->hidden.clear();
   for (const V41Chunk& ch : chunks) ch.cache->length += ch.num_tokens;
   return Status::Ok();
 }

@@ -15,6 +15,7 @@
 #include "base/status.h"
 #include "model/config.h"
 #include "model/dspark.h"
+#include "model/serving_model.h"
 #include "model/engram_hash.h"
 #include "model/reference_rows.h"
 #include "model/rope.h"
@@ -24,62 +25,35 @@
 
 namespace dsv4 {
 
-struct V41Input {
-  SequenceCache* cache = nullptr;  // the sequence's (new_cache(), or its pages)
-  std::vector<int32_t> tokens;     // at positions cache->length ..
-  int64_t prefill_len = 0;         // the prompt's length (see V41Chunk)
-  // The tokens before cache->length that Engram's n-grams reach back to:
-  // the last min(length, max_ngram_size - 1) of them.
-  std::vector<int32_t> history;
-  int64_t cached_until = 0;           // see V41Chunk
-  bool keep_all_window_rows = false;  // see V41Chunk
-};
-
-struct V41Output {
-  std::vector<float> logits;  // [inputs, vocab]: at each input's last token
-  std::vector<float> taps;    // [rows, taps * dim]: the DSpark taps (main_hidden), when asked
-  // When asked: layer_out.N [rows, hc, dim], the streams after block N.
-  std::vector<std::pair<std::string, std::vector<float>>> trace;
-};
-
-// One DSpark draft (the reference's forward_spec after a decode step): the
-// taps of position p enter the rings, then the block [anchor, noise x (K-1)]
-// at positions p+1..p+K runs through the stages and the head drafts K tokens.
-struct V41DraftCall {
-  SequenceCache* cache = nullptr;  // holds the rings (the stages' window rows)
-  int64_t position = 0;        // p >= 1, the last committed position
-  int32_t anchor = 0;          // the token at p + 1
-  const float* tap = nullptr;  // [taps * dim]: the taps of position p
-  // temperature 0: argmax; else the Gumbel-max draw (dspark_draw), its
-  // variates from `noise` [K, vocab] when given, else from rng.
-  float temperature = 0.0f;
-  const float* noise = nullptr;
-  std::mt19937_64* rng = nullptr;
-  // When set, [K]: the previous token of each Markov step (prev[0] is the
-  // anchor) instead of the draws (verification against a recorded chain).
-  const int32_t* forced_prev = nullptr;
-};
-
-class DeepseekV41 {
+class DeepseekV41 : public ServingModel {
  public:
   // token_map: each token id's Engram compressed id (tokenizer/engram_token_map.h).
   DeepseekV41(ModelConfig config, std::unique_ptr<V41Weights> weights, std::vector<int32_t> token_map,
               int32_t compressed_vocab);
 
-  const ModelConfig& config() const { return config_; }
+  const ModelConfig& config() const override { return config_; }
   // A sequence's caches in plain vectors (tests, verify).
   std::unique_ptr<ContiguousCache> new_cache() const;
   // Engram look-back: how many tokens before a chunk V41Input::history holds.
   int history_tokens() const { return config_.engram.enabled() ? config_.engram.max_ngram_size - 1 : 0; }
 
-  Status forward(const std::vector<V41Input>& inputs, V41Output* out, bool want_taps = false, bool trace = false) const;
+  // Each chunk's history holds Engram's look-back: the last
+  // min(start_pos, history_tokens()) tokens before it. The taps are the
+  // DSpark drafter's (inputs of its target layers, averaged over the
+  // copies); no hidden streams (no MTP block).
+  Status forward(const ForwardBatch& batch, ForwardOutput* out, bool want_hidden = false) const override;
+  Status forward_mtp(int mtp_index, const ForwardBatch& batch, const float* hidden, ForwardOutput* out,
+                     bool want_hidden = false) const override;
 
   // The DSpark drafter (config().has_dspark(); model/v41_dspark.cc). Fill
   // puts the taps [rows, taps * dim] of positions pos0.. into the rings (a
-  // prefill's forward_spec does only this); draft places each call's rows as
-  // the reference's batch of these calls would.
-  Status dspark_fill(SequenceCache* cache, const float* taps, int64_t rows, int64_t pos0) const;
-  Status dspark_draft(const std::vector<V41DraftCall>& calls, std::vector<DSparkDraft>* out) const;
+  // prefill's forward_spec does only this): the last window of them, or
+  // every row. A draft places its rows where call.reference_index of
+  // reference_batch puts them in the reference's [calls, K] tensors.
+  Status dspark_fill(SequenceCache* cache, const float* taps, int64_t rows, int64_t pos0, bool every_row = false,
+                     std::vector<float>* main_x = nullptr) const override;
+  Status dspark_draft(const std::vector<DSparkCall>& calls, std::vector<DSparkDraft>* out,
+                      bool details = false) const override;
 
  private:
   using Attend = std::function<void(const float* x, float* y)>;

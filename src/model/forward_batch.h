@@ -31,6 +31,9 @@ struct SeqChunk {
   // with a prefix-cache block: the chunk recomputes them only to rebuild its
   // compressor states and writes none of their rows.
   int64_t cached_until = 0;
+  // DeepSeek-V4.1's Engram reads n-grams reaching back before the chunk:
+  // its last min(start_pos, max_ngram_size - 1) tokens.
+  std::vector<int32_t> history;
 };
 
 // Receives named intermediate tensors (layer_out.N, final_hidden) so a golden
@@ -52,7 +55,14 @@ struct ForwardBatch {
   bool want_taps = false;
 
   void add(SequenceCache* cache, const int32_t* tokens, int64_t n, int64_t prefill_len = 0, int64_t logit_rows = 1) {
-    chunks.push_back({cache, cache->length, n, static_cast<int64_t>(token_ids.size()), prefill_len, logit_rows});
+    SeqChunk ch;
+    ch.cache = cache;
+    ch.start_pos = cache->length;
+    ch.num_tokens = n;
+    ch.row_begin = static_cast<int64_t>(token_ids.size());
+    ch.prefill_len = prefill_len;
+    ch.logit_rows = logit_rows;
+    chunks.push_back(std::move(ch));
     token_ids.insert(token_ids.end(), tokens, tokens + n);
   }
   int64_t num_rows() const { return static_cast<int64_t>(token_ids.size()); }

@@ -22,14 +22,15 @@
 
 namespace dsv4 {
 
-Status DeepseekV41::dspark_fill(SequenceCache* cache, const float* taps, int64_t rows, int64_t pos0) const {
+Status DeepseekV41::dspark_fill(SequenceCache* cache, const float* taps, int64_t rows, int64_t pos0, bool every_row,
+                                std::vector<float>* main_x_out) const {
   if (!weights_->dspark) return invalid_argument("the model has no DSpark drafter");
   const ModelConfig& c = config_;
   const V41DSpark& d = *weights_->dspark;
   const int64_t dim = c.dim, hd = c.head_dim, W = c.window_size;
   // A ring holds the last window of positions; earlier rows would be
   // overwritten before any draft reads them.
-  const int64_t from = std::max<int64_t>(0, rows - W), n = rows - from;
+  const int64_t from = every_row ? 0 : std::max<int64_t>(0, rows - W), n = rows - from;
   std::vector<float> main_x(n * dim), kv(n * hd);
   v41_linear(d.main_proj, taps + from * c.dspark_taps() * dim, n, main_x.data());
   rms_norm_rows(d.main_norm, c.norm_eps, main_x.data(), n, dim);
@@ -41,19 +42,23 @@ Status DeepseekV41::dspark_fill(SequenceCache* cache, const float* taps, int64_t
     for (int64_t i = 0; i < n; ++i)
       kernels::store_v41_window_row(&kv[i * hd], hd, cache->window_row(c.dspark_cache_layer(s), positions[i]));
   }
+  if (main_x_out) *main_x_out = std::move(main_x);
   return Status::Ok();
 }
 
-Status DeepseekV41::dspark_draft(const std::vector<V41DraftCall>& calls, std::vector<DSparkDraft>* out) const {
+Status DeepseekV41::dspark_draft(const std::vector<DSparkCall>& calls, std::vector<DSparkDraft>* out,
+                                 bool details) const {
   if (!weights_->dspark) return invalid_argument("the model has no DSpark drafter");
   const ModelConfig& c = config_;
   const V41DSpark& d = *weights_->dspark;
   const int hc = c.hc_mult;
   const int64_t K = c.dspark_block_size, V = c.vocab_size, dim = c.dim, R = c.dspark_markov_rank, W = c.window_size;
   const int64_t n = static_cast<int64_t>(calls.size()), rows = n * K, flat = hc * dim;
-  for (const V41DraftCall& call : calls) {
+  for (const DSparkCall& call : calls) {
     if (!call.cache || !call.tap) return invalid_argument("a DSpark draft call has no cache or no taps");
     if (call.position < 1) return invalid_argument("a DSpark draft follows a decode step: position must be >= 1");
+    if (call.reference_index < 0 || call.reference_index >= call.reference_batch)
+      return invalid_argument("a DSpark draft's reference row is outside its reference batch");
     if (call.anchor < 0 || call.anchor >= V)
       return invalid_argument("DSpark anchor " + std::to_string(call.anchor) + " is outside the vocabulary");
     if (call.forced_prev)
@@ -61,10 +66,14 @@ Status DeepseekV41::dspark_draft(const std::vector<V41DraftCall>& calls, std::ve
         if (call.forced_prev[j] < 0 || call.forced_prev[j] >= V)
           return invalid_argument("a forced DSpark token is outside the vocabulary");
   }
-  for (const V41DraftCall& call : calls) DSV4_RETURN_IF_ERROR(dspark_fill(call.cache, call.tap, 1, call.position));
+  std::vector<std::vector<float>> main_x(n);
+  for (int64_t i = 0; i < n; ++i)
+    DSV4_RETURN_IF_ERROR(
+        dspark_fill(calls[i].cache, calls[i].tap, 1, calls[i].position, false, details ? &main_x[i] : nullptr));
 
   // The block's rows, in every copy; the first stage collapses with copy 0.
-  // Row j of call i sits at j of i in the reference's [calls, K] tensors.
+  // Row j of a call sits at j of its reference_index in the reference's
+  // [reference_batch, K] tensors.
   ReferenceRows rr;
   std::vector<float> h(rows * flat), pre(rows * hc, 0.0f);
   for (int64_t i = 0; i < n; ++i)
@@ -74,8 +83,8 @@ Status DeepseekV41::dspark_draft(const std::vector<V41DraftCall>& calls, std::ve
       weights_->embed.row(token, &h[r * flat]);
       for (int s = 1; s < hc; ++s) std::copy_n(&h[r * flat], dim, &h[r * flat + s * dim]);
       pre[r * hc] = 1.0f;
-      rr.index.push_back(r);
-      rr.count.push_back(rows);
+      rr.index.push_back(calls[i].reference_index * K + j);
+      rr.count.push_back(calls[i].reference_batch * K);
     }
   const int64_t hd = c.head_dim;
   for (int s = 0; s < c.dspark_stages; ++s) {
@@ -109,7 +118,7 @@ Status DeepseekV41::dspark_draft(const std::vector<V41DraftCall>& calls, std::ve
   std::vector<float> conf_in(rows * (dim + R)), conf(rows), bias(V), e(R);
   out->assign(n, DSparkDraft{});
   for (int64_t i = 0; i < n; ++i) {
-    const V41DraftCall& call = calls[i];
+    const DSparkCall& call = calls[i];
     DSparkDraft& o = (*out)[i];
     o.ids.assign(1, call.anchor);
     o.logits.assign(logits.begin() + i * K * V, logits.begin() + (i + 1) * K * V);
@@ -126,7 +135,14 @@ Status DeepseekV41::dspark_draft(const std::vector<V41DraftCall>& calls, std::ve
     }
   }
   v41_linear(d.confidence, conf_in.data(), rows, conf.data());
-  for (int64_t i = 0; i < n; ++i) (*out)[i].confidence.assign(conf.begin() + i * K, conf.begin() + (i + 1) * K);
+  for (int64_t i = 0; i < n; ++i) {
+    DSparkDraft& o = (*out)[i];
+    o.confidence.assign(conf.begin() + i * K, conf.begin() + (i + 1) * K);
+    if (details) {
+      o.main_x = std::move(main_x[i]);
+      o.hidden.assign(hidden.begin() + i * K * dim, hidden.begin() + (i + 1) * K * dim);
+    }
+  }
   return Status::Ok();
 }
 
