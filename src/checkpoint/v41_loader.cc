@@ -5,6 +5,9 @@
 
 #include "base/dtype.h"
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/config_json.h"
+#include "tokenizer/bpe_tokenizer.h"
+#include "tokenizer/engram_token_map.h"
 
 namespace dsv4 {
 namespace {
@@ -232,6 +235,22 @@ StatusOr<std::unique_ptr<V41Weights>> load_v41_weights(const std::string& dir, c
     DSV4_RETURN_IF_ERROR(load_block(r, c, i, "layers." + std::to_string(i) + ".", &w->blocks[i]));
   if (c.has_dspark()) DSV4_RETURN_IF_ERROR(load_dspark(r, c, &w->dspark.emplace()));
   return w;
+}
+
+StatusOr<std::unique_ptr<DeepseekV41>> load_deepseek_v41(const std::string& dir) {
+  DSV4_ASSIGN_OR_RETURN(ModelConfig config, load_any_model_config(dir + "/config.json"));
+  if (config.family != ModelFamily::kV41)
+    return invalid_argument(dir + "/config.json is not a DeepSeek-V4.1 config (model_type deepseek_v41)");
+  EngramTokenMap map;
+  if (config.engram.enabled()) {
+    auto tokenizer = BpeTokenizer::load(dir);
+    if (!tokenizer.ok())
+      return Status(tokenizer.status().code(), "DeepSeek-V4.1's Engram needs the checkpoint's tokenizer: " +
+                                                   tokenizer.status().message());
+    DSV4_ASSIGN_OR_RETURN(map, engram_token_map(**tokenizer, config.engram.compressed_vocab_size));
+  }
+  DSV4_ASSIGN_OR_RETURN(std::unique_ptr<V41Weights> weights, load_v41_weights(dir, config));
+  return std::make_unique<DeepseekV41>(std::move(config), std::move(weights), std::move(map.compressed), map.size);
 }
 
 #undef ASSIGN

@@ -38,7 +38,7 @@ StatusOr<KvCacheOptions> Engine::cache_options(const ModelConfig& c, EngineOptio
   return cache;
 }
 
-StatusOr<std::unique_ptr<Engine>> Engine::create(const DeepseekV4* model, const EngineOptions& options) {
+StatusOr<std::unique_ptr<Engine>> Engine::create(const ServingModel* model, const EngineOptions& options) {
   DSV4_ASSIGN_OR_RETURN(KvCacheOptions cache, cache_options(model->config(), options));
   DSV4_ASSIGN_OR_RETURN(auto executor, LocalExecutor::single(model, cache));
   return create(std::move(executor), options.scheduler);
@@ -167,6 +167,10 @@ StepPlan Engine::plan_step(const SchedulerOutput& schedule) const {
     p.tokens.resize(c.num_tokens);
     for (int64_t i = 0; i < known; ++i) p.tokens[i] = r->token(c.start + i);
     for (int64_t i = 0; i < c.draft_rows; ++i) p.tokens[known + i] = r->draft[i];
+    const EngramConfig& engram = config().engram;
+    if (engram.enabled())
+      for (int64_t t = std::max<int64_t>(0, c.start - (engram.max_ngram_size - 1)); t < c.start; ++t)
+        p.history.push_back(r->token(t));
     p.pages = r->pages;
     if ((c.samples && !r->params.argmax_only()) || p.all_logits) plan.argmax_only[c.partition] = 0;
     plan.chunks.push_back(std::move(p));

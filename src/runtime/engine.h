@@ -71,7 +71,7 @@ struct EngineStats {
 class Engine {
  public:
   // One rank over `model` (not owned).
-  static StatusOr<std::unique_ptr<Engine>> create(const DeepseekV4* model, const EngineOptions& options);
+  static StatusOr<std::unique_ptr<Engine>> create(const ServingModel* model, const EngineOptions& options);
   // Over the executor's ranks, one cache partition per data-parallel group.
   static StatusOr<std::unique_ptr<Engine>> create(std::unique_ptr<StepExecutor> executor,
                                                   const SchedulerOptions& options);

@@ -6,7 +6,7 @@
 
 namespace dsv4 {
 
-StatusOr<std::unique_ptr<LocalExecutor>> LocalExecutor::single(const DeepseekV4* model, const KvCacheOptions& cache) {
+StatusOr<std::unique_ptr<LocalExecutor>> LocalExecutor::single(const ServingModel* model, const KvCacheOptions& cache) {
   std::unique_ptr<LocalExecutor> e(new LocalExecutor());
   e->config_ = model->config();
   DSV4_ASSIGN_OR_RETURN(e->topology_, Topology::make({}, e->config_));

@@ -25,7 +25,7 @@ struct ParallelOptions {
 class LocalExecutor : public StepExecutor {
  public:
   // One rank over `model` (not owned).
-  static StatusOr<std::unique_ptr<LocalExecutor>> single(const DeepseekV4* model, const KvCacheOptions& cache);
+  static StatusOr<std::unique_ptr<LocalExecutor>> single(const ServingModel* model, const KvCacheOptions& cache);
   // tp x dp ranks as threads, each loading its share of the checkpoint in
   // `dir`; cache sizes each rank's copy of its group's pages.
   static StatusOr<std::unique_ptr<LocalExecutor>> create(const std::string& dir, const ModelOptions& model,
@@ -39,7 +39,8 @@ class LocalExecutor : public StepExecutor {
   std::string describe() const override { return topology_.describe(); }
 
   const Topology& topology() const { return topology_; }
-  const DeepseekV4& model(int rank) const { return workers_[rank]->model(); }
+  // Rank r's model (executors from create(), which own their ranks' models).
+  const DeepseekV4& model(int rank) const { return *ranks_.at(rank).model; }
   // Traffic each rank sent over its groups so far.
   std::vector<Communicator::Traffic> traffic() const;
 

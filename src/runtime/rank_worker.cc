@@ -52,6 +52,7 @@ StatusOr<GroupResult> RankWorker::forward(const StepPlan& plan) {
               c.logit_rows());
     batch.chunks.back().keep_all_window_rows = plan.keep_raw_kv;
     batch.chunks.back().cached_until = c.cached_until;
+    batch.chunks.back().history = c.history;
   }
   batch.local_logits = argmax_only(plan);
   batch.want_taps = plan.keep_taps;
@@ -166,7 +167,7 @@ StatusOr<GroupResult> RankWorker::draft_dspark(const StepPlan& plan) {
     const int64_t fill = (job.drafts > 0 ? n - 1 : n) - first;
     if (fill > 0)
       DSV4_RETURN_IF_ERROR(model_->dspark_fill(caches.back().get(), &taps_[(from + first) * width], fill,
-                                               job.start + first, plan.keep_raw_kv));
+                                               job.start + first, plan.keep_raw_kv, nullptr));
     if (job.drafts <= 0) continue;
     DSparkCall call;
     call.cache = caches.back().get();
@@ -182,7 +183,7 @@ StatusOr<GroupResult> RankWorker::draft_dspark(const StepPlan& plan) {
   // One drafter forward on every rank, calls or not (the stages' routed
   // experts span the groups).
   std::vector<DSparkDraft> drafted;
-  DSV4_RETURN_IF_ERROR(model_->dspark_draft(calls, &drafted));
+  DSV4_RETURN_IF_ERROR(model_->dspark_draft(calls, &drafted, false));
   const int64_t vocab = c.vocab_size;
   GroupResult result(calls.size());
   for (size_t i = 0; i < calls.size(); ++i) {

@@ -7,7 +7,7 @@
 #include "base/status.h"
 #include "dist/communicator.h"
 #include "kv/page_store.h"
-#include "model/deepseek_v4.h"
+#include "model/serving_model.h"
 #include "runtime/step_plan.h"
 
 namespace dsv4 {
@@ -16,7 +16,7 @@ class RankWorker {
  public:
   // tp: null or the rank's tensor-parallel group (its vocabulary slice for
   // greedy decoding).
-  RankWorker(const DeepseekV4* model, PageStore* store, Communicator* tp, int group)
+  RankWorker(const ServingModel* model, PageStore* store, Communicator* tp, int group)
       : model_(model), store_(store), tp_(tp), group_(group) {}
 
   // A group without chunks still steps with the others (the routed experts
@@ -27,7 +27,7 @@ class RankWorker {
 
   int group() const { return group_; }
   bool leader() const { return !tp_ || tp_->rank() == 0; }
-  const DeepseekV4& model() const { return *model_; }
+  const ServingModel& model() const { return *model_; }
 
  private:
   StatusOr<GroupResult> forward(const StepPlan& plan);
@@ -38,7 +38,7 @@ class RankWorker {
   // under tensor parallelism) or the whole row.
   GroupResult logit_results(const ForwardOutput& out, int64_t rows, bool argmax_only) const;
 
-  const DeepseekV4* model_;
+  const ServingModel* model_;
   PageStore* store_;
   Communicator* tp_;
   int group_;

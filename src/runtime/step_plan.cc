@@ -87,6 +87,7 @@ std::vector<char> serialize(const StepPlan& plan) {
     w.put(c.draft_temperature);
     w.put(c.draft_seed);
     w.put_vector(c.tokens);
+    w.put_vector(c.history);
     w.put(c.pages.covered);
     for (const auto& ids : c.pages.pages) w.put_vector(ids);
   }
@@ -113,7 +114,7 @@ StatusOr<StepPlan> deserialize_plan(const std::vector<char>& bytes) {
     ok = r.get(&group) && r.get(&c.start) && r.get(&c.prefill_len) && r.get(&samples) && r.get(&all_logits) &&
          r.get(&c.draft_rows) &&
          r.get(&reset) && r.get(&c.cached_until) && r.get(&c.source) && r.get(&c.drafts) && r.get(&c.draft_temperature) && r.get(&c.draft_seed) && r.get_vector(&c.tokens) &&
-         r.get(&c.pages.covered);
+         r.get_vector(&c.history) && r.get(&c.pages.covered);
     for (auto& ids : c.pages.pages) ok = ok && r.get_vector(&ids);
     c.group = group;
     c.samples = samples;

@@ -39,6 +39,9 @@ struct PlannedChunk {
   float draft_temperature = 0.0f;
   uint64_t draft_seed = 0;
   std::vector<int32_t> tokens;
+  // DeepSeek-V4.1's Engram look-back: the request's last min(start,
+  // max_ngram_size - 1) tokens before start (empty for V4).
+  std::vector<int32_t> history;
   BlockTable pages;         // the request's pages (ids into its group's stores)
 
   int64_t logit_rows() const {

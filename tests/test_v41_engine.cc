@@ -1,0 +1,117 @@
+// DeepSeek-V4.1 served by the engine (paged caches, the scheduler's
+// chunking and batching, DSpark speculative decoding) generates exactly the
+// official reference's greedy tokens on the V4.1 golden cases.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+
+#include "checkpoint/safetensors.h"
+#include "checkpoint/v41_loader.h"
+#include "golden_v41_case.h"
+#include "runtime/engine.h"
+
+namespace dsv4 {
+namespace {
+
+template <typename T>
+std::vector<T> read_tensor(const SafetensorsFile& f, const std::string& name) {
+  const TensorInfo* t = f.find(name);
+  EXPECT_NE(t, nullptr) << name;
+  if (!t) return {};
+  std::vector<T> v(t->nbytes / sizeof(T));
+  EXPECT_TRUE(f.read(*t, 0, t->nbytes, v.data()).ok());
+  return v;
+}
+
+struct Golden {
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::vector<int32_t>> tokens;  // the reference's greedy continuation of each
+};
+
+// The tokens the reference chose: each decode step's input, then the last
+// step's argmax.
+Golden golden(const std::string& name, int64_t vocab) {
+  Golden g;
+  auto file = SafetensorsFile::open(golden_v41_dir(name) + "/golden.safetensors");
+  EXPECT_TRUE(file.ok());
+  if (!file.ok()) return g;
+  const SafetensorsFile& f = **file;
+  const std::vector<int64_t> shape = f.find("prompt_ids")->shape;
+  const int64_t B = shape[0], S = shape[1], T = f.find("decode_ids")->shape[0];
+  const auto prompt = read_tensor<int64_t>(f, "prompt_ids");
+  const auto ids = read_tensor<int64_t>(f, "decode_ids");
+  const auto logits = read_tensor<float>(f, "decode_logits");
+  for (int64_t b = 0; b < B; ++b) {
+    g.prompts.emplace_back(prompt.begin() + b * S, prompt.begin() + (b + 1) * S);
+    std::vector<int32_t> out;
+    for (int64_t t = 0; t < T; ++t) out.push_back(static_cast<int32_t>(ids[t * B + b]));
+    const float* last = &logits[((T - 1) * B + b) * vocab];
+    out.push_back(static_cast<int32_t>(std::max_element(last, last + vocab) - last));
+    g.tokens.push_back(out);
+  }
+  return g;
+}
+
+std::vector<std::vector<int32_t>> serve(const DeepseekV41& model, const EngineOptions& options,
+                                        const std::vector<std::vector<int32_t>>& prompts, int64_t max_tokens) {
+  auto engine = Engine::create(&model, options);
+  EXPECT_TRUE(engine.ok()) << engine.status().message();
+  std::vector<std::vector<int32_t>> out(prompts.size());
+  if (!engine.ok()) return out;
+  std::map<int64_t, size_t> which;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    SamplingParams p;
+    p.temperature = 0.0f;
+    p.max_tokens = max_tokens;
+    p.ignore_eos = true;
+    auto id = (*engine)->add_request(prompts[i], p);
+    EXPECT_TRUE(id.ok()) << id.status().message();
+    if (id.ok()) which[*id] = i;
+  }
+  for (int step = 0; (*engine)->has_unfinished() && step < 10000; ++step)
+    for (const RequestOutput& o : (*engine)->step()) {
+      EXPECT_TRUE(o.error.empty()) << o.error;
+      auto& tokens = out[which[o.id]];
+      tokens.insert(tokens.end(), o.new_tokens.begin(), o.new_tokens.end());
+    }
+  EXPECT_EQ((*engine)->cache().pages_in_use(), 0);
+  return out;
+}
+
+struct Mode {
+  const char* name;
+  int64_t batched_tokens;  // the step's token budget: chunks the prefill
+  int speculative;         // DSpark drafts per step
+};
+
+class V41Engine : public ::testing::TestWithParam<std::tuple<std::string, Mode>> {};
+
+TEST_P(V41Engine, GeneratesTheReferencesGreedyTokens) {
+  const auto& [name, mode] = GetParam();
+  auto model = load_deepseek_v41(golden_v41_dir(name));
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  const Golden g = golden(name, (*model)->config().vocab_size);
+  ASSERT_EQ(g.prompts.size(), 2u);
+  EngineOptions options;
+  options.scheduler.max_num_batched_tokens = mode.batched_tokens;
+  options.scheduler.max_model_len = 128;
+  if (mode.speculative) {
+    options.scheduler.num_speculative_tokens = mode.speculative;
+    options.scheduler.drafter = SchedulerOptions::Drafter::kDSpark;
+  }
+  const auto tokens = serve(**model, options, g.prompts, static_cast<int64_t>(g.tokens[0].size()));
+  for (size_t b = 0; b < g.prompts.size(); ++b) EXPECT_EQ(tokens[b], g.tokens[b]) << "prompt " << b;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, V41Engine,
+    ::testing::Combine(::testing::Values("v41-tiny", "v41-fp8"),
+                       ::testing::Values(Mode{"Packed", 2048, 0}, Mode{"Chunks7", 7, 0}, Mode{"Chunks64", 64, 0},
+                                         Mode{"DSpark3", 2048, 3})),
+    [](const auto& info) {
+      return std::string(std::get<0>(info.param) == "v41-tiny" ? "Tiny_" : "Fp8_") + std::get<1>(info.param).name;
+    });
+
+}  // namespace
+}  // namespace dsv4
