@@ -95,7 +95,8 @@ int serve(std::unique_ptr<Engine> engine, ServeSettings& s, const std::function<
   log_info("tokenizer " + tokenizer_name);
   log_info("topology: " + engine->executor().describe() + ", " + std::to_string(std::thread::hardware_concurrency()) +
            " cores");
-  log_info(std::string("numerics ") + kernels::numerics_name(s.numerics) + ", kernels " +
+  const bool v41 = config.family == ModelFamily::kV41;  // exact only so far (model_source.cc)
+  log_info(std::string("numerics ") + kernels::numerics_name(v41 ? kernels::Numerics::kExact : s.numerics) + ", kernels " +
            kernels::isa_name(kernels::active_isa()));
   log_info(engine->capacity_summary());
   // Every connection is a descriptor: the limit goes as high as allowed,

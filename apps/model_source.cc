@@ -15,6 +15,7 @@
 #include "base/process_memory.h"
 #include "tools/synthetic.h"
 #include "checkpoint/config_json.h"
+#include "checkpoint/v41_loader.h"
 
 namespace dsv4::app {
 namespace {
@@ -111,6 +112,30 @@ StatusOr<std::unique_ptr<DeepseekV4>> load_model(const std::string& dir, kernels
   return model;
 }
 
+namespace {
+
+// DeepSeek-V4.1 on one rank, in exact numerics: its tensor/expert-parallel
+// layouts and fast kernels are not written yet, and saying so beats serving
+// something else.
+StatusOr<std::unique_ptr<Engine>> load_v41_engine(const std::string& dir, const EngineOptions& engine,
+                                                  const ParallelOptions& parallel, kernels::Numerics numerics,
+                                                  const KvCacheOptions& cache) {
+  const TopologyOptions& t = parallel.topology;
+  if (t.tp > 1 || t.dp > 1 || t.ep > 1)
+    return invalid_argument("DeepSeek-V4.1 runs on one rank in this build: --tp, --dp and --ep layouts are not "
+                            "written for it yet");
+  if (numerics == kernels::Numerics::kFast)
+    log_info("DeepSeek-V4.1 runs in exact numerics (the reference's arithmetic); its fast kernels are not written yet");
+  DSV4_ASSIGN_OR_RETURN(std::unique_ptr<DeepseekV41> model, load_deepseek_v41(dir));
+  const int64_t resident = model->weights().resident_bytes() + model->weights().engram_bytes();
+  log_info("DeepSeek-V4.1 loaded: " + std::to_string(resident >> 20) + " MiB resident");
+  DSV4_ASSIGN_OR_RETURN(auto executor, LocalExecutor::own(std::move(model), cache));
+  keep_step_memory();
+  return Engine::create(std::move(executor), engine.scheduler);
+}
+
+}  // namespace
+
 StatusOr<std::unique_ptr<Engine>> load_engine(const std::string& dir, const EngineOptions& engine,
                                               const ParallelOptions& parallel, kernels::Numerics numerics,
                                               bool progress_bar) {
@@ -119,8 +144,9 @@ StatusOr<std::unique_ptr<Engine>> load_engine(const std::string& dir, const Engi
   LoadMeter meter(progress_bar && isatty(STDERR_FILENO));
   options.on_progress = meter.progress();
   DSV4_ASSIGN_OR_RETURN(ModelDir source, ModelDir::open(dir));
-  DSV4_ASSIGN_OR_RETURN(ModelConfig config, load_model_config(source.path() + "/config.json"));
+  DSV4_ASSIGN_OR_RETURN(ModelConfig config, load_any_model_config(source.path() + "/config.json"));
   DSV4_ASSIGN_OR_RETURN(KvCacheOptions cache, Engine::cache_options(config, engine));
+  if (config.family == ModelFamily::kV41) return load_v41_engine(source.path(), engine, parallel, numerics, cache);
   DSV4_ASSIGN_OR_RETURN(auto executor, LocalExecutor::create(source.path(), options, parallel, cache));
   if (progress_bar) {
     int64_t resident = 0;

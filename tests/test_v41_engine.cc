@@ -10,6 +10,7 @@
 #include "checkpoint/v41_loader.h"
 #include "golden_v41_case.h"
 #include "runtime/engine.h"
+#include "test_util.h"
 
 namespace dsv4 {
 namespace {
@@ -112,6 +113,47 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) {
       return std::string(std::get<0>(info.param) == "v41-tiny" ? "Tiny_" : "Fp8_") + std::get<1>(info.param).name;
     });
+
+// Preempted mid-decode, a request recomputes its prompt and tokens (the
+// prompt in its one-shot layout) and goes on with the same tokens.
+TEST(V41Engine, APreemptedRequestGoesOnWithTheSameTokens) {
+  auto model = load_deepseek_v41(golden_v41_dir("v41-fp8"));
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  const Golden g = golden("v41-fp8", (*model)->config().vocab_size);
+  EngineOptions options;
+  options.scheduler.max_model_len = 128;
+  auto engine = Engine::create(model->get(), options);
+  ASSERT_TRUE(engine.ok()) << engine.status().message();
+  SamplingParams p;
+  p.temperature = 0.0f;
+  p.max_tokens = static_cast<int64_t>(g.tokens[0].size());
+  p.ignore_eos = true;
+  auto id = (*engine)->add_request(g.prompts[0], p);
+  ASSERT_TRUE(id.ok());
+  std::vector<int32_t> tokens;
+  bool preempted = false;
+  for (int step = 0; (*engine)->has_unfinished() && step < 1000; ++step)
+    for (const RequestOutput& o : (*engine)->step()) {
+      tokens.insert(tokens.end(), o.new_tokens.begin(), o.new_tokens.end());
+      if (!preempted && tokens.size() >= 5 && !o.finished) preempted = (*engine)->preempt(o.id);
+    }
+  EXPECT_TRUE(preempted);
+  EXPECT_EQ((*engine)->stats().preemptions, 1);
+  EXPECT_EQ(tokens, g.tokens[0]);
+}
+
+// The CLI loads a V4.1 checkpoint by its config; what it cannot do yet it
+// refuses by name.
+TEST(V41Engine, RunServesAV41CheckpointAndRefusesParallelLayouts) {
+  const std::string dir = golden_v41_dir("v41-fp8");
+  auto run = testing::run_dsv4("run --model " + dir + " --prompt 'Hello there' --max-tokens 4 --temperature 0");
+  EXPECT_EQ(run.code, 0) << run.output;
+  EXPECT_NE(run.output.find("numerics exact"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("4 generated tokens"), std::string::npos) << run.output;
+  auto tp = testing::run_dsv4("run --model " + dir + " --prompt hi --tp 2");
+  EXPECT_EQ(tp.code, 2) << tp.output;
+  EXPECT_NE(tp.output.find("DeepSeek-V4.1 runs on one rank in this build"), std::string::npos) << tp.output;
+}
 
 }  // namespace
 }  // namespace dsv4

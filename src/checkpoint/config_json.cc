@@ -21,12 +21,13 @@ StatusOr<ModelConfig> parse_model_config(const std::string& text, const std::str
   DSV4_ASSIGN_OR_RETURN(json j, json_fields::parse(text, src));
   if (!j.is_object()) return invalid_argument(src + ": config must be a JSON object");
   if (is_v41_config(j)) {
-    // Read and checked, so a broken V4.1 config is named as such; serving it
-    // needs its own forward (Engram, shared KV and index sources, ratios 2
-    // and 1, the two-level top-k), which this build does not have yet.
+    // Read and checked, so a broken V4.1 config is named as such. The
+    // callers of this function build DeepSeek-V4's model; V4.1's is built
+    // by load_deepseek_v41 (parse_any_model_config reads both).
     DSV4_ASSIGN_OR_RETURN(ModelConfig v41, parse_v41_model_config(text, src));
     return invalid_argument(src + ": DeepSeek-V4.1 (model_type deepseek_v41; " + v41.summary() +
-                            ") is not served by this build yet: it loads DeepSeek-V4-Flash, its 0731 release and V4-Pro");
+                            ") is served by dsv4 serve and dsv4 run on one rank; this command loads "
+                            "DeepSeek-V4-Flash, its 0731 release and V4-Pro only");
   }
   ModelConfig c;
   DSV4_RETURN_IF_ERROR(read(j, "vocab_size", &c.vocab_size, true, src));

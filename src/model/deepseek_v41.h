@@ -32,6 +32,7 @@ class DeepseekV41 : public ServingModel {
               int32_t compressed_vocab);
 
   const ModelConfig& config() const override { return config_; }
+  const V41Weights& weights() const { return *weights_; }
   // A sequence's caches in plain vectors (tests, verify).
   std::unique_ptr<ContiguousCache> new_cache() const;
   // Engram look-back: how many tokens before a chunk V41Input::history holds.

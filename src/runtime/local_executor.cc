@@ -17,6 +17,13 @@ StatusOr<std::unique_ptr<LocalExecutor>> LocalExecutor::single(const ServingMode
   return e;
 }
 
+StatusOr<std::unique_ptr<LocalExecutor>> LocalExecutor::own(std::unique_ptr<ServingModel> model,
+                                                             const KvCacheOptions& cache) {
+  DSV4_ASSIGN_OR_RETURN(std::unique_ptr<LocalExecutor> e, single(model.get(), cache));
+  e->owned_ = std::move(model);
+  return e;
+}
+
 StatusOr<std::unique_ptr<LocalExecutor>> LocalExecutor::create(const std::string& dir, const ModelOptions& base,
                                                                 const ParallelOptions& p, const KvCacheOptions& cache) {
   std::unique_ptr<LocalExecutor> e(new LocalExecutor());

@@ -26,6 +26,8 @@ class LocalExecutor : public StepExecutor {
  public:
   // One rank over `model` (not owned).
   static StatusOr<std::unique_ptr<LocalExecutor>> single(const ServingModel* model, const KvCacheOptions& cache);
+  // One rank over `model`, which the executor keeps.
+  static StatusOr<std::unique_ptr<LocalExecutor>> own(std::unique_ptr<ServingModel> model, const KvCacheOptions& cache);
   // tp x dp ranks as threads, each loading its share of the checkpoint in
   // `dir`; cache sizes each rank's copy of its group's pages.
   static StatusOr<std::unique_ptr<LocalExecutor>> create(const std::string& dir, const ModelOptions& model,
@@ -55,6 +57,7 @@ class LocalExecutor : public StepExecutor {
   void rank_loop(int rank);
 
   ModelConfig config_;
+  std::unique_ptr<ServingModel> owned_;  // own()'s model
   Topology topology_;
   std::vector<Rank> ranks_;
   std::vector<std::unique_ptr<KvCacheManager>> caches_;  // per group, one page store per TP rank
