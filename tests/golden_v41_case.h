@@ -2,9 +2,14 @@
 // tests that read them.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
+
+#include "checkpoint/safetensors.h"
 
 namespace dsv4 {
 
@@ -15,6 +20,17 @@ inline std::string read_text_file(const std::string& path) {
   std::stringstream s;
   s << in.rdbuf();
   return s.str();
+}
+
+// A golden tensor's values (a failure when it is missing).
+template <typename T>
+std::vector<T> read_tensor(const SafetensorsFile& f, const std::string& name) {
+  const TensorInfo* t = f.find(name);
+  EXPECT_NE(t, nullptr) << name;
+  if (!t) return {};
+  std::vector<T> v(t->nbytes / sizeof(T));
+  EXPECT_TRUE(f.read(*t, 0, t->nbytes, v.data()).ok());
+  return v;
 }
 
 }  // namespace dsv4

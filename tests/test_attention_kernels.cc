@@ -125,16 +125,6 @@ TEST(HeadDots, AreDotsWithTheKeysValues) {
     }
 }
 
-void expect_same_bits(const std::vector<float>& want, const std::vector<float>& got, const char* what) {
-  ASSERT_EQ(want.size(), got.size());
-  for (size_t i = 0; i < want.size(); ++i) {
-    uint32_t a, b;
-    std::memcpy(&a, &want[i], 4);
-    std::memcpy(&b, &got[i], 4);
-    ASSERT_EQ(a, b) << what << ": element " << i << " want " << want[i] << " got " << got[i];
-  }
-}
-
 // A stored KV row stands for exactly what the reference's act_quant leaves
 // in its cache (FP8 dims rounded per 64, RoPE dims unchanged), and the
 // Flash row is 712 bytes (2048 as floats).
@@ -152,7 +142,7 @@ TEST(CacheRows, KvRowsHoldTheReferencesRoundedValues) {
       std::vector<float> want(xr, xr + f.dim()), got(f.dim());
       kernels::fp8_quant_dequant(want.data(), f.nope, kernels::kKvScaleBlock);
       kernels::load_kv_row(generic.data(), f, got.data());
-      expect_same_bits(want, got, "kv row");
+      testing::expect_same_bits(want, got, "kv row");
     }
   }
 }
@@ -166,7 +156,7 @@ TEST(CacheRows, IndexRowsHoldTheReferencesFp4RoundedValues) {
       kernels::store_index_row(want.data(), dim, row.data());
       kernels::fp4_quant_dequant(want.data(), dim, kernels::kIndexScaleBlock);
       kernels::load_index_row(row.data(), dim, got.data());
-      expect_same_bits(want, got, "index row");
+      testing::expect_same_bits(want, got, "index row");
     }
   }
 }

@@ -38,6 +38,25 @@ TEST(ChoiceText, ScriptedToolCallCompletionStreamsAsDeltas) {
   EXPECT_EQ(text.tool_calls()[0].arguments, R"({"location": "Beijing", "days": 3})");
 }
 
+// DeepSeek-V4.1 spells the tags with a space: its calls stream the same way.
+TEST(ChoiceText, V41ToolCallsStreamAsDeltas) {
+  auto tok = BpeTokenizer::load(kModels);
+  ASSERT_TRUE(tok.ok()) << tok.status().message();
+  const std::string completion =
+      "Let me check.\n\n<｜DSML｜ calls>\n<｜DSML｜ invoke name=\"get_weather\">\n"
+      "<｜DSML｜ parameter name=\"location\" string=\"true\">Beijing</｜DSML｜ parameter>\n</｜DSML｜ invoke>\n"
+      "</｜DSML｜ calls>";
+  ChoiceText text(tok->get(), {}, {(*tok)->eos_id()}, /*chat=*/true, ChatMode::kChat, /*parse_tools=*/true,
+                  ChatFormat::kV41);
+  std::string content;
+  for (int32_t id : (*tok)->encode(completion)) content += text.add({id}).content;
+  content += text.add({(*tok)->eos_id()}).content + text.finish().content;
+  EXPECT_EQ(content, "Let me check.");
+  ASSERT_EQ(text.tool_calls().size(), 1u);
+  EXPECT_EQ(text.tool_calls()[0].name, "get_weather");
+  EXPECT_EQ(text.tool_calls()[0].arguments, R"({"location": "Beijing"})");
+}
+
 TEST(ChoiceText, AnUnfinishedToolBlockIsContent) {
   auto tok = BpeTokenizer::load(kModels);
   ASSERT_TRUE(tok.ok());

@@ -75,8 +75,9 @@ const json kTools = json::parse(R"([
   {"type":"function","function":{"name":"no_args","parameters":{"type":"object","properties":{}}}}])");
 
 TEST(ToolCallGrammar, WalksAreCallsTheParserReadsWithinTheBudget) {
+  for (ChatFormat format : {ChatFormat::kV4, ChatFormat::kV41})  // V4.1: tags spelt with a space
   for (bool parallel : {true, false}) {
-    auto grammar = tool_call_grammar(kTools, parallel);
+    auto grammar = tool_call_grammar(kTools, parallel, format);
     ASSERT_TRUE(grammar.ok()) << grammar.status().message();
     auto g = CompiledGrammar::compile(*grammar, byte_vocab());
     ASSERT_TRUE(g.ok()) << g.status().message();
@@ -85,7 +86,7 @@ TEST(ToolCallGrammar, WalksAreCallsTheParserReadsWithinTheBudget) {
       const int64_t budget = 120 + i;
       auto [text, ended] = walk(*g, &rng, budget);
       ASSERT_TRUE(ended) << "budget " << budget << ": " << text;
-      auto parsed = parse_completion(text, ChatMode::kChat);
+      auto parsed = parse_completion(text, ChatMode::kChat, format);
       ASSERT_TRUE(parsed.ok()) << parsed.status().message() << "\n" << text;
       EXPECT_EQ(parsed->content, "");
       ASSERT_GE(parsed->tool_calls.size(), 1u);

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <random>
@@ -115,6 +116,17 @@ inline std::vector<float> hard_values(int64_t n, uint32_t seed) {
   for (int64_t i = 0; i < 64 && 128 <= n; ++i) x[64 + i] = 1e-7f * static_cast<float>(i % 5);
   for (int64_t i = 0; i < 128 && 384 <= n; ++i) x[128 + i] = 1e-7f * static_cast<float>(i % 5), x[256 + i] = 0.0f;
   return x;
+}
+
+// The same float bits, element by element (a failure names the first that differs).
+inline void expect_same_bits(const std::vector<float>& want, const std::vector<float>& got, const std::string& what) {
+  ASSERT_EQ(want.size(), got.size()) << what;
+  for (size_t i = 0; i < want.size(); ++i) {
+    uint32_t a, b;
+    std::memcpy(&a, &want[i], 4);
+    std::memcpy(&b, &got[i], 4);
+    ASSERT_EQ(a, b) << what << ": element " << i << " want " << want[i] << " got " << got[i];
+  }
 }
 
 inline SamplingParams greedy(int64_t max_tokens) {

@@ -21,16 +21,6 @@
 namespace dsv4 {
 namespace {
 
-void expect_same_bits(const std::vector<float>& want, const std::vector<float>& got, const std::string& what) {
-  ASSERT_EQ(want.size(), got.size());
-  for (size_t i = 0; i < want.size(); ++i) {
-    uint32_t a, b;
-    std::memcpy(&a, &want[i], 4);
-    std::memcpy(&b, &got[i], 4);
-    ASSERT_EQ(a, b) << what << ": element " << i << " want " << want[i] << " got " << got[i];
-  }
-}
-
 // Rows of hard values, and blocks whose largest value rounds onto a power
 // of two times the top code (224 in e4m3 at scale 1; its scale then halves).
 std::vector<std::vector<float>> rows_of(int64_t dim) {
@@ -53,7 +43,7 @@ TEST(V41CacheRows, WindowRowsHoldTheFp8RoundedValues) {
       std::vector<float> got(dim);
       kernels::store_v41_window_row(want.data(), dim, row.data());
       kernels::load_v41_window_row(row.data(), dim, got.data());
-      expect_same_bits(want, got, "window row of " + std::to_string(dim));
+      testing::expect_same_bits(want, got, "window row of " + std::to_string(dim));
     }
   }
 }
@@ -66,7 +56,7 @@ TEST(V41CacheRows, CompressedRowsHoldTheFp4RoundedValues) {
       std::vector<float> got(dim);
       kernels::store_v41_compressed_row(want.data(), dim, row.data());
       kernels::load_v41_compressed_row(row.data(), dim, got.data());
-      expect_same_bits(want, got, "compressed row of " + std::to_string(dim));
+      testing::expect_same_bits(want, got, "compressed row of " + std::to_string(dim));
     }
   }
 }
@@ -79,7 +69,7 @@ TEST(V41CacheRows, IndexKeysHoldTheFp4RoundedValues) {
       std::vector<float> got(dim);
       kernels::store_index_row(want.data(), dim, row.data());
       kernels::load_index_row(row.data(), dim, got.data());
-      expect_same_bits(want, got, "index key of " + std::to_string(dim));
+      testing::expect_same_bits(want, got, "index key of " + std::to_string(dim));
     }
   }
 }

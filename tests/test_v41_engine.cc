@@ -15,16 +15,6 @@
 namespace dsv4 {
 namespace {
 
-template <typename T>
-std::vector<T> read_tensor(const SafetensorsFile& f, const std::string& name) {
-  const TensorInfo* t = f.find(name);
-  EXPECT_NE(t, nullptr) << name;
-  if (!t) return {};
-  std::vector<T> v(t->nbytes / sizeof(T));
-  EXPECT_TRUE(f.read(*t, 0, t->nbytes, v.data()).ok());
-  return v;
-}
-
 struct Golden {
   std::vector<std::vector<int32_t>> prompts;
   std::vector<std::vector<int32_t>> tokens;  // the reference's greedy continuation of each

@@ -20,16 +20,6 @@
 namespace dsv4 {
 namespace {
 
-template <typename T>
-std::vector<T> read_tensor(const SafetensorsFile& f, const std::string& name) {
-  const TensorInfo* t = f.find(name);
-  EXPECT_NE(t, nullptr) << name;
-  if (!t) return {};
-  std::vector<T> v(t->nbytes / sizeof(T));
-  EXPECT_TRUE(f.read(*t, 0, t->nbytes, v.data()).ok());
-  return v;
-}
-
 // ||got - want|| / ||want||.
 double relative_l2(const float* got, const float* want, int64_t n) {
   double diff = 0, norm = 0;

@@ -178,7 +178,7 @@ PlanOrError plan_messages(const ordered_json& b, const ServedModel& m) {
     chat["chat_template_kwargs"] = {{"thinking", type == "enabled"}};
   }
   ChatRender rendered;
-  if (auto e = render_chat(chat, &rendered)) return {std::nullopt, *e};
+  if (auto e = render_chat(chat, m.chat_format, &rendered)) return {std::nullopt, *e};
   p.mode = rendered.mode;
   p.parse_tools = rendered.parse_tools;
   p.prompts.push_back(m.tokenizer->encode(rendered.prompt));

@@ -16,11 +16,13 @@ size_t partial_suffix(const std::string& s, const std::string& marker) {
 }  // namespace
 
 ChoiceText::ChoiceText(const Tokenizer* tokenizer, std::vector<std::string> stop, std::vector<int32_t> skip, bool chat,
-                       ChatMode mode, bool parse_tools)
+                       ChatMode mode, bool parse_tools, ChatFormat format)
     : detok_(tokenizer, std::move(stop)),
       skip_(std::move(skip)),
       chat_(chat),
       parse_tools_(parse_tools),
+      format_(format),
+      calls_marker_(dsml_tags(format).calls_marker()),
       phase_(chat && mode == ChatMode::kThinking ? Phase::kReasoning : Phase::kContent) {}
 
 TextDelta ChoiceText::add(const std::vector<int32_t>& tokens) {
@@ -33,7 +35,7 @@ TextDelta ChoiceText::add(const std::vector<int32_t>& tokens) {
 TextDelta ChoiceText::finish() {
   TextDelta d = route(detok_.flush(), true);
   if (phase_ == Phase::kTools) {
-    auto parsed = parse_completion(tool_text_ + chat_tokens::kEos, ChatMode::kChat);
+    auto parsed = parse_completion(tool_text_ + chat_tokens::kEos, ChatMode::kChat, format_);
     if (parsed.ok() && !parsed->tool_calls.empty()) {
       tool_calls_ = parsed->tool_calls;
     } else {  // not a well-formed block: it is text after all
@@ -69,7 +71,7 @@ TextDelta ChoiceText::route(const std::string& text, bool last) {
     }
     if (phase_ == Phase::kContent) {
       if (parse_tools_) {
-        const size_t at = pending_.find(chat_tokens::kToolCallsMarker);
+        const size_t at = pending_.find(calls_marker_);
         if (at != std::string::npos) {
           d.content += pending_.substr(0, at);
           tool_text_ = pending_.substr(at);
@@ -78,7 +80,7 @@ TextDelta ChoiceText::route(const std::string& text, bool last) {
           break;
         }
       }
-      const size_t keep = last || !parse_tools_ ? 0 : partial_suffix(pending_, chat_tokens::kToolCallsMarker);
+      const size_t keep = last || !parse_tools_ ? 0 : partial_suffix(pending_, calls_marker_);
       d.content += pending_.substr(0, pending_.size() - keep);
       pending_.erase(0, pending_.size() - keep);
       break;

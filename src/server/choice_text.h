@@ -23,7 +23,7 @@ class ChoiceText {
  public:
   // skip: token ids whose text never shows (BOS, EOS).
   ChoiceText(const Tokenizer* tokenizer, std::vector<std::string> stop, std::vector<int32_t> skip, bool chat,
-             ChatMode mode, bool parse_tools);
+             ChatMode mode, bool parse_tools, ChatFormat format = ChatFormat::kV4);
 
   TextDelta add(const std::vector<int32_t>& tokens);
   // At the end: what was held back, and the tool calls if any parse.
@@ -43,6 +43,8 @@ class ChoiceText {
   IncrementalDetokenizer detok_;
   std::vector<int32_t> skip_;
   bool chat_, parse_tools_;
+  ChatFormat format_;
+  std::string calls_marker_;  // what starts the tool calls in this format
   enum class Phase { kReasoning, kContent, kTools } phase_;
   std::string pending_, tool_text_;
   std::string reasoning_, content_;

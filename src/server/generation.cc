@@ -31,7 +31,8 @@ StatusOr<std::unique_ptr<Generation>> Generation::start(EngineService* service, 
     c.prompt = static_cast<int>(i / s.n);
     c.prompt_tokens = static_cast<int64_t>(requests[i].prompt.size());
     c.last_token = g->arrival_;
-    c.text = std::make_unique<ChoiceText>(tokenizer, s.params.stop, skip, s.chat, s.mode, s.parse_tools);
+    const ChatFormat format = service->config().family == ModelFamily::kV41 ? ChatFormat::kV41 : ChatFormat::kV4;
+    c.text = std::make_unique<ChoiceText>(tokenizer, s.params.stop, skip, s.chat, s.mode, s.parse_tools, format);
   }
   DSV4_ASSIGN_OR_RETURN(std::vector<int64_t> ids, service->submit(std::move(requests), g->channel_));
   for (size_t i = 0; i < count; ++i) g->choices_[i].engine_id = ids[i];

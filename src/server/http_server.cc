@@ -146,8 +146,9 @@ HttpServer::HttpServer(EngineService* service, const Tokenizer* tokenizer, const
   served_.max_model_len = service->max_model_len();
   served_.vocab_size = service->config().vocab_size;
   const ModelConfig& config = service->config();
+  served_.chat_format = config.family == ModelFamily::kV41 ? ChatFormat::kV41 : ChatFormat::kV4;
   structured_ = std::make_unique<StructuredOutputs>(
-      grammar_vocabulary(*tokenizer, config.vocab_size, config.bos_token_id, config.eos_token_id));
+      grammar_vocabulary(*tokenizer, config.vocab_size, config.bos_token_id, config.eos_token_id), served_.chat_format);
   served_.structured = structured_.get();
   listener_ = std::make_unique<HttpListener>(
       options.http, [this](std::shared_ptr<HttpExchange> ex) { handle(ex); },
@@ -327,7 +328,8 @@ void HttpServer::tokenize(const ExchangePtr& ex) {
       ids.insert(ids.begin(), tokenizer_->bos_id());
   } else if (body->contains("messages")) {
     ChatRender rendered;
-    if (auto err = render_chat(*body, &rendered)) return respond_later(ex, error_response(*err, Api::kOpenAi));
+    if (auto err = render_chat(*body, served_.chat_format, &rendered))
+      return respond_later(ex, error_response(*err, Api::kOpenAi));
     ids = tokenizer_->encode(rendered.prompt);
   } else {
     return respond_later(ex, error_response(api_error(400, "give a string prompt or a messages array", "prompt",

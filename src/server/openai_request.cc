@@ -196,7 +196,7 @@ PlanOrError plan_completion(const ordered_json& b, const ServedModel& m) {
   return {p, {}};
 }
 
-std::optional<ApiError> render_chat(const ordered_json& b, ChatRender* out) {
+std::optional<ApiError> render_chat(const ordered_json& b, ChatFormat format, ChatRender* out) {
   auto err = [](std::string message, std::string param, std::string code = "invalid_value") {
     return api_error(400, std::move(message), std::move(param), std::move(code));
   };
@@ -225,11 +225,18 @@ std::optional<ApiError> render_chat(const ordered_json& b, ChatRender* out) {
   }
   // Thinking: reasoning_effort, or chat_template_kwargs.enable_thinking / thinking.
   ChatOptions o;
+  o.format = format;
   if (given(b, "reasoning_effort")) {
-    if (!b["reasoning_effort"].is_string()) return err("reasoning_effort must be a string", "reasoning_effort", "invalid_type");
-    const std::string effort = b["reasoning_effort"].get<std::string>();
-    if (effort != "low" && effort != "medium" && effort != "high" && effort != "max")
+    // V4.1 also takes a budget from 1 to 100 (a number or its text).
+    const auto& e = b["reasoning_effort"];
+    const bool budget = format == ChatFormat::kV41 && e.is_number_integer();
+    if (!e.is_string() && !budget) return err("reasoning_effort must be a string", "reasoning_effort", "invalid_type");
+    const std::string effort = budget ? std::to_string(e.get<int64_t>()) : e.get<std::string>();
+    if (format == ChatFormat::kV41) {
+      if (auto ok = v41_reasoning_budget(effort); !ok.ok()) return err(ok.status().message(), "reasoning_effort");
+    } else if (effort != "low" && effort != "medium" && effort != "high" && effort != "max") {
       return err("reasoning_effort must be low, medium, high or max, got '" + effort + "'", "reasoning_effort");
+    }
     o.mode = ChatMode::kThinking;
     o.reasoning_effort = effort;
   }
@@ -321,7 +328,7 @@ PlanOrError plan_chat(const ordered_json& b, const ServedModel& m) {
   p.chat = true;
   if (auto e = read_common(b, m, &p)) return fail(*e);
   ChatRender rendered;
-  if (auto e = render_chat(b, &rendered)) return fail(*e);
+  if (auto e = render_chat(b, m.chat_format, &rendered)) return fail(*e);
   p.mode = rendered.mode;
   p.parse_tools = rendered.parse_tools;
   p.prompts.push_back(m.tokenizer->encode(rendered.prompt));

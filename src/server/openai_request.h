@@ -62,6 +62,7 @@ class StructuredOutputs;
 
 struct ServedModel {
   std::string name;
+  ChatFormat chat_format = ChatFormat::kV4;  // the model family's prompt format
   const Tokenizer* tokenizer = nullptr;
   int64_t max_model_len = 0;
   int64_t vocab_size = 0;
@@ -87,7 +88,7 @@ PlanOrError plan_chat(const nlohmann::ordered_json& body, const ServedModel& mod
 // (thinking, enable_thinking, drop_thinking), add_generation_prompt,
 // continue_final_message, parallel_tool_calls (response_format:
 // constrain_output).
-std::optional<ApiError> render_chat(const nlohmann::ordered_json& body, ChatRender* out);
+std::optional<ApiError> render_chat(const nlohmann::ordered_json& body, ChatFormat format, ChatRender* out);
 // The model field: absent, or the served model (else 404 model_not_found).
 std::optional<ApiError> check_model(const nlohmann::ordered_json& body, const ServedModel& model, std::string* name);
 

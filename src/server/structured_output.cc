@@ -125,10 +125,6 @@ std::optional<ApiError> structured_outputs_wanted(const ordered_json& so, std::v
 
 // ------------------------------------------------------------ tool calls
 
-constexpr char kCallsOpen[] = "\n\n<｜DSML｜tool_calls>\n";
-constexpr char kCallsClose[] = "\n</｜DSML｜tool_calls>";
-constexpr char kInvokeClose[] = "</｜DSML｜invoke>";
-constexpr char kParamClose[] = "</｜DSML｜parameter>";
 
 Sequence concat(Sequence a, const Sequence& b) {
   a.insert(a.end(), b.begin(), b.end());
@@ -184,16 +180,17 @@ std::optional<Symbol> raw_string_value(Grammar* g, const ordered_json& s) {
   return g->star({raw_char(g)}, "raw_string");
 }
 
-StatusOr<Symbol> parameter(Grammar* g, const std::string& name, const ordered_json& schema, const ordered_json& root,
-                           const std::string& path) {
-  const std::string open = "<｜DSML｜parameter name=\"" + name + "\" string=\"";
+StatusOr<Symbol> parameter(Grammar* g, const DsmlTags& t, const std::string& name, const ordered_json& schema,
+                           const ordered_json& root, const std::string& path) {
+  const std::string open = t.open(t.parameter) + " name=\"" + name + "\" string=\"";
+  const std::string close = t.close(t.parameter);
   if (std::optional<Symbol> raw = raw_string_value(g, schema))
-    return g->choice({concat(concat(g->literal(open + "true\">"), {*raw}), g->literal(kParamClose))}, "parameter");
+    return g->choice({concat(concat(g->literal(open + "true\">"), {*raw}), g->literal(close))}, "parameter");
   DSV4_ASSIGN_OR_RETURN(Symbol value, add_json_schema(g, schema, "value", &root, path));
-  return g->choice({concat(concat(g->literal(open + "false\">"), {value}), g->literal(kParamClose))}, "parameter");
+  return g->choice({concat(concat(g->literal(open + "false\">"), {value}), g->literal(close))}, "parameter");
 }
 
-StatusOr<Symbol> invoke(Grammar* g, const ordered_json& fn, const std::string& where) {
+StatusOr<Symbol> invoke(Grammar* g, const DsmlTags& t, const ordered_json& fn, const std::string& where) {
   const std::string name = fn["name"].get<std::string>();
   const ordered_json params = fn.contains("parameters") && !fn["parameters"].is_null() ? fn["parameters"] : ordered_json::object();
   auto error = [&](const std::string& what) {
@@ -220,7 +217,7 @@ StatusOr<Symbol> invoke(Grammar* g, const ordered_json& fn, const std::string& w
   // `first` when none was written yet).
   std::vector<std::pair<std::string, Symbol>> members;
   for (const auto& [key, sub] : props.items()) {
-    DSV4_ASSIGN_OR_RETURN(Symbol p, parameter(g, key, sub, params, "#/properties/" + key));
+    DSV4_ASSIGN_OR_RETURN(Symbol p, parameter(g, t, key, sub, params, "#/properties/" + key));
     members.push_back({key, p});
   }
   const int n = static_cast<int>(members.size());
@@ -232,26 +229,27 @@ StatusOr<Symbol> invoke(Grammar* g, const ordered_json& fn, const std::string& w
       if (!required.count(members[i].first)) alts.push_back({tail[i + 1][first]});
       tail[i][first] = g->choice(std::move(alts), "parameters");
     }
-  Sequence seq = g->literal("<｜DSML｜invoke name=\"" + name + "\">\n");
+  Sequence seq = g->literal(t.open(t.invoke) + " name=\"" + name + "\">\n");
   seq.push_back(tail[0][1]);
-  return g->choice({concat(std::move(seq), g->literal(kInvokeClose))}, "invoke");
+  return g->choice({concat(std::move(seq), g->literal(t.close(t.invoke)))}, "invoke");
 }
 
 }  // namespace
 
-StatusOr<Grammar> tool_call_grammar(const ordered_json& tools, bool parallel) {
+StatusOr<Grammar> tool_call_grammar(const ordered_json& tools, bool parallel, ChatFormat format) {
+  const DsmlTags& t = dsml_tags(format);
   Grammar g;
   std::vector<Sequence> calls;
   for (size_t i = 0; i < tools.size(); ++i) {
-    DSV4_ASSIGN_OR_RETURN(Symbol call, invoke(&g, tools[i]["function"], "tools[" + std::to_string(i) + "]"));
+    DSV4_ASSIGN_OR_RETURN(Symbol call, invoke(&g, t, tools[i]["function"], "tools[" + std::to_string(i) + "]"));
     calls.push_back({call});
   }
   if (calls.empty()) return invalid_argument("no tools to call");
   const Symbol call = g.choice(std::move(calls), "call");
-  Sequence body = g.literal(kCallsOpen);
+  Sequence body = g.literal(t.calls_marker() + ">\n");
   body.push_back(call);
   if (parallel) body.push_back(g.star({g.byte('\n'), call}, "more_calls"));
-  g.root = g.choice({concat(std::move(body), g.literal(kCallsClose))}, "root").id;
+  g.root = g.choice({concat(std::move(body), g.literal("\n" + t.close(t.calls)))}, "root").id;
   return g;
 }
 
@@ -282,8 +280,9 @@ std::optional<ApiError> StructuredOutputs::apply(const ordered_json& b, const Fo
   if (!forced.tools.empty()) {
     const ordered_json tools = forced.tools;
     const bool parallel = forced.parallel;
-    wanted.push_back({"tool_choice", "tools\n" + std::to_string(parallel) + tools.dump(),
-                      [tools, parallel] { return tool_call_grammar(tools, parallel); }});
+    const ChatFormat format = format_;
+    wanted.push_back({"tool_choice", "tools\n" + std::to_string(parallel) + std::to_string(static_cast<int>(format)) + tools.dump(),
+                      [tools, parallel, format] { return tool_call_grammar(tools, parallel, format); }});
   } else if (given(b, "response_format")) {
     // With a forced tool call the reply has no content to format.
     if (auto e = response_format_wanted(b["response_format"], &wanted)) return e;

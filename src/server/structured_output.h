@@ -37,7 +37,9 @@ std::shared_ptr<const TokenVocabulary> grammar_vocabulary(const Tokenizer& token
 
 class StructuredOutputs {
  public:
-  explicit StructuredOutputs(std::shared_ptr<const TokenVocabulary> vocab) : cache_(std::move(vocab)) {}
+  // format: how forced tool calls are spelt (the served model's chat format).
+  explicit StructuredOutputs(std::shared_ptr<const TokenVocabulary> vocab, ChatFormat format = ChatFormat::kV4)
+      : cache_(std::move(vocab)), format_(format) {}
 
   // Sets params->grammar (and grammar_after in thinking mode) from the
   // body's fields; a 400 naming the field and the construct when they
@@ -50,11 +52,13 @@ class StructuredOutputs {
 
  private:
   GrammarCache cache_;
+  ChatFormat format_;
 };
 
 // The DSML tool-call block (see chat_encoding) calling one of `tools` (or
 // several when parallel), each call's parameters following its schema:
 // strings as raw text (string="true"), other values as JSON.
-StatusOr<Grammar> tool_call_grammar(const nlohmann::ordered_json& tools, bool parallel);
+StatusOr<Grammar> tool_call_grammar(const nlohmann::ordered_json& tools, bool parallel,
+                                    ChatFormat format = ChatFormat::kV4);
 
 }  // namespace dsv4

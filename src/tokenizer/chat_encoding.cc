@@ -1,6 +1,9 @@
 #include "tokenizer/chat_encoding.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <regex>
 
@@ -10,25 +13,28 @@ namespace {
 using nlohmann::ordered_json;
 using namespace chat_tokens;
 
-constexpr char kToolsTemplate[] =
-    "## Tools\n\n"
-    "You have access to a set of tools to help answer the user's question. You can invoke tools by writing a "
-    "\"<｜DSML｜tool_calls>\" block like the following:\n\n"
-    "<｜DSML｜tool_calls>\n"
-    "<｜DSML｜invoke name=\"$TOOL_NAME\">\n"
-    "<｜DSML｜parameter name=\"$PARAMETER_NAME\" string=\"true|false\">$PARAMETER_VALUE</｜DSML｜parameter>\n"
-    "...\n"
-    "</｜DSML｜invoke>\n"
-    "<｜DSML｜invoke name=\"$TOOL_NAME2\">\n"
-    "...\n"
-    "</｜DSML｜invoke>\n"
-    "</｜DSML｜tool_calls>\n\n"
-    "String parameters should be specified as is and set `string=\"true\"`. For all other types (numbers, booleans, "
-    "arrays, objects), pass the value in JSON format and set `string=\"false\"`.\n\n"
-    "If thinking_mode is enabled (triggered by <think>), you MUST output your complete reasoning inside "
-    "<think>...</think> BEFORE any tool calls or final response.\n\n"
-    "Otherwise, output directly after </think> with tool calls or final response.\n\n"
-    "### Available Tool Schemas\n\n";
+// The tools section, its DSML spelt with the format's tags.
+std::string tools_template(const DsmlTags& t) {
+  const std::string calls = t.open(t.calls) + ">", invoke = t.open(t.invoke), param = t.open(t.parameter);
+  return "## Tools\n\n"
+         "You have access to a set of tools to help answer the user's question. You can invoke tools by writing a "
+         "\"" + calls + "\" block like the following:\n\n" +
+         calls + "\n" +
+         invoke + " name=\"$TOOL_NAME\">\n" +
+         param + " name=\"$PARAMETER_NAME\" string=\"true|false\">$PARAMETER_VALUE" + t.close(t.parameter) + "\n"
+         "...\n" +
+         t.close(t.invoke) + "\n" +
+         invoke + " name=\"$TOOL_NAME2\">\n"
+         "...\n" +
+         t.close(t.invoke) + "\n" +
+         t.close(t.calls) + "\n\n"
+         "String parameters should be specified as is and set `string=\"true\"`. For all other types (numbers, booleans, "
+         "arrays, objects), pass the value in JSON format and set `string=\"false\"`.\n\n"
+         "If thinking_mode is enabled (triggered by <think>), you MUST output your complete reasoning inside "
+         "<think>...</think> BEFORE any tool calls or final response.\n\n"
+         "Otherwise, output directly after </think> with tool calls or final response.\n\n"
+         "### Available Tool Schemas\n\n";
+}
 constexpr char kToolsTail[] =
     "\n\nYou MUST strictly follow the above defined tool name and parameter schemas to invoke tool calls.\n";
 constexpr char kResponseFormat[] =
@@ -39,6 +45,8 @@ constexpr char kMaxEffort[] =
     "rigorously stress-testing your logic against all potential paths, edge cases, and adversarial scenarios.\n"
     "Explicitly write out your entire deliberation process, documenting every intermediate step, considered "
     "alternative, and rejected hypothesis to ensure absolutely no assumption is left unchecked.\n\n";
+constexpr char kV41EffortTemplate[] =
+    "Reasoning Effort: %d (range 1-100, the higher the value, the more thorough the reasoning)\n\n";
 
 const std::map<std::string, std::string>& task_tokens() {
   static const std::map<std::string, std::string> t = {
@@ -76,14 +84,14 @@ bool has_nonempty(const ordered_json& m, const char* key) {
   return it != m.end() && !it->is_null() && !it->empty();
 }
 
-std::string tools_block(const ordered_json& tools) {
+std::string tools_block(const ordered_json& tools, const DsmlTags& tags) {
   std::string schemas;
   for (size_t i = 0; i < tools.size(); ++i) {
     const ordered_json& t = tools[i];
     if (i) schemas += "\n";
     schemas += python_json_dumps(t.contains("function") ? t["function"] : t);
   }
-  return std::string(kToolsTemplate) + schemas + kToolsTail;
+  return tools_template(tags) + schemas + kToolsTail;
 }
 
 // Text content: a string, or a list of parts whose text parts are joined.
@@ -102,12 +110,15 @@ std::string content_text(const ordered_json& content) {
   return out;
 }
 
-std::string tool_calls_part(const ordered_json& calls) {
-  std::string out = "\n\n<｜DSML｜tool_calls>\n";
+// An assistant turn's tool calls. V4.1 decodes string arguments up to twice
+// (double-encoded JSON); anything but an object becomes {"arguments": raw}.
+std::string tool_calls_part(const ordered_json& calls, ChatFormat format) {
+  const DsmlTags& t = dsml_tags(format);
+  std::string out = "\n\n" + t.open(t.calls) + ">\n";
   for (size_t c = 0; c < calls.size(); ++c) {
     const ordered_json& fn = calls[c].contains("function") ? calls[c]["function"] : calls[c];
     if (c) out += "\n";
-    out += "<｜DSML｜invoke name=\"" + str(fn, "name") + "\">\n";
+    out += t.open(t.invoke) + " name=\"" + str(fn, "name") + "\">\n";
     ordered_json args;
     bool parsed = false;
     if (fn.contains("arguments") && fn["arguments"].is_object()) {
@@ -116,6 +127,7 @@ std::string tool_calls_part(const ordered_json& calls) {
     } else {
       try {
         args = ordered_json::parse(str(fn, "arguments"));
+        if (format == ChatFormat::kV41 && args.is_string()) args = ordered_json::parse(args.get<std::string>());
         parsed = args.is_object();
       } catch (const std::exception&) {
       }
@@ -124,14 +136,14 @@ std::string tool_calls_part(const ordered_json& calls) {
     std::vector<std::string> params;
     for (auto it = args.begin(); it != args.end(); ++it) {
       const bool is_string = it.value().is_string();
-      params.push_back("<｜DSML｜parameter name=\"" + it.key() + "\" string=\"" + (is_string ? "true" : "false") +
+      params.push_back(t.open(t.parameter) + " name=\"" + it.key() + "\" string=\"" + (is_string ? "true" : "false") +
                        "\">" + (is_string ? it.value().get<std::string>() : python_json_dumps(it.value())) +
-                       "</｜DSML｜parameter>");
+                       t.close(t.parameter));
     }
     for (size_t i = 0; i < params.size(); ++i) out += (i ? "\n" : "") + params[i];
-    out += "\n</｜DSML｜invoke>";
+    out += "\n" + t.close(t.invoke);
   }
-  return out + "\n</｜DSML｜tool_calls>";
+  return out + "\n" + t.close(t.calls);
 }
 
 struct Block {
@@ -174,9 +186,35 @@ std::string python_json_dumps(const ordered_json& v) {
   return v.dump(-1, ' ', false, ordered_json::error_handler_t::replace);
 }
 
-StatusOr<std::string> encode_chat(const ordered_json& messages, const ChatOptions& o) {
-  if (!messages.is_array()) return invalid_argument("messages must be an array");
+const DsmlTags& dsml_tags(ChatFormat format) {
+  static const DsmlTags v4{"tool_calls", "invoke", "parameter"}, v41{" calls", " invoke", " parameter"};
+  return format == ChatFormat::kV41 ? v41 : v4;
+}
+
+StatusOr<int> v41_reasoning_budget(const std::string& effort) {
+  if (effort.empty() || effort == "high" || effort == "xhigh") return 75;
+  if (effort == "low") return 50;
+  if (effort == "max") return 100;
+  char* end = nullptr;
+  const long n = std::strtol(effort.c_str(), &end, 10);
+  if (!effort.empty() && *end == '\0' && n >= 1 && n <= 100) return static_cast<int>(n);
+  return invalid_argument("DeepSeek-V4.1's reasoning effort is low, high, xhigh, max or a number from 1 to 100, got '" +
+                          effort + "'");
+}
+
+StatusOr<std::string> encode_chat(const ordered_json& input, const ChatOptions& o) {
+  if (!input.is_array()) return invalid_argument("messages must be an array");
   const bool thinking = o.mode == ChatMode::kThinking;
+  const bool v41 = o.format == ChatFormat::kV41;
+  const DsmlTags& tags = dsml_tags(o.format);
+  // V4.1 has no developer turn: it is a system one (as vLLM maps it).
+  ordered_json messages = input;
+  int effort_budget = 0;
+  if (v41) {
+    DSV4_ASSIGN_OR_RETURN(effort_budget, v41_reasoning_budget(o.reasoning_effort));
+    for (ordered_json& m : messages)
+      if (m.is_object() && m.contains("role") && m["role"] == "developer") m["role"] = "system";
+  }
   // A: tool results and consecutive user messages fold into one user turn.
   std::vector<Msg> merged;
   for (size_t i = 0; i < messages.size(); ++i) {
@@ -243,10 +281,16 @@ StatusOr<std::string> encode_chat(const ordered_json& messages, const ChatOption
   bool drop = o.drop_thinking;
   for (const Msg& m : merged)
     if (has_nonempty(m.raw, "tools")) drop = false;
-  auto last_user = [](const std::vector<Msg>& ms) {
+  // Whose turn the assistant answers: a user's (or V4's developer's); in
+  // V4.1 also a system message after the first.
+  auto answers = [&](const std::vector<Msg>& ms, size_t i) {
+    const std::string role = ms[i].role();
+    return role == "user" || (v41 ? role == "system" && i > 0 : role == "developer");
+  };
+  auto last_user = [&](const std::vector<Msg>& ms) {
     int l = -1;
     for (size_t i = 0; i < ms.size(); ++i)
-      if (ms[i].role() == "user" || ms[i].role() == "developer") l = static_cast<int>(i);
+      if (answers(ms, i)) l = static_cast<int>(i);
     return l;
   };
   std::vector<Msg> msgs;
@@ -272,14 +316,26 @@ StatusOr<std::string> encode_chat(const ordered_json& messages, const ChatOption
   for (int i = 0; i < static_cast<int>(msgs.size()); ++i) {
     const Msg& m = msgs[i];
     const std::string role = m.role();
-    if (i == 0 && thinking && o.reasoning_effort == "max") out += kMaxEffort;
+    if (!v41 && i == 0 && thinking && o.reasoning_effort == "max") out += kMaxEffort;
+    if (v41 && i == 0) {
+      // The first turn is a system one when it states the effort (thinking
+      // mode) or is a system message.
+      std::string effort;
+      if (thinking) {
+        char line[160];
+        std::snprintf(line, sizeof line, kV41EffortTemplate, effort_budget);
+        effort = line;
+      }
+      if (!effort.empty() || role == "system") out += kSystem + effort;
+    }
     auto extras = [&] {
       std::string e;
-      if (has_nonempty(m.raw, "tools")) e += "\n\n" + tools_block(m.raw["tools"]);
+      if (has_nonempty(m.raw, "tools")) e += "\n\n" + tools_block(m.raw["tools"], tags);
       if (has_nonempty(m.raw, "response_format")) e += "\n\n" + std::string(kResponseFormat) + python_json_dumps(m.raw["response_format"]);
       return e;
     };
     if (role == "system") {
+      if (v41 && i > 0) out += kSystem;
       out += str(m.raw, "content") + extras();
     } else if (role == "developer") {
       const std::string content = str(m.raw, "content");
@@ -302,7 +358,7 @@ StatusOr<std::string> encode_chat(const ordered_json& messages, const ChatOption
       if (thinking && !after_task && (!drop || i > last)) out += str(m.raw, "reasoning_content") + kEndThink;
       out += str(m.raw, "content");
       if (m.raw.contains("tool_calls") && m.raw["tool_calls"].is_array() && !m.raw["tool_calls"].empty())
-        out += tool_calls_part(m.raw["tool_calls"]);
+        out += tool_calls_part(m.raw["tool_calls"], o.format);
       if (!truthy(m.raw, "wo_eos")) out += kEos;
     }
     // The turn change after this message.
@@ -315,7 +371,7 @@ StatusOr<std::string> encode_chat(const ordered_json& messages, const ChatOption
       if (it == task_tokens().end()) return invalid_argument("unknown task '" + task + "'");
       if (task == "action") out += std::string(kAssistant) + (thinking ? kThink : kEndThink) + it->second;
       else out += it->second;
-    } else if ((role == "user" || role == "developer") && (i + 1 < static_cast<int>(msgs.size()) || o.add_generation_prompt)) {
+    } else if (answers(msgs, i) && (i + 1 < static_cast<int>(msgs.size()) || o.add_generation_prompt)) {
       out += std::string(kAssistant) + (thinking && (!drop || i >= last) ? kThink : kEndThink);
     }
   }
@@ -340,9 +396,10 @@ std::pair<size_t, int> find_first(const std::string& s, size_t from, const std::
 
 }  // namespace
 
-StatusOr<ParsedCompletion> parse_completion(const std::string& text, ChatMode mode) {
+StatusOr<ParsedCompletion> parse_completion(const std::string& text, ChatMode mode, ChatFormat format) {
   ParsedCompletion p;
-  const std::string tc_marker = kToolCallsMarker;
+  const DsmlTags& tags = dsml_tags(format);
+  const std::string tc_marker = tags.calls_marker();
   size_t at = 0;
   if (mode == ChatMode::kThinking) {
     auto [pos, which] = find_first(text, 0, {kEndThink, tc_marker});
@@ -357,8 +414,9 @@ StatusOr<ParsedCompletion> parse_completion(const std::string& text, ChatMode mo
     if (pos + std::strlen(kEos) != text.size()) return invalid_argument("text after the end of sentence");
   } else {
     size_t cur = pos + tc_marker.size();
-    const std::string invoke = "<｜DSML｜invoke", end_calls = "</｜DSML｜tool_calls>", param = "<｜DSML｜parameter",
-                      end_invoke = "</｜DSML｜invoke", param_close = "/｜DSML｜parameter";
+    const std::string invoke = tags.open(tags.invoke), end_calls = tags.close(tags.calls),
+                      param = tags.open(tags.parameter), end_invoke = "</｜DSML｜" + tags.invoke,
+                      param_close = "/｜DSML｜" + tags.parameter;
     static const std::regex name_re("^\\s*name=\"([\\s\\S]*?)\">\\n\\n?$");
     static const std::regex param_re("^ name=\"([\\s\\S]*?)\" string=\"(true|false)\">([\\s\\S]*?)<$");
     for (;;) {
