@@ -5,11 +5,14 @@
 
 #include <algorithm>
 #include <map>
+#include <nlohmann/json.hpp>
 
 #include "checkpoint/safetensors.h"
 #include "checkpoint/v41_loader.h"
 #include "golden_v41_case.h"
 #include "runtime/engine.h"
+#include "http/http_client.h"
+#include "server_process.h"
 #include "test_util.h"
 
 namespace dsv4 {
@@ -143,6 +146,45 @@ TEST(V41Engine, RunServesAV41CheckpointAndRefusesParallelLayouts) {
   auto tp = testing::run_dsv4("run --model " + dir + " --prompt hi --tp 2");
   EXPECT_EQ(tp.code, 2) << tp.output;
   EXPECT_NE(tp.output.find("DeepSeek-V4.1 runs on one rank in this build"), std::string::npos) << tp.output;
+}
+
+// dsv4 serve on a V4.1 checkpoint renders V4.1's chat format (its tool
+// calls, which the golden model's 128 positions leave no room for, are
+// covered by ChatEncodingV41, ChoiceText and ToolCallGrammar); the effort
+// takes a 1-100 budget and refuses what V4.1 does not know; an image part
+// is a 400 naming it.
+TEST(V41Engine, ServeSpeaksV41sChatFormat) {
+  testing::ServerProcess server({"--model", golden_v41_dir("v41-fp8"), "--kv-cache-memory", "64M"});
+  ASSERT_GT(server.port(), 0) << server.log();
+  HttpClient cli("127.0.0.1", server.port());
+  auto tokens = cli.post("/tokenize", R"({"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "hi"}],
+      "reasoning_effort": 30})", "application/json");
+  ASSERT_TRUE(tokens);
+  ASSERT_EQ(tokens->status, 200) << tokens->body;
+  const auto ids = nlohmann::json::parse(tokens->body)["tokens"];
+  auto text = cli.post("/detokenize", nlohmann::json{{"tokens", ids}}.dump(), "application/json");
+  ASSERT_TRUE(text);
+  ASSERT_EQ(text->status, 200) << text->body;
+  EXPECT_EQ(nlohmann::json::parse(text->body)["prompt"],
+            "<｜begin▁of▁sentence｜><｜System｜>Reasoning Effort: 30 (range 1-100, the higher the value, the more "
+            "thorough the reasoning)\n\nS<｜User｜>hi<｜Assistant｜><think>");
+
+  auto budget = cli.post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}],
+      "reasoning_effort": 30, "max_tokens": 2})", "application/json");
+  ASSERT_TRUE(budget);
+  EXPECT_EQ(budget->status, 200) << budget->body;
+  auto medium = cli.post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}],
+      "reasoning_effort": "medium", "max_tokens": 2})", "application/json");
+  ASSERT_TRUE(medium);
+  EXPECT_EQ(medium->status, 400) << medium->body;
+  EXPECT_NE(medium->body.find("low, high, xhigh, max or a number from 1 to 100"), std::string::npos) << medium->body;
+  auto image = cli.post("/v1/chat/completions", R"({"messages": [{"role": "user", "content":
+      [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}], "max_tokens": 2})",
+                        "application/json");
+  ASSERT_TRUE(image);
+  EXPECT_EQ(image->status, 400) << image->body;
+  EXPECT_NE(image->body.find("'image_url' part"), std::string::npos) << image->body;
+  EXPECT_EQ(server.stop(), 0) << server.log();
 }
 
 }  // namespace
