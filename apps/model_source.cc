@@ -127,8 +127,9 @@ StatusOr<std::unique_ptr<Engine>> load_v41_engine(const std::string& dir, const 
   if (numerics == kernels::Numerics::kFast)
     log_info("DeepSeek-V4.1 runs in exact numerics (the reference's arithmetic); its fast kernels are not written yet");
   DSV4_ASSIGN_OR_RETURN(std::unique_ptr<DeepseekV41> model, load_deepseek_v41(dir));
-  const int64_t resident = model->weights().resident_bytes() + model->weights().engram_bytes();
-  log_info("DeepSeek-V4.1 loaded: " + std::to_string(resident >> 20) + " MiB resident");
+  log_info("DeepSeek-V4.1 loaded: " + std::to_string(model->weights().resident_bytes() >> 20) +
+           " MiB resident, Engram tables " + std::to_string(model->weights().engram_bytes() >> 20) +
+           " MiB read by row from the checkpoint's files");
   DSV4_ASSIGN_OR_RETURN(auto executor, LocalExecutor::own(std::move(model), cache));
   keep_step_memory();
   return Engine::create(std::move(executor), engine.scheduler);

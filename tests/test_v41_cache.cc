@@ -8,6 +8,7 @@
 
 #include "checkpoint/config_json.h"
 #include "checkpoint/released_configs.h"
+#include "checkpoint/checkpoint.h"
 #include "checkpoint/v41_loader.h"
 #include "golden_v41_case.h"
 #include "kernels/cache_rows.h"
@@ -148,6 +149,13 @@ TEST(V41Plan, CountsWhatTheLoaderHolds) {
   EXPECT_EQ(plan->rank_weight_bytes, (*weights)->resident_bytes());
   EXPECT_EQ(plan->engram_bytes, (*weights)->engram_bytes());
   EXPECT_GT(plan->engram_bytes, 0);
+  // The tables are read in place, from the files' mapping, not copied.
+  for (int layer : config->engram.layer_ids) {
+    const V41Engram& e = *(*weights)->blocks[layer].engram;
+    const std::string p = "layers." + std::to_string(layer) + ".engram.embed.";
+    EXPECT_EQ(e.codes, (*weights)->files->find(p + "weight")->data);
+    EXPECT_EQ(e.scales, (*weights)->files->find(p + "scale")->data);
+  }
   EXPECT_NE(plan->report().find("Engram tables:"), std::string::npos) << plan->report();
 }
 

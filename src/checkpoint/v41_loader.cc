@@ -56,6 +56,19 @@ class TensorReader {
     return out;
   }
 
+  // A tensor left in the file's read-only mapping, its shape and dtype
+  // checked (read later by row).
+  StatusOr<const uint8_t*> mapped(const std::string& name, const std::vector<int64_t>& shape, DType want) {
+    DSV4_ASSIGN_OR_RETURN(const TensorInfo* t, ckpt_.get(name));
+    if (t->shape != shape)
+      return invalid_argument("tensor " + name + " has shape " + shape_text(t->shape) + ", the config says " +
+                              shape_text(shape));
+    if (t->dtype != want)
+      return invalid_argument("tensor " + name + " is " + dtype_name(t->dtype) + ", expected " + dtype_name(want));
+    if (!t->data) return internal_error("tensor " + name + " is not mapped from its file");
+    return t->data;
+  }
+
   // E8M0 scales, as stored (each a power of two's biased exponent).
   StatusOr<std::vector<uint8_t>> scales(const std::string& name, const std::vector<int64_t>& shape) {
     DType dt;
@@ -159,10 +172,8 @@ Status load_engram(TensorReader& r, const ModelConfig& c, int which, const std::
   const EngramConfig& e = c.engram;
   g->rows = e.num_embeddings[which];
   g->head_dim = e.head_dim;
-  DType dt;
-  ASSIGN(g->codes, r.bytes(p + "embed.weight", {g->rows, g->head_dim}, &dt));
-  if (dt != DType::kF8E4M3) return invalid_argument("tensor " + p + "embed.weight is " + dtype_name(dt) + ", expected F8_E4M3");
-  ASSIGN(g->scales, r.scales(p + "embed.scale", {g->rows, g->head_dim / kBlock}));
+  ASSIGN(g->codes, r.mapped(p + "embed.weight", {g->rows, g->head_dim}, DType::kF8E4M3));
+  ASSIGN(g->scales, r.mapped(p + "embed.scale", {g->rows, g->head_dim / kBlock}, DType::kF8E8M0));
   ASSIGN(g->wkv, r.linear(p + "wkv", static_cast<int64_t>(c.dim) * (c.hc_mult + 1),
                           static_cast<int64_t>(e.hash_columns()) * e.head_dim));
   std::vector<float> q, k;
@@ -224,9 +235,11 @@ void V41Engram::row(int64_t r, float* out) const {
 }
 
 StatusOr<std::unique_ptr<V41Weights>> load_v41_weights(const std::string& dir, const ModelConfig& c) {
-  DSV4_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, Checkpoint::open(dir));
+  DSV4_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> opened, Checkpoint::open(dir));
+  std::shared_ptr<const Checkpoint> ckpt(std::move(opened));
   TensorReader r(*ckpt);
   auto w = std::make_unique<V41Weights>();
+  w->files = ckpt;
   ASSIGN(w->embed, r.linear("embed", c.vocab_size, c.dim));
   ASSIGN(w->norm, r.floats("norm.weight", {c.dim}));
   ASSIGN(w->head, r.linear("head", c.vocab_size, c.dim));

@@ -39,7 +39,7 @@ int64_t V41Weights::resident_bytes() const {
 int64_t V41Weights::engram_bytes() const {
   int64_t n = 0;
   for (const V41Block& b : blocks)
-    if (b.engram) n += static_cast<int64_t>(b.engram->codes.size() + b.engram->scales.size());
+    if (b.engram) n += b.engram->rows * (b.engram->head_dim + b.engram->head_dim / V41Linear::kBlock);
   return n;
 }
 

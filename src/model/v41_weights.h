@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -48,11 +49,14 @@ struct V41MoE {  // ffn
 };
 
 // engram: an FP8 table read by row, its projection to hc keys and a value,
-// and the gate's per-copy weights.
+// and the gate's per-copy weights. The table stays in the checkpoint file's
+// read-only mapping (V41Weights::files): a token reads a few rows, the page
+// cache holds them once for every rank and process reading the file, and
+// loading reads none of it.
 struct V41Engram {
   int64_t rows = 0, head_dim = 0;
-  std::vector<uint8_t> codes;   // [rows, head_dim] e4m3
-  std::vector<uint8_t> scales;  // [rows, head_dim / 32] e8m0
+  const uint8_t* codes = nullptr;   // [rows, head_dim] e4m3
+  const uint8_t* scales = nullptr;  // [rows, head_dim / 32] e8m0
   V41Linear wkv;                // [dim * (hc + 1), hash_columns * head_dim]
   std::vector<float> qk;        // q_weight * k_weight [hc, dim]
   void row(int64_t r, float* out) const;
@@ -79,14 +83,18 @@ struct V41DSpark {
   V41Linear confidence;            // mtp.<last>.confidence_head.proj [1, dim + rank]
 };
 
+class Checkpoint;
+
 struct V41Weights {
   V41Linear embed;           // [vocab, dim], read by row
   std::vector<V41Block> blocks;
   std::vector<float> norm;   // [dim]
   V41Linear head;            // [vocab, dim]
   std::optional<V41DSpark> dspark;
+  std::shared_ptr<const Checkpoint> files;  // the mapping the Engram tables are read from
 
-  // Resident bytes as loaded, the Engram tables apart (engram_bytes).
+  // Resident bytes as loaded, the Engram tables apart (engram_bytes: the
+  // bytes of the tables in the files).
   int64_t resident_bytes() const;
   int64_t engram_bytes() const;
 };
