@@ -10,6 +10,9 @@
 #include "model/deepseek_v4.h"
 #include "tools/dspark_verify.h"
 #include "tools/golden_verify.h"
+#include "tools/v41_golden_verify.h"
+#include "checkpoint/v41_loader.h"
+#include "checkpoint/config_json.h"
 #include "tools/parallel_verify.h"
 
 namespace dsv4::app {
@@ -53,6 +56,35 @@ const char* kHelp =
 // A DSpark case (../shared/golden/DSPARK.md): both protocols, each with its
 // bounds; the end-to-end one's tensors go to --dump. On a TP x EP layout
 // (parallel) the ranks are threads that load their own shares.
+// A DeepSeek-V4.1 golden case (tests/golden_v41): one rank, exact numerics.
+static int verify_v41_case(const std::string& dir, const std::string& golden, int64_t chunk, bool parallel,
+                           kernels::Numerics numerics) {
+  if (parallel || numerics != kernels::Numerics::kExact) {
+    std::fprintf(stderr, "dsv4 verify: DeepSeek-V4.1 runs on one rank in exact numerics in this build "
+                         "(no --tp/--dp/--ep, no --numerics fast)\n");
+    return 2;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  auto model = load_deepseek_v41(dir);
+  if (!model.ok()) {
+    std::fprintf(stderr, "dsv4 verify: cannot load model: %s\n", model.status().message().c_str());
+    return 2;
+  }
+  const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("dsv4 verify\n  model   %s (%s)\n  loaded in %.2fs, %.2f MiB resident; numerics exact\n  golden  %s\n"
+              "  prefill %s\n",
+              dir.c_str(), (*model)->config().summary().c_str(), load_s,
+              (*model)->weights().resident_bytes() / 1048576.0, golden.c_str(),
+              chunk > 0 ? ("chunks of " + std::to_string(chunk)).c_str() : "whole prompt");
+  auto report = verify_v41_golden(**model, {golden, chunk, false});
+  if (!report.ok()) {
+    std::fprintf(stderr, "dsv4 verify: %s\n", report.status().message().c_str());
+    return 2;
+  }
+  std::printf("%s", report->format().c_str());
+  return report->pass() ? 0 : 1;
+}
+
 static int verify_dspark_case(const DeepseekV4& model, const std::string& dir, const VerifyOptions& opt,
                               const ParallelVerifyOptions* parallel, double load_s) {
   std::printf("dsv4 verify (DSpark drafter)\n  model   %s (%s)\n  loaded in %.2fs; kernels %s, numerics %s\n  golden  %s\n",
@@ -119,6 +151,8 @@ int cmd_verify(int argc, char** argv) {
   const bool parallel = par.topology.tp * par.topology.dp > 1 || par.topology.ep > 1;
 
   const std::string dir = args.get("model");
+  if (auto config = load_any_model_config(dir + "/config.json"); config.ok() && config->family == ModelFamily::kV41)
+    return verify_v41_case(dir, args.get("golden", dir + "/golden.safetensors"), chunk, parallel, par.numerics);
   auto t0 = std::chrono::steady_clock::now();
   ModelOptions mo;
   mo.numerics = par.numerics;
