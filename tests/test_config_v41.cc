@@ -118,7 +118,7 @@ TEST(ConfigV41, BrokenLayerRolesNameTheProblem) {
       {"hidden_size", nullptr, "missing required field 'dim'"},
       {"kv_source_layer_ids", {2, 8, 14}, "layer 20 (ratio 1) has no KV source of its ratio"},
       {"kv_source_layer_ids", {1, 2, 8, 14, 20}, "kv_source_layers entry 1 is not a compressed layer"},
-      {"index_source_layer_ids", {2, 8, 14, 24}, "layer 20 (ratio 1) has no index source of its ratio"},
+      {"index_source_layer_ids", {2, 8, 14, 24}, "kv_source_layers entry 20 is not in index_source_layers"},
       {"candidate_source_layer_id", 21, "candidate_source_layer 21 is not an index source"},
       {"candidate_block_size", 0, "candidate_topk_blocks and candidate_block_size must be positive"},
       {"engram_num_embeddings", {384006168}, "one entry per engram layer"},

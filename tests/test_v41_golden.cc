@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "checkpoint/config_json.h"
+#include "checkpoint/safetensors.h"
 #include "checkpoint/v41_loader.h"
 #include "golden_v41_case.h"
 #include "model/deepseek_v41.h"
@@ -68,6 +69,54 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(std::get<0>(info.param) == "v41-tiny" ? "Tiny" : "Fp8") + "_" +
              (s.chunk ? "Chunks" + std::to_string(s.chunk) : std::string("Whole")) + (s.packed ? "_Packed" : "");
     });
+
+// Decode rows given together (a speculative step's verification, or a
+// request recomputing after a preemption) are what the reference's decode
+// steps compute one at a time: a row whose index layer reads a later
+// source's keys waits for them (v41_first_row_after_unwritten_keys).
+TEST(V41Golden, DecodeRowsTogetherAreTheDecodeStepsBitForBit) {
+  Case c = load_case("v41-fp8");
+  ASSERT_TRUE(c.model);
+  auto golden = SafetensorsFile::open(golden_v41_dir("v41-fp8") + "/golden.safetensors");
+  ASSERT_TRUE(golden.ok());
+  const std::vector<int64_t> ids = read_tensor<int64_t>(**golden, "prompt_ids");
+  const std::vector<int64_t> decode = read_tensor<int64_t>(**golden, "decode_ids");
+  const int64_t S = (*golden)->find("prompt_ids")->shape[1], B = 2, T = 8;
+  std::vector<int32_t> tokens(ids.begin(), ids.begin() + S);  // prompt 0, then its decode tokens
+  for (int64_t t = 0; t < T; ++t) tokens.push_back(static_cast<int32_t>(decode[t * B]));
+  auto history = [&](int64_t start) {
+    const int64_t back = std::min<int64_t>(start, c.model->history_tokens());
+    return std::vector<int32_t>(tokens.begin() + start - back, tokens.begin() + start);
+  };
+  auto run = [&](SequenceCache* cache, int64_t start, int64_t n, int64_t logit_rows, std::vector<float>* logits) {
+    ForwardBatch batch;
+    batch.add(cache, &tokens[start], n, S, logit_rows);
+    batch.chunks.back().history = history(start);
+    ForwardOutput out;
+    ASSERT_TRUE(c.model->forward(batch, &out).ok());
+    logits->insert(logits->end(), out.logits.begin(), out.logits.end());
+  };
+  // One decode step at a time: the prompt's last logits, then each step's.
+  auto steps = c.model->new_cache();
+  std::vector<float> want;
+  run(steps.get(), 0, S, 1, &want);
+  for (int64_t t = 0; t < T - 1; ++t) run(steps.get(), S + t, 1, 1, &want);
+  // The decode tokens in one chunk after the prompt.
+  auto together = c.model->new_cache();
+  std::vector<float> got;
+  run(together.get(), 0, S, 1, &got);
+  run(together.get(), S, T - 1, T - 1, &got);
+  testing::expect_same_bits(want, got, "decode rows in one chunk");
+  // The prompt and its decode tokens in one chunk, as after a preemption.
+  auto recompute = c.model->new_cache();
+  std::vector<float> again;
+  run(recompute.get(), 0, S + T - 1, T, &again);
+  testing::expect_same_bits(want, again, "prompt and decode rows in one chunk");
+  // The recomputing chunk is the one that must be cut (after the prompt,
+  // decode rows read only keys written before).
+  EXPECT_LT(v41_first_row_after_unwritten_keys(c.config, 0, S + T - 1, S), S + T - 1);
+  EXPECT_EQ(v41_first_row_after_unwritten_keys(c.config, S, T - 1, S), T - 1);
+}
 
 // dsv4 verify runs the protocol on a V4.1 case and says what it cannot do.
 TEST(V41Golden, VerifyCliPassesTheCasesAndRefusesWhatV41DoesNotRun) {

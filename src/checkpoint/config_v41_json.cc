@@ -197,6 +197,12 @@ Status check_v41(ModelConfig& c, const std::string& src) {
   for (int l : sh.index_source_layers)
     if (l < 0 || l >= c.n_layers || c.compress_ratios[l] <= 0)
       return fail("index_source_layers entry " + std::to_string(l) + " is not a compressed layer");
+  // A KV source's latent gives the index keys the indexers read, so each
+  // is an index source too (as in the release).
+  for (int l : sh.kv_source_layers)
+    if (!contains(sh.index_source_layers, l))
+      return fail("kv_source_layers entry " + std::to_string(l) + " is not in index_source_layers (a KV source's "
+                  "latent gives the index keys)");
   int kv_source = -1, index_source = -1;
   for (int l = 0; l < c.n_layers; ++l) {
     if (contains(sh.kv_source_layers, l)) kv_source = l;

@@ -1,11 +1,15 @@
 #include "checkpoint/v41_loader.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 
 #include "base/dtype.h"
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/config_json.h"
+#include "model/engram_hash.h"
 #include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/engram_token_map.h"
 
@@ -13,6 +17,14 @@ namespace dsv4 {
 namespace {
 
 constexpr int64_t kBlock = V41Linear::kBlock;
+
+// Tells the kernel that bytes [p, p + n) of a file mapping are read by
+// scattered rows (the Engram tables): no readahead on a fault.
+void read_at_random(const uint8_t* p, uint64_t n) {
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(p) & ~(page - 1);
+  madvise(reinterpret_cast<void*>(begin), reinterpret_cast<uintptr_t>(p) + n - begin, MADV_RANDOM);
+}
 
 std::string shape_text(const std::vector<int64_t>& s) {
   std::string out = "[";
@@ -108,6 +120,16 @@ class TensorReader {
     return l;
   }
 
+  // A lookup table (read by row): BF16, F16 or F32 only, its rows being
+  // the values themselves.
+  StatusOr<V41Linear> table(const std::string& prefix, int64_t rows, int64_t dim) {
+    DSV4_ASSIGN_OR_RETURN(V41Linear l, linear(prefix, rows, dim));
+    if (l.kind == V41Linear::Kind::kFp8 || l.kind == V41Linear::Kind::kFp4)
+      return invalid_argument("tensor " + prefix + ".weight is a lookup table and must be BF16 or F32, not " +
+                              std::string(l.kind == V41Linear::Kind::kFp8 ? "FP8" : "FP4"));
+    return l;
+  }
+
   // A linear the reference uses dequantized (wo_a): FP8 codes times their
   // tile's scale in a plain product, or plain.
   StatusOr<V41Linear> dequantized(const std::string& prefix, int64_t out, int64_t in) {
@@ -174,6 +196,9 @@ Status load_engram(TensorReader& r, const ModelConfig& c, int which, const std::
   g->head_dim = e.head_dim;
   ASSIGN(g->codes, r.mapped(p + "embed.weight", {g->rows, g->head_dim}, DType::kF8E4M3));
   ASSIGN(g->scales, r.mapped(p + "embed.scale", {g->rows, g->head_dim / kBlock}, DType::kF8E8M0));
+  // Read a few rows at a time anywhere: no readahead around each miss.
+  read_at_random(g->codes, static_cast<uint64_t>(g->rows * g->head_dim));
+  read_at_random(g->scales, static_cast<uint64_t>(g->rows * (g->head_dim / kBlock)));
   ASSIGN(g->wkv, r.linear(p + "wkv", static_cast<int64_t>(c.dim) * (c.hc_mult + 1),
                           static_cast<int64_t>(e.hash_columns()) * e.head_dim));
   std::vector<float> q, k;
@@ -221,7 +246,7 @@ Status load_dspark(TensorReader& r, const ModelConfig& c, V41DSpark* d) {
     DSV4_RETURN_IF_ERROR(load_block(r, c, c.n_layers + s, "mtp." + std::to_string(s) + ".", &d->stages[s]));
   const std::string last = "mtp." + std::to_string(c.dspark_stages - 1) + ".";
   ASSIGN(d->norm, r.floats(last + "norm.weight", {dim}));
-  ASSIGN(d->markov_embed, r.linear(last + "markov_head.embed", V, rank));
+  ASSIGN(d->markov_embed, r.table(last + "markov_head.embed", V, rank));
   ASSIGN(d->markov_head, r.linear(last + "markov_head.head", V, rank));
   ASSIGN(d->confidence, r.linear(last + "confidence_head.proj", 1, dim + rank));
   return Status::Ok();
@@ -240,7 +265,7 @@ StatusOr<std::unique_ptr<V41Weights>> load_v41_weights(const std::string& dir, c
   TensorReader r(*ckpt);
   auto w = std::make_unique<V41Weights>();
   w->files = ckpt;
-  ASSIGN(w->embed, r.linear("embed", c.vocab_size, c.dim));
+  ASSIGN(w->embed, r.table("embed", c.vocab_size, c.dim));
   ASSIGN(w->norm, r.floats("norm.weight", {c.dim}));
   ASSIGN(w->head, r.linear("head", c.vocab_size, c.dim));
   w->blocks.resize(c.n_layers);
@@ -261,6 +286,23 @@ StatusOr<std::unique_ptr<DeepseekV41>> load_deepseek_v41(const std::string& dir)
       return Status(tokenizer.status().code(), "DeepSeek-V4.1's Engram needs the checkpoint's tokenizer: " +
                                                    tokenizer.status().message());
     DSV4_ASSIGN_OR_RETURN(map, engram_token_map(**tokenizer, config.engram.compressed_vocab_size));
+    if (config.engram.pad_id < 0 || config.engram.pad_id >= static_cast<int>(map.compressed.size()))
+      return invalid_argument("engram_pad_token_id " + std::to_string(config.engram.pad_id) +
+                              " is not a token of the checkpoint's tokenizer");
+    // Ids the tokenizer does not have (the model's vocabulary is padded past
+    // it) take part in n-grams as the pad token does.
+    if (static_cast<int64_t>(map.compressed.size()) < config.vocab_size)
+      map.compressed.resize(config.vocab_size, map.compressed[config.engram.pad_id]);
+    // Every hashed row must fall inside its table.
+    const EngramHashLayout layout =
+        engram_hash_layout(config.engram, map.size, map.compressed[config.engram.pad_id]);
+    for (size_t i = 0; i < layout.primes.size(); ++i) {
+      const int64_t end = layout.offsets[i].back() + layout.primes[i].back();
+      if (end > config.engram.num_embeddings[i])
+        return invalid_argument("Engram layer " + std::to_string(config.engram.layer_ids[i]) + " hashes into " +
+                                std::to_string(end) + " rows, its table (engram_num_embeddings) has " +
+                                std::to_string(config.engram.num_embeddings[i]));
+    }
   }
   DSV4_ASSIGN_OR_RETURN(std::unique_ptr<V41Weights> weights, load_v41_weights(dir, config));
   return std::make_unique<DeepseekV41>(std::move(config), std::move(weights), std::move(map.compressed), map.size);

@@ -35,34 +35,40 @@ void DeepseekV41::engram(const V41Engram& g, int which, const std::vector<int64_
                          const ReferenceRows& rr) const {
   const ModelConfig& c = config_;
   const int hc = c.hc_mult, cols = config_.engram.hash_columns();
-  const int64_t dim = c.dim, hd = g.head_dim, flat = hc * dim;
+  const int64_t dim = c.dim, hd = g.head_dim, flat = hc * dim, layers = config_.engram.layer_ids.size();
   const float dim_scale = static_cast<float>(std::pow(static_cast<double>(dim), -0.5));
-  Buffer e(rows * cols * hd), kv(rows * (flat + dim));
-  for (int64_t r = 0; r < rows; ++r)
-    for (int k = 0; k < cols; ++k)
-      g.row(row_ids[(r * config_.engram.layer_ids.size() + which) * cols + k], &e[(r * cols + k) * hd]);
-  v41_linear(g.wkv, e.data(), rows, kv.data());
-  parallel_for(rows, 1, [&](int64_t r0, int64_t r1) {
-    Buffer prod(dim);
-    for (int64_t r = r0; r < r1; ++r) {
-      const float* keys = &kv[r * (flat + dim)];
-      const float* value = keys + flat;
-      float* hr = h + r * flat;
-      for (int s = 0; s < hc; ++s) {
-        const float* hs = hr + s * dim;
-        const float* key = &keys[s * dim];
-        const float* qk = &g.qk[s * dim];
-        const float rstd = (1.0f / std::sqrt(kernels::sum_squares(hs, dim) / static_cast<float>(dim) + c.norm_eps)) *
-                           (1.0f / std::sqrt(kernels::sum_squares(key, dim) / static_cast<float>(dim) + c.norm_eps));
-        for (int64_t d = 0; d < dim; ++d) prod[d] = hs[d] * qk[d] * key[d];
-        const float dot = kernels::sum(prod.data(), dim) * rstd * dim_scale;
-        const float gate = kernels::sigmoid_at(std::copysign(std::sqrt(std::fmax(std::fabs(dot), 1e-6f)), dot),
-                                               rr.element(r, hc, s), rr.elements(r, hc));
-        float* out = hr + s * dim;
-        for (int64_t d = 0; d < dim; ++d) out[d] = hs[d] + gate * value[d];
+  // In blocks of rows, so a long prefill chunk's buffers stay bounded.
+  constexpr int64_t kBlockRows = 64;
+  for (int64_t b0 = 0; b0 < rows; b0 += kBlockRows) {
+    const int64_t n = std::min(kBlockRows, rows - b0);
+    Buffer e(n * cols * hd), kv(n * (flat + dim));
+    for (int64_t i = 0; i < n; ++i)
+      for (int k = 0; k < cols; ++k) g.row(row_ids[((b0 + i) * layers + which) * cols + k], &e[(i * cols + k) * hd]);
+    v41_linear(g.wkv, e.data(), n, kv.data());
+    parallel_for(n, 1, [&](int64_t i0, int64_t i1) {
+      Buffer prod(dim);
+      for (int64_t i = i0; i < i1; ++i) {
+        const int64_t r = b0 + i;
+        const float* keys = &kv[i * (flat + dim)];
+        const float* value = keys + flat;
+        float* hr = h + r * flat;
+        for (int s = 0; s < hc; ++s) {
+          const float* hs = hr + s * dim;
+          const float* key = &keys[s * dim];
+          const float* qk = &g.qk[s * dim];
+          const float rstd =
+              (1.0f / std::sqrt(kernels::sum_squares(hs, dim) / static_cast<float>(dim) + c.norm_eps)) *
+              (1.0f / std::sqrt(kernels::sum_squares(key, dim) / static_cast<float>(dim) + c.norm_eps));
+          for (int64_t d = 0; d < dim; ++d) prod[d] = hs[d] * qk[d] * key[d];
+          const float dot = kernels::sum(prod.data(), dim) * rstd * dim_scale;
+          const float gate = kernels::sigmoid_at(std::copysign(std::sqrt(std::fmax(std::fabs(dot), 1e-6f)), dot),
+                                                 rr.element(r, hc, s), rr.elements(r, hc));
+          float* out = hr + s * dim;
+          for (int64_t d = 0; d < dim; ++d) out[d] = hs[d] + gate * value[d];
+        }
       }
-    }
-  });
+    });
+  }
 }
 
 std::unique_ptr<ContiguousCache> DeepseekV41::new_cache() const {
@@ -161,20 +167,18 @@ Status DeepseekV41::forward_mtp(int, const ForwardBatch&, const float*, ForwardO
   return invalid_argument("DeepSeek-V4.1 has no MTP block: its drafter is DSpark");
 }
 
-Status DeepseekV41::forward(const ForwardBatch& batch, ForwardOutput* out, bool) const {
+Status DeepseekV41::check_batch(const ForwardBatch& batch, std::vector<V41Chunk>* chunks_out) const {
   const ModelConfig& c = config_;
-  const int hc = c.hc_mult;
-  const int64_t dim = c.dim, flat = hc * dim;
-  // The batch's rows, and where each sits in the reference's own tensors:
-  // a prompt row in its prompt's one-shot prefill, a decode row as the first
-  // of a two-sequence decode step (model/reference_rows.h).
-  const std::vector<int32_t>& tokens = batch.token_ids;
   std::vector<V41Chunk> chunks;
+  int64_t next_row = 0;
   for (const SeqChunk& in : batch.chunks) {
     if (!in.cache || in.num_tokens <= 0) return invalid_argument("a V4.1 forward chunk has no cache or no tokens");
     if (in.start_pos != in.cache->length)
       return invalid_argument("a V4.1 forward chunk starts at " + std::to_string(in.start_pos) +
                               ", its sequence is at " + std::to_string(in.cache->length));
+    if (in.row_begin != next_row || in.row_begin + in.num_tokens > batch.num_rows())
+      return invalid_argument("a V4.1 forward's chunks do not tile its rows");
+    next_row += in.num_tokens;
     if (in.logit_rows < 0 || in.logit_rows > in.num_tokens)
       return invalid_argument("a V4.1 forward chunk asks for " + std::to_string(in.logit_rows) + " logit rows of " +
                               std::to_string(in.num_tokens));
@@ -190,10 +194,95 @@ Status DeepseekV41::forward(const ForwardBatch& batch, ForwardOutput* out, bool)
     chunks.push_back({in.cache, in.start_pos, in.num_tokens, in.row_begin, in.prefill_len, in.cached_until,
                       in.keep_all_window_rows});
   }
-  for (int32_t t : tokens)
+  if (next_row != batch.num_rows()) return invalid_argument("a V4.1 forward's chunks do not tile its rows");
+  for (int32_t t : batch.token_ids)
     if (t < 0 || t >= c.vocab_size)
       return invalid_argument("token id " + std::to_string(t) + " is outside the vocabulary [0, " +
                               std::to_string(c.vocab_size) + ")");
+  if (chunks_out) *chunks_out = std::move(chunks);
+  return Status::Ok();
+}
+
+Status DeepseekV41::forward(const ForwardBatch& batch, ForwardOutput* out, bool) const {
+  DSV4_RETURN_IF_ERROR(check_batch(batch, nullptr));
+  std::vector<int64_t> cut;
+  bool split = false;
+  for (const SeqChunk& ch : batch.chunks) {
+    cut.push_back(v41_first_row_after_unwritten_keys(config_, ch.start_pos, ch.num_tokens, ch.prefill_len));
+    split = split || cut.back() < ch.num_tokens;
+  }
+  return split ? forward_in_two(batch, cut, out) : forward_rows(batch, out);
+}
+
+// Each chunk's rows before its cut, then (in a forward of their own, which
+// may cut again) the rest; the outputs put back in the batch's order.
+Status DeepseekV41::forward_in_two(const ForwardBatch& batch, const std::vector<int64_t>& cut,
+                                   ForwardOutput* out) const {
+  const int64_t V = config_.vocab_size, taps = int64_t{config_.dspark_taps()} * config_.dim;
+  auto part = [&](ForwardBatch* b, const SeqChunk& ch, int64_t from, int64_t n, int64_t logit_rows,
+                  std::vector<int32_t> history) {
+    b->add(ch.cache, &batch.token_ids[ch.row_begin + from], n, ch.prefill_len, logit_rows);
+    SeqChunk& added = b->chunks.back();
+    added.cached_until = ch.cached_until;
+    added.keep_all_window_rows = ch.keep_all_window_rows;
+    added.history = std::move(history);
+  };
+  ForwardBatch first, second;
+  first.want_taps = second.want_taps = batch.want_taps;
+  for (size_t k = 0; k < batch.chunks.size(); ++k) {
+    const SeqChunk& ch = batch.chunks[k];
+    const int64_t rest = ch.num_tokens - cut[k];
+    part(&first, ch, 0, cut[k], std::max<int64_t>(0, ch.logit_rows - rest), ch.history);
+  }
+  ForwardOutput one;
+  DSV4_RETURN_IF_ERROR(forward_rows(first, &one));
+  for (size_t k = 0; k < batch.chunks.size(); ++k) {
+    const SeqChunk& ch = batch.chunks[k];
+    const int64_t rest = ch.num_tokens - cut[k];
+    if (rest == 0) continue;
+    // Engram's look-back before the second part: the history and the first part's tokens.
+    std::vector<int32_t> seen = ch.history;
+    seen.insert(seen.end(), batch.token_ids.begin() + ch.row_begin, batch.token_ids.begin() + ch.row_begin + cut[k]);
+    const int64_t back = std::min<int64_t>(ch.start_pos + cut[k], history_tokens());
+    part(&second, ch, cut[k], rest, std::min(ch.logit_rows, rest), std::vector<int32_t>(seen.end() - back, seen.end()));
+  }
+  ForwardOutput two;
+  DSV4_RETURN_IF_ERROR(forward(second, &two));
+  // Chunk by chunk: the first part's logit rows and taps, then the second's.
+  out->vocab_begin = 0;
+  out->vocab_size = V;
+  out->logits.clear();
+  out->taps.clear();
+  out->hidden.clear();
+  int64_t l1 = 0, l2 = 0, r1 = 0, r2 = 0;
+  for (size_t k = 0, j = 0; k < batch.chunks.size(); ++k) {
+    const SeqChunk& a = first.chunks[k];
+    out->logits.insert(out->logits.end(), one.logits.begin() + l1 * V, one.logits.begin() + (l1 + a.logit_rows) * V);
+    l1 += a.logit_rows;
+    if (batch.want_taps)
+      out->taps.insert(out->taps.end(), one.taps.begin() + r1 * taps, one.taps.begin() + (r1 + a.num_tokens) * taps);
+    r1 += a.num_tokens;
+    if (a.num_tokens == batch.chunks[k].num_tokens) continue;
+    const SeqChunk& b = second.chunks[j++];
+    out->logits.insert(out->logits.end(), two.logits.begin() + l2 * V, two.logits.begin() + (l2 + b.logit_rows) * V);
+    l2 += b.logit_rows;
+    if (batch.want_taps)
+      out->taps.insert(out->taps.end(), two.taps.begin() + r2 * taps, two.taps.begin() + (r2 + b.num_tokens) * taps);
+    r2 += b.num_tokens;
+  }
+  return Status::Ok();
+}
+
+Status DeepseekV41::forward_rows(const ForwardBatch& batch, ForwardOutput* out) const {
+  const ModelConfig& c = config_;
+  const int hc = c.hc_mult;
+  const int64_t dim = c.dim, flat = hc * dim;
+  // The batch's rows, and where each sits in the reference's own tensors:
+  // a prompt row in its prompt's one-shot prefill, a decode row as the first
+  // of a two-sequence decode step (model/reference_rows.h).
+  const std::vector<int32_t>& tokens = batch.token_ids;
+  std::vector<V41Chunk> chunks;
+  DSV4_RETURN_IF_ERROR(check_batch(batch, &chunks));
   const int64_t rows = batch.num_rows();
   const ReferenceRows rr = ReferenceRows::of(batch);
 

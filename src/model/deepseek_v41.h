@@ -35,7 +35,7 @@ class DeepseekV41 : public ServingModel {
   const V41Weights& weights() const { return *weights_; }
   // A sequence's caches in plain vectors (tests, verify).
   std::unique_ptr<ContiguousCache> new_cache() const;
-  // Engram look-back: how many tokens before a chunk V41Input::history holds.
+  // Engram look-back: how many tokens before a chunk SeqChunk::history holds.
   int history_tokens() const { return config_.engram.enabled() ? config_.engram.max_ngram_size - 1 : 0; }
 
   // Each chunk's history holds Engram's look-back: the last
@@ -58,6 +58,12 @@ class DeepseekV41 : public ServingModel {
 
  private:
   using Attend = std::function<void(const float* x, float* y)>;
+  // The batch's chunks, checked (nothing is changed by a refused batch).
+  Status check_batch(const ForwardBatch& batch, std::vector<V41Chunk>* chunks) const;
+  // Rows the reference runs in one step each: a chunk cut at
+  // v41_first_row_after_unwritten_keys runs as two forwards (no trace).
+  Status forward_in_two(const ForwardBatch& batch, const std::vector<int64_t>& cut, ForwardOutput* out) const;
+  Status forward_rows(const ForwardBatch& batch, ForwardOutput* out) const;
   void engram(const V41Engram& g, int which, const std::vector<int64_t>& rows_ids, float* h, int64_t rows,
               const ReferenceRows& rr) const;
   void moe(const V41MoE& w, int top_k, const float* x, int64_t rows, const ReferenceRows& rr, float* y) const;

@@ -89,12 +89,7 @@ struct IndexerInputs {
   const float* weights;  // [heads]
 };
 
-// Rows [0, n) of a cache layer's compressed rows or index keys, decoded.
-Buffer decode_compressed(SequenceCache* cache, int layer, int64_t n, int64_t dim) {
-  Buffer out(n * dim);
-  for (int64_t j = 0; j < n; ++j) kernels::load_v41_compressed_row(cache->compressed_row(layer, j), dim, &out[j * dim]);
-  return out;
-}
+// Rows [0, n) of a cache layer's index keys, decoded.
 Buffer decode_keys(SequenceCache* cache, int layer, int64_t n, int64_t dim) {
   Buffer out(n * dim);
   for (int64_t j = 0; j < n; ++j) kernels::load_index_row(cache->index_row(layer, j), dim, &out[j * dim]);
@@ -252,6 +247,20 @@ void output_projection(const V41Attention& w, const ModelConfig& c, const std::v
 
 }  // namespace
 
+int64_t v41_first_row_after_unwritten_keys(const ModelConfig& c, int64_t start_pos, int64_t num_tokens,
+                                           int64_t prefill_len) {
+  for (int64_t i = 1; i < num_tokens; ++i) {
+    const int64_t t = start_pos + i;
+    for (int layer : c.shared.index_source_layers) {
+      const int src = key_source(c, layer, t, prefill_len);
+      if (src <= layer) continue;  // written by this forward already, or before it
+      // Rows the indexer reads against rows the source had before the chunk.
+      if ((t + 1) / c.compress_ratio(layer) > start_pos / c.compress_ratio(src)) return i;
+    }
+  }
+  return num_tokens;
+}
+
 void v41_sparse_attention(const float* q, int heads, int64_t head_dim, const std::vector<const float*>& kv,
                           const float* sinks, float scale, float* out) {
   const int64_t n = static_cast<int64_t>(kv.size());
@@ -378,8 +387,21 @@ void v41_attention(const V41Attention& w, const V41LayerContext& ctx, const std:
     Buffer prev((ch.start_pos - first_prev) * hd);
     for (int64_t p = first_prev; p < ch.start_pos; ++p)
       kernels::load_v41_window_row(ch.cache->window_row(L, p), hd, &prev[(p - first_prev) * hd]);
-    const Buffer comp =
-        compressed ? decode_compressed(ch.cache, kv_source, (ch.start_pos + ch.num_tokens) / w.ratio, hd) : Buffer{};
+    // Only the compressed rows the chunk's rows picked, decoded once each.
+    Buffer comp;
+    std::vector<int32_t> where;  // compressed row -> its place in comp (-1: not picked)
+    if (compressed) {
+      where.assign((ch.start_pos + ch.num_tokens) / w.ratio, -1);
+      int32_t picked = 0;
+      for (int64_t r = ch.row_begin; r < ch.row_begin + ch.num_tokens; ++r)
+        for (int32_t j : shared->topk[r])
+          if (j >= 0 && where[j] < 0) where[j] = picked++;
+      comp.resize(static_cast<size_t>(picked) * hd);
+      for (size_t j = 0; j < where.size(); ++j)
+        if (where[j] >= 0)
+          kernels::load_v41_compressed_row(ch.cache->compressed_row(kv_source, static_cast<int64_t>(j)), hd,
+                                           &comp[static_cast<size_t>(where[j]) * hd]);
+    }
     auto window_row = [&](int64_t p) -> const float* {
       return p >= ch.start_pos ? &kv[(ch.row_begin + p - ch.start_pos) * hd] : &prev[(p - first_prev) * hd];
     };
@@ -398,7 +420,7 @@ void v41_attention(const V41Attention& w, const V41LayerContext& ctx, const std:
           }
         }
         if (compressed)
-          for (int32_t j : shared->topk[r]) slots.push_back(j >= 0 ? &comp[j * hd] : nullptr);
+          for (int32_t j : shared->topk[r]) slots.push_back(j >= 0 ? &comp[static_cast<size_t>(where[j]) * hd] : nullptr);
         v41_sparse_attention(&q[r * heads * hd], heads, hd, slots, w.attn_sink.data(), scale, &o[r * heads * hd]);
       }
     });

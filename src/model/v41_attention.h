@@ -51,6 +51,16 @@ struct V41LayerContext {
 void v41_attention(const V41Attention& w, const V41LayerContext& ctx, const std::vector<V41Chunk>& chunks,
                    const float* x, int64_t rows, V41Shared* shared, float* out);
 
+// The decode rows of a chunk run as the reference's decode steps do, one
+// after the other: an index layer whose group is still open reads the
+// index keys of the last source that published, often a later layer, as
+// they stood after the step before. Within one forward a later layer has
+// not written the chunk's own rows yet, so a row needing them must wait for
+// a forward of its own. The first row of a chunk at positions start_pos..
+// start_pos + num_tokens - 1 that would read such rows (num_tokens: none).
+int64_t v41_first_row_after_unwritten_keys(const ModelConfig& c, int64_t start_pos, int64_t num_tokens,
+                                           int64_t prefill_len);
+
 // The window KV rows of inputs x [n, dim] (after attn_norm) at `positions`
 // (n of them): kv_norm(wkv(x)), RoPE, the FP8 rounding; kv [n, head_dim].
 void v41_window_kv(const V41Attention& w, const V41LayerContext& ctx, const float* x,

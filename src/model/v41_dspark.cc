@@ -57,6 +57,9 @@ Status DeepseekV41::dspark_draft(const std::vector<DSparkCall>& calls, std::vect
   for (const DSparkCall& call : calls) {
     if (!call.cache || !call.tap) return invalid_argument("a DSpark draft call has no cache or no taps");
     if (call.position < 1) return invalid_argument("a DSpark draft follows a decode step: position must be >= 1");
+    if (call.position + 1 + K > c.max_position_embeddings)
+      return invalid_argument("a DSpark draft at position " + std::to_string(call.position) +
+                              " would run past the model's " + std::to_string(c.max_position_embeddings) + " positions");
     if (call.reference_index < 0 || call.reference_index >= call.reference_batch)
       return invalid_argument("a DSpark draft's reference row is outside its reference batch");
     if (call.anchor < 0 || call.anchor >= V)

@@ -305,7 +305,10 @@ ResponsePlanOrError plan_response(const ordered_json& b, const ServedModel& m, c
       const std::string e = r["effort"].get<std::string>();
       if (e != "none" && effort_of(e).empty())
         return fail("reasoning.effort must be none, minimal, low, medium, high or xhigh, got '" + e + "'", "reasoning.effort");
-      if (e != "none") chat["reasoning_effort"] = effort_of(e);
+      // V4.1 knows xhigh itself (a budget of 75) and has no medium (a 400
+      // naming what it takes, from the chat renderer).
+      if (e != "none")
+        chat["reasoning_effort"] = m.chat_format == ChatFormat::kV41 && (e == "xhigh" || e == "medium") ? e : effort_of(e);
     }
   }
   if (given(b, "text")) {

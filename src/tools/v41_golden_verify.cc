@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <type_traits>
 
 #include "checkpoint/safetensors.h"
 #include "model/deepseek_v41.h"
@@ -13,6 +14,9 @@ template <typename T>
 StatusOr<std::vector<T>> tensor(const SafetensorsFile& f, const std::string& name) {
   const TensorInfo* t = f.find(name);
   if (!t) return invalid_argument(f.path() + " has no tensor " + name);
+  const DType want = std::is_same_v<T, int64_t> ? DType::kI64 : DType::kF32;
+  if (t->dtype != want)
+    return invalid_argument(f.path() + ": " + name + " is " + dtype_name(t->dtype) + ", expected " + dtype_name(want));
   std::vector<T> v(t->nbytes / sizeof(T));
   DSV4_RETURN_IF_ERROR(f.read(*t, 0, t->nbytes, v.data()));
   return v;
@@ -36,9 +40,9 @@ StatusOr<VerifyReport> verify_v41_golden(const DeepseekV41& model, const V41Veri
   if (!ids_info || ids_info->shape.size() != 2) return invalid_argument(o.golden_path + " has no prompt_ids [B, S]");
   const int64_t B = ids_info->shape[0], S = ids_info->shape[1], V = cfg.vocab_size;
   const int64_t flat = int64_t{cfg.hc_mult} * cfg.dim, taps = int64_t{cfg.dspark_taps()} * cfg.dim;
-  const int64_t K = cfg.dspark_block_size;
   if (o.packed && B < 2) return invalid_argument("packing needs at least two prompts");
   DSV4_ASSIGN_OR_RETURN(const std::vector<int64_t> prompt, tensor<int64_t>(g, "prompt_ids"));
+  if (static_cast<int64_t>(prompt.size()) != B * S) return invalid_argument(o.golden_path + ": prompt_ids is damaged");
   for (int64_t t : prompt)
     if (t < 0 || t >= V) return invalid_argument(o.golden_path + ": a prompt token is outside the model's vocabulary");
 
@@ -100,6 +104,7 @@ StatusOr<VerifyReport> verify_v41_golden(const DeepseekV41& model, const V41Veri
   // draft from each step's greedy token.
   DSV4_ASSIGN_OR_RETURN(const std::vector<int64_t> decode_ids, tensor<int64_t>(g, "decode_ids"));
   const int64_t T = static_cast<int64_t>(decode_ids.size()) / B;
+  if (T * B != static_cast<int64_t>(decode_ids.size())) return invalid_argument(o.golden_path + ": decode_ids is damaged");
   std::vector<int64_t> drafted;
   VerifyReport report;
   for (int64_t t = 0; t < T; ++t) {
