@@ -95,13 +95,18 @@ TEST(ReleasedShapes, FlashShapedCheckpointPassesTheSelfCheckAndEveryLayout) {
   EXPECT_NE(check.output.find("PASS"), std::string::npos) << check.output;
 
   std::string prompt;
-  for (int i = 0; prompt.size() < 2200; ++i) prompt += "w" + std::to_string(i * 7919 % 1000) + " ";
+  for (int i = 0; prompt.size() < 2600; ++i) prompt += "w" + std::to_string(i * 7919 % 1000) + " ";
   const std::string args = "run --model " + dir + " --numerics exact --prompt '" + prompt +
                            "' --prompt 'short' --max-tokens 6 --temperature 0 --ignore-eos --max-num-seqs 4 "
                            "--kv-cache-memory 1G";
   const auto one = run_dsv4(args);
   ASSERT_EQ(one.code, 0) << one.output;
   EXPECT_NE(generated_texts(one.output).find("[1] "), std::string::npos) << one.output;
+  // The long prompt has more than 512 compressed rows at ratio 4: the
+  // indexer's top-512 chooses.
+  std::smatch tokens;
+  ASSERT_TRUE(std::regex_search(one.output, tokens, std::regex(R"(2 requests: (\d+) prompt)"))) << one.output;
+  EXPECT_GT(std::stoi(tokens[1]), 512 * 4 + 16) << one.output;
   for (const char* layout : {"--tp 2", "--dp 2 --ep 2"}) {
     const auto many = run_dsv4(args + " " + layout);
     ASSERT_EQ(many.code, 0) << layout << "\n" << many.output;

@@ -132,7 +132,9 @@ TEST(Speculative, GoldenGreedyIsUnchangedAndTheFirstDraftIsTheMtpArgmax) {
     }
 
     const Outcome plain = serve(model, 0, jobs);
-    for (int k : {1, 3, 7}) expect_same(serve(model, k, jobs), plain, std::string(name) + " K=" + std::to_string(k));
+    // Sanitized, one draft length runs the same code as the three.
+    for (int k : testing::kSanitized ? std::vector<int>{3} : std::vector<int>{1, 3, 7})
+      expect_same(serve(model, k, jobs), plain, std::string(name) + " K=" + std::to_string(k));
   }
 }
 

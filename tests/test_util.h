@@ -32,8 +32,10 @@ namespace dsv4::testing {
 // at once, and checks the same code for memory and UB errors instead.
 #ifdef DSV4_SANITIZED
 inline constexpr bool kTimed = false;
+inline constexpr bool kSanitized = true;
 #else
 inline constexpr bool kTimed = true;
+inline constexpr bool kSanitized = false;
 #endif
 
 inline std::string golden_dir() {
