@@ -11,7 +11,9 @@
 #    released-shape tests (minutes of GEMMs at the real layer shapes), the
 #    other parallel layouts and chunkings of the golden cases (of V4.1's,
 #    all but one split and one engine mode per case, and verify's CLI; the
-#    engine's batching and page-pressure cases on small_real), the
+#    engine's batching and page-pressure cases on small_real; DSpark served
+#    over ranks and verify's canonical layout, whose parallel code runs
+#    sanitized in GoldenParallel and DSpark.GoldenOnTensorParallelRanks), the
 #    statistical tests that sample thousands of tokens to check a
 #    distribution (their code paths run sanitized in the shorter speculative
 #    tests), the browser test of the chat page, the SDK clients against the
@@ -59,6 +61,7 @@ if [[ $what == all || $what == tests ]]; then
     '^Cases/V41Golden[.]PrefillAndDecodeAreTheReferencesBitForBit/(Tiny_(Whole|Chunks1|Chunks64|Whole_Packed|Chunks7_Packed)|Fp8_(Whole|Chunks1|Chunks7|Chunks64|Whole_Packed))$'
     '^Cases/V41Engine[.]GeneratesTheReferencesGreedyTokens/(Tiny_(Packed|Chunks64|DSpark3)|Fp8_(Packed|Chunks7|Chunks64))$'
     '^V41Golden[.]VerifyCliPassesTheCasesAndRefusesWhatV41DoesNotRun$'
+    '^DSparkServing[.]RanksAsThreadsGiveTheSameTokens$' '^ParallelCli[.]VerifyOnTheCanonicalLayoutWithFlashComm1$'
   )
   pattern=$(IFS='|'; echo "${unsanitized[*]}")
   keep=()
