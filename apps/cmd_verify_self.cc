@@ -2,11 +2,14 @@
 // default model): a model checked against itself. Whole-prompt prefill is
 // the reference; chunked and token-by-token prefill of packed prompts of
 // different lengths must reproduce its logits and greedy continuation.
+// DeepSeek-V4 or V4.1 (one rank, exact numerics).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <vector>
 
+#include "checkpoint/config_json.h"
+#include "checkpoint/v41_loader.h"
 #include "model/deepseek_v4.h"
 #include "model_source.h"
 
@@ -17,30 +20,49 @@ struct Run {
   std::vector<std::vector<float>> logits;  // per step (prefill, then decode), [B*V]
 };
 
+// A model of either family, as the self-check drives it.
+struct CheckedModel {
+  std::unique_ptr<DeepseekV4> v4;
+  std::unique_ptr<DeepseekV41> v41;
+
+  const ServingModel& model() const { return v4 ? static_cast<const ServingModel&>(*v4) : *v41; }
+  std::unique_ptr<ContiguousCache> new_cache() const {
+    return v4 ? std::make_unique<ContiguousCache>(v4->new_sequence()) : v41->new_cache();
+  }
+};
+
 // Prefills the prompts (packed, `chunk` tokens per forward; 0 = whole) and
-// decodes `steps` greedy tokens.
-StatusOr<Run> run(const DeepseekV4& model, const std::vector<std::vector<int32_t>>& prompts, int chunk, int steps) {
-  const int64_t V = model.config().vocab_size;
-  std::vector<ContiguousCache> states;
-  for (size_t b = 0; b < prompts.size(); ++b) states.push_back(model.new_sequence());
+// decodes `steps` greedy tokens. Each chunk carries the tokens before it
+// that V4.1's Engram n-grams reach back to.
+StatusOr<Run> run(const CheckedModel& m, const std::vector<std::vector<int32_t>>& prompts, int chunk, int steps) {
+  const ModelConfig& c = m.model().config();
+  const int64_t V = c.vocab_size, back = c.engram.enabled() ? c.engram.max_ngram_size - 1 : 0;
+  std::vector<std::unique_ptr<ContiguousCache>> states;
+  std::vector<std::vector<int32_t>> seen = prompts;  // each sequence's tokens so far
+  for (size_t b = 0; b < prompts.size(); ++b) states.push_back(m.new_cache());
+  auto add = [&](ForwardBatch& batch, size_t b, const int32_t* tokens, int64_t n, int64_t prefill_len) {
+    const int64_t at = states[b]->length;
+    batch.add(states[b].get(), tokens, n, prefill_len);
+    batch.chunks.back().history.assign(seen[b].begin() + (at - std::min(at, back)), seen[b].begin() + at);
+  };
   Run r;
   std::vector<float> last(prompts.size() * V);
-  for (size_t done = 0;;) {
+  for (;;) {
     ForwardBatch batch;
     std::vector<size_t> which;
     for (size_t b = 0; b < prompts.size(); ++b) {
-      int64_t at = states[b].length, len = static_cast<int64_t>(prompts[b].size());
+      int64_t at = states[b]->length, len = static_cast<int64_t>(prompts[b].size());
       if (at >= len) continue;
       int64_t n = chunk > 0 ? std::min<int64_t>(chunk, len - at) : len - at;
-      batch.add(&states[b], prompts[b].data() + at, n, len);
+      add(batch, b, prompts[b].data() + at, n, len);
       which.push_back(b);
     }
     if (which.empty()) break;
     ForwardOutput out;
-    DSV4_RETURN_IF_ERROR(model.forward(batch, &out));
+    DSV4_RETURN_IF_ERROR(m.model().forward(batch, &out, false));
     for (size_t i = 0; i < which.size(); ++i)
-      if (states[which[i]].length == static_cast<int64_t>(prompts[which[i]].size()))
-        std::copy_n(&out.logits[i * V], V, &last[which[i] * V]), ++done;
+      if (states[which[i]]->length == static_cast<int64_t>(prompts[which[i]].size()))
+        std::copy_n(&out.logits[i * V], V, &last[which[i] * V]);
   }
   r.logits.push_back(last);
   for (int s = 0; s < steps; ++s) {
@@ -49,25 +71,41 @@ StatusOr<Run> run(const DeepseekV4& model, const std::vector<std::vector<int32_t
     for (size_t b = 0; b < prompts.size(); ++b) {
       const float* l = &r.logits.back()[b * V];
       next[b] = static_cast<int32_t>(std::max_element(l, l + V) - l);
-      batch.add(&states[b], &next[b], 1);
+      add(batch, b, &next[b], 1, 0);
+      seen[b].push_back(next[b]);
     }
     ForwardOutput out;
-    DSV4_RETURN_IF_ERROR(model.forward(batch, &out));
+    DSV4_RETURN_IF_ERROR(m.model().forward(batch, &out, false));
     r.logits.push_back(out.logits);
   }
   return r;
 }
 
+StatusOr<CheckedModel> load_checked(const std::string& dir, kernels::Numerics numerics) {
+  CheckedModel m;
+  if (!dir.empty()) {
+    DSV4_ASSIGN_OR_RETURN(ModelConfig config, load_any_model_config(dir + "/config.json"));
+    if (config.family == ModelFamily::kV41) {
+      if (numerics != kernels::Numerics::kExact)
+        return invalid_argument("DeepSeek-V4.1 runs on one rank in exact numerics in this build (no --numerics fast)");
+      DSV4_ASSIGN_OR_RETURN(m.v41, load_deepseek_v41(dir));
+      return m;
+    }
+  }
+  DSV4_ASSIGN_OR_RETURN(m.v4, load_model(dir, numerics, /*progress_bar=*/false));
+  return m;
+}
+
 }  // namespace
 
 int self_check(const std::string& dir, int chunk_option, long prompt_len, kernels::Numerics numerics) {
-  auto model = load_model(dir, numerics, /*progress_bar=*/false);
+  auto model = load_checked(dir, numerics);
   if (!model.ok()) {
     std::fprintf(stderr, "dsv4 verify: %s\n", model.status().message().c_str());
     return 2;
   }
-  const ModelConfig* config = &(*model)->config();
-  std::printf("dsv4 verify: %s (%s), numerics %s\n", model_name(dir).c_str(), (*model)->config().summary().c_str(),
+  const ModelConfig* config = &model->model().config();
+  std::printf("dsv4 verify: %s (%s), numerics %s\n", model_name(dir).c_str(), config->summary().c_str(),
               kernels::numerics_name(numerics));
   // Three prompts of different lengths: the longest past the window and
   // two windows of the largest compress ratio (83 tokens at least), or
@@ -92,7 +130,7 @@ int self_check(const std::string& dir, int chunk_option, long prompt_len, kernel
   for (int64_t i = 0; i < len2; ++i) prompts[2].push_back(static_cast<int32_t>((i * 13 + 7) % config->vocab_size));
   std::printf("  prompts of %lld, %lld and %lld tokens, then %d greedy steps\n", static_cast<long long>(len0),
               static_cast<long long>(len1), static_cast<long long>(len2), steps);
-  auto ref = run(**model, prompts, 0, steps);
+  auto ref = run(*model, prompts, 0, steps);
   if (!ref.ok()) {
     std::fprintf(stderr, "dsv4 verify: %s\n", ref.status().message().c_str());
     return 2;
@@ -101,7 +139,7 @@ int self_check(const std::string& dir, int chunk_option, long prompt_len, kernel
   if (chunk_option > 0) chunks = {chunk_option};
   bool pass = true;
   for (int chunk : chunks) {
-    auto got = run(**model, prompts, chunk, steps);
+    auto got = run(*model, prompts, chunk, steps);
     if (!got.ok()) {
       std::fprintf(stderr, "dsv4 verify: %s\n", got.status().message().c_str());
       return 2;

@@ -119,14 +119,15 @@ namespace {
 // something else.
 StatusOr<std::unique_ptr<Engine>> load_v41_engine(const std::string& dir, const EngineOptions& engine,
                                                   const ParallelOptions& parallel, kernels::Numerics numerics,
-                                                  const KvCacheOptions& cache) {
+                                                  const KvCacheOptions& cache, LoadMeter& meter, bool progress_bar) {
   const TopologyOptions& t = parallel.topology;
   if (t.tp > 1 || t.dp > 1 || t.ep > 1)
     return invalid_argument("DeepSeek-V4.1 runs on one rank in this build: --tp, --dp and --ep layouts are not "
                             "written for it yet");
   if (numerics == kernels::Numerics::kFast)
     log_info("DeepSeek-V4.1 runs in exact numerics (the reference's arithmetic); its fast kernels are not written yet");
-  DSV4_ASSIGN_OR_RETURN(std::unique_ptr<DeepseekV41> model, load_deepseek_v41(dir));
+  DSV4_ASSIGN_OR_RETURN(std::unique_ptr<DeepseekV41> model, load_deepseek_v41(dir, meter.progress()));
+  if (progress_bar) log_info(meter.summary(model->weights().resident_bytes()));
   log_info("DeepSeek-V4.1 loaded: " + std::to_string(model->weights().resident_bytes() >> 20) +
            " MiB resident, Engram tables " + std::to_string(model->weights().engram_bytes() >> 20) +
            " MiB read by row from the checkpoint's files");
@@ -147,7 +148,8 @@ StatusOr<std::unique_ptr<Engine>> load_engine(const std::string& dir, const Engi
   DSV4_ASSIGN_OR_RETURN(ModelDir source, ModelDir::open(dir));
   DSV4_ASSIGN_OR_RETURN(ModelConfig config, load_any_model_config(source.path() + "/config.json"));
   DSV4_ASSIGN_OR_RETURN(KvCacheOptions cache, Engine::cache_options(config, engine));
-  if (config.family == ModelFamily::kV41) return load_v41_engine(source.path(), engine, parallel, numerics, cache);
+  if (config.family == ModelFamily::kV41)
+    return load_v41_engine(source.path(), engine, parallel, numerics, cache, meter, progress_bar);
   DSV4_ASSIGN_OR_RETURN(auto executor, LocalExecutor::create(source.path(), options, parallel, cache));
   if (progress_bar) {
     int64_t resident = 0;

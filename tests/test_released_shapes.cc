@@ -13,6 +13,7 @@
 
 #include "checkpoint/config_json.h"
 #include "checkpoint/model_loader.h"
+#include "checkpoint/v41_loader.h"
 #include "runtime/local_executor.h"
 #include "temp_dir.h"
 #include "test_util.h"
@@ -23,12 +24,14 @@ namespace {
 
 using testing::run_dsv4;
 
-void expect_self_check_and_run(const std::string& mkmodel_args, const std::string& what) {
+// self_check_args: e.g. one chunking where three would take minutes.
+void expect_self_check_and_run(const std::string& mkmodel_args, const std::string& what,
+                               const std::string& self_check_args = "") {
   const testing::TempDir tmp;
   const std::string dir = tmp.file("model");
   const auto made = run_dsv4("mkmodel --out " + dir + " " + mkmodel_args);
   ASSERT_EQ(made.code, 0) << what << "\n" << made.output;
-  const auto check = run_dsv4("verify --self-check --model " + dir);
+  const auto check = run_dsv4("verify --self-check --model " + dir + self_check_args);
   EXPECT_EQ(check.code, 0) << what << "\n" << check.output;
   EXPECT_NE(check.output.find("PASS"), std::string::npos) << what << "\n" << check.output;
   const auto run = run_dsv4("run --model " + dir + " --max-tokens 8 --seed 3 --prompt " +
@@ -52,7 +55,9 @@ TEST(ReferenceConfigs, CornerCasesTheReferenceRunsLoadAndRun) {
 // DeepSeek-V4-Pro's attention and expert shapes (hidden 7168, 128 heads of
 // 512 in 16 output groups, q LoRA 1536, experts 3072 wide, top-6, index 64
 // heads of 128 with top-1024, ratios starting 128, 128) in the released
-// formats, with 3 layers, 6 routed experts and a small vocabulary.
+// formats, with 3 layers, 6 routed experts and a small vocabulary; prefill
+// in chunks of 7 against the whole prompt (token by token costs minutes at
+// these shapes; the greedy steps run single tokens).
 TEST(ReleasedShapes, ProShapedCheckpointPassesTheSelfCheck) {
   expect_self_check_and_run(
       R"(--weights fp8 --config '{"vocab_size": 1024, "hidden_size": 7168, "moe_intermediate_size": 3072,)"
@@ -61,7 +66,7 @@ TEST(ReleasedShapes, ProShapedCheckpointPassesTheSelfCheck) {
       R"( "head_dim": 512, "qk_rope_head_dim": 64, "o_groups": 16, "o_lora_rank": 1024, "sliding_window": 128,)"
       R"( "compress_ratios": [128, 128, 4, 0], "index_n_heads": 64, "index_head_dim": 128, "index_topk": 1024,)"
       R"( "hc_mult": 4, "max_position_embeddings": 4096}')",
-      "Pro shapes");
+      "Pro shapes", " --chunk 7");
 }
 
 // The generated text of `dsv4 run`: the lines tagged [i] (not the log
@@ -114,6 +119,21 @@ TEST(ReleasedShapes, FlashShapedCheckpointPassesTheSelfCheckAndEveryLayout) {
   }
 }
 
+// dsv4 run on the checkpoint in dir (run_args after the prompt) loads more
+// than min_gb of weights, and the process's peak RSS grows by at most the
+// resident weights and 512 MiB.
+void expect_load_within_weights(const std::string& dir, const std::string& run_args, double min_gb) {
+  const auto run = run_dsv4("run --model " + dir + " --prompt hi " + run_args);
+  ASSERT_EQ(run.code, 0) << run.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(run.output, m,
+                                std::regex(R"(([0-9.]+) GB resident, peak RSS ([0-9.]+) GB \(([0-9.]+) GB before\))")))
+      << run.output;
+  const double resident = std::stod(m[1]), peak = std::stod(m[2]), before = std::stod(m[3]);
+  EXPECT_GT(resident, min_gb) << run.output;
+  EXPECT_LE(peak - before, resident + 512.0 * 1048576 / 1e9) << run.output;
+}
+
 // Loading a Flash-shaped checkpoint holds at most its weights and 512 MiB
 // more at the peak (the file is read in bounded pieces straight into the
 // packed panels), and dsv4 plan's numbers from config.json alone are the
@@ -125,15 +145,7 @@ TEST(ReleasedShapes, FlashShapedLoadStaysWithinItsWeightsAndThePlannerAgrees) {
   const auto made = run_dsv4("mkmodel --out " + dir + " --preset flash --layers 3 --experts 8 --vocab 2048");
   ASSERT_EQ(made.code, 0) << made.output;
 
-  const auto run = run_dsv4("run --model " + dir + " --prompt hi --max-tokens 1 --max-num-seqs 4 --kv-cache-memory 512M");
-  ASSERT_EQ(run.code, 0) << run.output;
-  std::smatch m;
-  ASSERT_TRUE(std::regex_search(run.output, m,
-                                std::regex(R"(([0-9.]+) GB resident, peak RSS ([0-9.]+) GB \(([0-9.]+) GB before\))")))
-      << run.output;
-  const double resident = std::stod(m[1]), peak = std::stod(m[2]), before = std::stod(m[3]);
-  EXPECT_GT(resident, 0.9) << run.output;
-  EXPECT_LE(peak - before, resident + 512.0 * 1048576 / 1e9) << run.output;
+  expect_load_within_weights(dir, "--max-tokens 1 --max-num-seqs 4 --kv-cache-memory 512M", 0.9);
 
   auto config = load_model_config(dir + "/config.json");
   ASSERT_TRUE(config.ok()) << config.status().message();
@@ -172,6 +184,49 @@ TEST(ReleasedShapes, FlashShapedLoadStaysWithinItsWeightsAndThePlannerAgrees) {
       EXPECT_TRUE(within(plan->decode_bytes_per_token, decode)) << plan->decode_bytes_per_token << " vs " << decode;
     }
   }
+}
+
+// DeepSeek-V4.1-Flash's layers as released (hidden 5120, 64 heads of 512, q
+// LoRA 1280, experts 2304 wide, index 32 heads of 128, Engram 8 heads of
+// 256, the DSpark stages), four layers of its roles (the ratio-2 and
+// ratio-1 KV sources, the Engram layers), 6 experts, an 8192-token
+// vocabulary and Engram tables of 24 columns of about 4096 rows, as dsv4
+// mkmodel writes it (2.4 GB): the load holds at most its resident weights
+// and 512 MiB more, dsv4 plan counts what the loader holds, and dsv4 run
+// serves it. (Its self-check takes minutes in exact numerics at these
+// shapes; SyntheticV41.SelfCheckPassesOnTheShrunkPreset runs it on the
+// preset's roles at small widths.)
+TEST(ReleasedShapes, V41FlashShapedLoadStaysWithinItsWeightsAndThePlannerAgrees) {
+  const testing::TempDir tmp;
+  const std::string dir = tmp.file("v41");
+  const auto made = run_dsv4("mkmodel --out " + dir + " --preset v41-flash --layers 4 --experts 6 --vocab 8192 "
+                             "--engram-vocab 4096");
+  ASSERT_EQ(made.code, 0) << made.output;
+  ASSERT_NE(made.output.find("DeepSeek-V4.1"), std::string::npos) << made.output;
+  auto config = load_any_model_config(dir + "/config.json");
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  EXPECT_EQ(config->dim, 5120);
+  EXPECT_EQ(config->n_heads, 64);
+  EXPECT_EQ(config->moe_inter_dim, 2304);
+  // Released layers 1 (Engram), 2 (ratio-2 KV source), 14 (Engram, KV
+  // source) and 20 (ratio-1 KV source, the candidate source), renumbered.
+  EXPECT_EQ(config->compress_ratios, (std::vector<int>{0, 2, 2, 1, 0, 0, 0}));
+  EXPECT_EQ(config->shared.kv_source_layers, (std::vector<int>{1, 2, 3}));
+  EXPECT_EQ(config->shared.candidate_source_layer, 3);
+  EXPECT_EQ(config->engram.layer_ids, (std::vector<int>{0, 2}));
+  EXPECT_EQ(config->dspark_target_layer_ids, (std::vector<int>{1, 2, 3}));
+
+  expect_load_within_weights(dir, "--max-tokens 2 --kv-cache-memory 256M", 1.0);
+
+  auto weights = load_v41_weights(dir, *config);
+  ASSERT_TRUE(weights.ok()) << weights.status().message();
+  PlanOptions o;
+  o.max_model_len = 4096;
+  o.kv_cache_bytes = int64_t{256} << 20;
+  auto plan = plan_capacity(*config, o);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  EXPECT_EQ(plan->rank_weight_bytes, (*weights)->resident_bytes());
+  EXPECT_EQ(plan->engram_bytes, (*weights)->engram_bytes());
 }
 
 }  // namespace

@@ -32,21 +32,36 @@ std::string shape_text(const std::vector<int64_t>& s) {
   return out + "]";
 }
 
+// Reads tensors by name, each straight into the buffer that keeps it (the
+// peak stays the resident weights plus one small tensor's conversion),
+// reporting the bytes read against `total`.
 class TensorReader {
  public:
-  explicit TensorReader(const Checkpoint& ckpt) : ckpt_(ckpt) {}
+  TensorReader(const Checkpoint& ckpt, LoadProgress progress, uint64_t total)
+      : ckpt_(ckpt), progress_(std::move(progress)), total_(total) {}
 
   bool has(const std::string& name) const { return ckpt_.find(name) != nullptr; }
 
-  // The tensor's raw bytes, its shape checked.
-  StatusOr<std::vector<uint8_t>> bytes(const std::string& name, const std::vector<int64_t>& shape, DType* dtype) {
+  // The tensor's raw bytes into `out` (as many bytes as it has), its shape checked.
+  Status read_into(const std::string& name, const std::vector<int64_t>& shape, DType* dtype, void* out, size_t capacity) {
     DSV4_ASSIGN_OR_RETURN(const TensorInfo* t, ckpt_.get(name));
     if (t->shape != shape)
       return invalid_argument("tensor " + name + " has shape " + shape_text(t->shape) + ", the config says " +
                               shape_text(shape));
-    std::vector<uint8_t> out(t->nbytes);
-    DSV4_RETURN_IF_ERROR(t->source->read(*t, 0, t->nbytes, out.data()));
+    if (t->nbytes != capacity)
+      return invalid_argument("tensor " + name + " holds " + std::to_string(t->nbytes) + " bytes, its " +
+                              dtype_name(t->dtype) + " shape needs " + std::to_string(capacity));
+    DSV4_RETURN_IF_ERROR(t->source->read(*t, 0, t->nbytes, out));
     *dtype = t->dtype;
+    done_ += t->nbytes;
+    if (progress_) progress_(std::min(done_, total_), total_);
+    return Status::Ok();
+  }
+
+  StatusOr<std::vector<uint8_t>> bytes(const std::string& name, const std::vector<int64_t>& shape, DType* dtype) {
+    DSV4_ASSIGN_OR_RETURN(const TensorInfo* t, ckpt_.get(name));
+    std::vector<uint8_t> out(t->nbytes);
+    DSV4_RETURN_IF_ERROR(read_into(name, shape, dtype, out.data(), out.size()));
     return out;
   }
 
@@ -110,10 +125,9 @@ class TensorReader {
       return l;
     }
     if (t->dtype == DType::kBF16) {
-      DSV4_ASSIGN_OR_RETURN(std::vector<uint8_t> raw, bytes(prefix + ".weight", {out, in}, &dt));
       l.kind = V41Linear::Kind::kBf16;
       l.bf16.resize(out * in);
-      std::memcpy(l.bf16.data(), raw.data(), raw.size());
+      DSV4_RETURN_IF_ERROR(read_into(prefix + ".weight", {out, in}, &dt, l.bf16.data(), 2 * l.bf16.size()));
       return l;
     }
     DSV4_ASSIGN_OR_RETURN(l.f32, floats(prefix + ".weight", {out, in}));
@@ -141,6 +155,8 @@ class TensorReader {
 
  private:
   const Checkpoint& ckpt_;
+  LoadProgress progress_;
+  uint64_t total_ = 0, done_ = 0;
 };
 
 #define ASSIGN(lhs, expr) DSV4_ASSIGN_OR_RETURN(lhs, expr)
@@ -259,10 +275,16 @@ void V41Engram::row(int64_t r, float* out) const {
     out[i] = e4m3_to_f32(codes[r * head_dim + i]) * e8m0_to_f32(scales[r * (head_dim / V41Linear::kBlock) + i / V41Linear::kBlock]);
 }
 
-StatusOr<std::unique_ptr<V41Weights>> load_v41_weights(const std::string& dir, const ModelConfig& c) {
+StatusOr<std::unique_ptr<V41Weights>> load_v41_weights(const std::string& dir, const ModelConfig& c,
+                                                       const LoadProgress& progress) {
   DSV4_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> opened, Checkpoint::open(dir));
   std::shared_ptr<const Checkpoint> ckpt(std::move(opened));
-  TensorReader r(*ckpt);
+  // Everything is read but the Engram tables, which stay mapped.
+  uint64_t mapped = 0;
+  for (int64_t rows : c.engram.num_embeddings)
+    mapped += static_cast<uint64_t>(rows) * (c.engram.head_dim + c.engram.head_dim / kBlock);
+  const uint64_t total = ckpt->total_bytes();
+  TensorReader r(*ckpt, progress, total > mapped ? total - mapped : total);
   auto w = std::make_unique<V41Weights>();
   w->files = ckpt;
   ASSIGN(w->embed, r.table("embed", c.vocab_size, c.dim));
@@ -275,7 +297,7 @@ StatusOr<std::unique_ptr<V41Weights>> load_v41_weights(const std::string& dir, c
   return w;
 }
 
-StatusOr<std::unique_ptr<DeepseekV41>> load_deepseek_v41(const std::string& dir) {
+StatusOr<std::unique_ptr<DeepseekV41>> load_deepseek_v41(const std::string& dir, const LoadProgress& progress) {
   DSV4_ASSIGN_OR_RETURN(ModelConfig config, load_any_model_config(dir + "/config.json"));
   if (config.family != ModelFamily::kV41)
     return invalid_argument(dir + "/config.json is not a DeepSeek-V4.1 config (model_type deepseek_v41)");
@@ -304,7 +326,7 @@ StatusOr<std::unique_ptr<DeepseekV41>> load_deepseek_v41(const std::string& dir)
                                 std::to_string(config.engram.num_embeddings[i]));
     }
   }
-  DSV4_ASSIGN_OR_RETURN(std::unique_ptr<V41Weights> weights, load_v41_weights(dir, config));
+  DSV4_ASSIGN_OR_RETURN(std::unique_ptr<V41Weights> weights, load_v41_weights(dir, config, progress));
   return std::make_unique<DeepseekV41>(std::move(config), std::move(weights), std::move(map.compressed), map.size);
 }
 

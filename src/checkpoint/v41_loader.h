@@ -12,14 +12,17 @@
 #include "model/config.h"
 #include "model/deepseek_v41.h"
 #include "model/v41_weights.h"
+#include "model/weights.h"
 
 namespace dsv4 {
 
-StatusOr<std::unique_ptr<V41Weights>> load_v41_weights(const std::string& dir, const ModelConfig& config);
+// progress: bytes read of all but the Engram tables (which stay mapped).
+StatusOr<std::unique_ptr<V41Weights>> load_v41_weights(const std::string& dir, const ModelConfig& config,
+                                                       const LoadProgress& progress = {});
 
 // The model from a checkpoint directory: its config.json (either form), its
 // tokenizer.json (Engram's token map comes from it, checked against the
 // config's engram_compressed_vocab_size) and its weights.
-StatusOr<std::unique_ptr<DeepseekV41>> load_deepseek_v41(const std::string& dir);
+StatusOr<std::unique_ptr<DeepseekV41>> load_deepseek_v41(const std::string& dir, const LoadProgress& progress = {});
 
 }  // namespace dsv4

@@ -201,7 +201,7 @@ class V41WeightWalk {
     }
     const int64_t E = !backbone && c_.dspark_n_routed_experts ? c_.dspark_n_routed_experts : c_.n_routed_experts;
     linear(Kind::kBf16, E, dim, kind);  // the router gate
-    vec(E * (c_.vision_n_layers > 0 ? 2 : 1));  // bias (and bias_vl)
+    vec(E);  // bias (gate.bias_vl, for image tokens, is not loaded: no vision tower yet)
     const int64_t inter = c_.moe_inter_dim;
     for (int64_t e = 0; e < E / ep_; ++e)
       for (auto [out, in] : {std::pair{inter, dim}, std::pair{dim, inter}, std::pair{inter, dim}})

@@ -40,6 +40,7 @@ struct SyntheticOptions {
 // `experts` routed experts, a `vocab`-token vocabulary.
 struct PresetCounts {
   int layers = 0, experts = 0, vocab = 0;
+  int64_t engram_vocab = 0;  // DeepSeek-V4.1: engram_vocab_size (synthetic_v41.h)
   // Make it a DeepSeek-V4-Flash-DSpark checkpoint: three drafter stages
   // after the layers, tapping the last three (the release's block of 5 and
   // Markov rank 256), in place of the MTP layer.
