@@ -31,34 +31,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// Reads a buffer far larger than the caches, on every thread; bytes / s.
-double read_bandwidth() {
-  const int64_t words = int64_t{1} << 27;  // 1 GiB of uint64
-  std::vector<uint64_t> buf(words);
-  parallel_for(words, 1 << 16, [&](int64_t a, int64_t b) {
-    for (int64_t i = a; i < b; ++i) buf[i] = static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ull;
-  });
-  double best = 0;
-  for (int rep = 0; rep < 3; ++rep) {
-    std::vector<uint64_t> partial(1024, 0);
-    const auto t0 = Clock::now();
-    parallel_for(1024, 1, [&](int64_t a, int64_t b) {
-      for (int64_t c = a; c < b; ++c) {
-        uint64_t acc = 0;
-        const uint64_t* p = buf.data() + c * (words / 1024);
-        for (int64_t i = 0; i < words / 1024; ++i) acc ^= p[i];
-        partial[c] = acc;
-      }
-    });
-    const double s = seconds_since(t0);
-    uint64_t sink = 0;
-    for (uint64_t v : partial) sink ^= v;
-    if (sink == 42) std::fputs("", stderr);  // keep the reads
-    best = std::max(best, 8.0 * words / s);
-  }
-  return best;
-}
-
 // A kernel's FLOP/s on a prefill-sized problem (256 rows, 2048 x 2048),
 // best of three: the FP8 panels with BF16-pair inputs (what the released
 // formats' linears run in prefill) and the f32 panels.
@@ -108,17 +80,6 @@ double linear_flops_per_token(const DeepseekV4& m, bool with_head) {
 // The weight bytes a plain decode step reads per token at batch 1: the main
 // model's linears, the routed experts it activates and the head (not the
 // MTP block, not the embedding table's other rows).
-double decode_bytes_per_token(const DeepseekV4& m) {
-  const ModelConfig& c = m.config();
-  double bytes = 0;
-  m.weights().for_each_linear([&](const Linear& l, LinearKind kind) {
-    const double b = static_cast<double>(l.resident_bytes());
-    if (kind == LinearKind::kMain || kind == LinearKind::kHead) bytes += b;
-    if (kind == LinearKind::kRoutedExpert) bytes += b * c.n_activated_experts / c.n_routed_experts;
-  });
-  return bytes;
-}
-
 struct Row {
   std::string phase;
   int64_t batch = 0, ctx_from = 0, ctx_to = 0, tokens = 0;
@@ -300,6 +261,44 @@ void print_kv_bytes_per_token(const ModelConfig& model) {
 }
 
 }  // namespace
+
+double decode_bytes_per_token(const DeepseekV4& m) {
+  const ModelConfig& c = m.config();
+  double bytes = 0;
+  m.weights().for_each_linear([&](const Linear& l, LinearKind kind) {
+    const double b = static_cast<double>(l.resident_bytes());
+    if (kind == LinearKind::kMain || kind == LinearKind::kHead) bytes += b;
+    if (kind == LinearKind::kRoutedExpert) bytes += b * c.n_activated_experts / c.n_routed_experts;
+  });
+  return bytes;
+}
+
+double read_bandwidth() {
+  const int64_t words = int64_t{1} << 27;  // 1 GiB of uint64
+  std::vector<uint64_t> buf(words);
+  parallel_for(words, 1 << 16, [&](int64_t a, int64_t b) {
+    for (int64_t i = a; i < b; ++i) buf[i] = static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ull;
+  });
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    std::vector<uint64_t> partial(1024, 0);
+    const auto t0 = Clock::now();
+    parallel_for(1024, 1, [&](int64_t a, int64_t b) {
+      for (int64_t c = a; c < b; ++c) {
+        uint64_t acc = 0;
+        const uint64_t* p = buf.data() + c * (words / 1024);
+        for (int64_t i = 0; i < words / 1024; ++i) acc ^= p[i];
+        partial[c] = acc;
+      }
+    });
+    const double s = seconds_since(t0);
+    uint64_t sink = 0;
+    for (uint64_t v : partial) sink ^= v;
+    if (sink == 42) std::fputs("", stderr);  // keep the reads
+    best = std::max(best, 8.0 * words / s);
+  }
+  return best;
+}
 
 int bench_throughput(DeepseekV4& m, const ThroughputOptions& o) {
   const ModelConfig& c = m.config();

@@ -22,4 +22,12 @@ struct ThroughputOptions {
 
 int bench_throughput(DeepseekV4& model, const ThroughputOptions& options);
 
+// The weight bytes a batch-1 decode token reads: every main and head
+// linear, the routed experts' top-k share.
+double decode_bytes_per_token(const DeepseekV4& model);
+
+// This machine's memory read bandwidth, bytes / s: a buffer far larger than
+// the caches read on every thread, best of three.
+double read_bandwidth();
+
 }  // namespace dsv4::app

@@ -13,6 +13,7 @@
 #include "checkpoint/model_loader.h"
 #include "args.h"
 #include "bench_front_end.h"
+#include "bench_decode_roofline.h"
 #include "bench_throughput.h"
 #include "engine_args.h"
 #include "model_source.h"
@@ -71,7 +72,10 @@ const char* kHelp =
     "                     steps/s before, while they are held and after they are cut, and their\n"
     "                     requests aborted with every page back. --parts connections,throughput,stalled\n"
     "                     picks parts (scripts/bench_front_end.sh starts the servers and runs it all)\n"
-    "  --model DIR        checkpoint (default: the embedded default model)\n"
+    "  --model DIR        checkpoint (default: the embedded default model). A DeepSeek-V4.1 checkpoint, or\n"
+    "                     --model given more than once: decode at batch 1 after --ctx prompt tokens (default\n"
+    "                     256) for --gen steps (default 8), each model against its memory roofline, side by\n"
+    "                     side in one run (V4 models in exact and fast numerics, V4.1 in exact)\n"
     "  --prompt-len N     tokens each data-parallel group prefills in the measured step (default 1024)\n"
     "  --flashcomm1-sp-min-token-num N   FlashComm1 threshold for the 'on' rows (default: the prompt length)\n";
 
@@ -222,6 +226,31 @@ int cmd_bench(int argc, char** argv) {
     return 2;
   }
   const int64_t threshold = args.get_int("flashcomm1-sp-min-token-num", prompt_len);
+  // A DeepSeek-V4.1 checkpoint, or several models: decode against each
+  // one's roofline, side by side.
+  const std::vector<std::string> models = args.has("model") ? args.all("model") : std::vector<std::string>{""};
+  bool v41 = false;
+  for (const std::string& m : models)
+    if (!m.empty()) {
+      auto config = load_any_model_config(m + "/config.json");
+      v41 |= config.ok() && config->family == ModelFamily::kV41;
+    }
+  if (v41 || models.size() > 1) {
+    if (args.has("topology") || args.has("serving") || args.has("structured") || args.has("peer-gguf") ||
+        args.has("batch") || args.has("csv")) {
+      std::fprintf(stderr, "dsv4 bench: with a DeepSeek-V4.1 model or several --model, bench times decode at batch 1 "
+                           "against each model's roofline (--ctx, --gen, --numerics); --topology, --serving, "
+                           "--structured, --peer-gguf, --batch and --csv are for one DeepSeek-V4 model\n");
+      return 2;
+    }
+    DecodeRooflineOptions d;
+    d.models = models;
+    d.numerics = both ? std::vector<kernels::Numerics>{kernels::Numerics::kExact, kernels::Numerics::kFast}
+                      : std::vector<kernels::Numerics>{mo.numerics};
+    d.ctx = args.has("ctx") ? contexts.front() : 256;
+    d.gen = args.get_int("gen", 8);
+    return bench_decode_roofline(d);
+  }
   auto dir = ModelDir::open(args.get("model"));
   if (!dir.ok()) {
     std::fprintf(stderr, "dsv4 bench: %s\n", dir.status().message().c_str());
