@@ -22,10 +22,11 @@ float e4m3(float x) { return round_to_e4m3(std::fmax(-kE4M3Max, std::fmin(kE4M3M
 
 // Every code's value, so a row decodes by lookup.
 struct CodeTables {
-  float e4m3[256], e2m1[16];
+  float e4m3[256], e2m1[16], e8m0[256];
   CodeTables() {
     for (int i = 0; i < 256; ++i) e4m3[i] = e4m3_to_f32(static_cast<uint8_t>(i));
     for (int i = 0; i < 16; ++i) e2m1[i] = e2m1_to_f32(static_cast<uint8_t>(i));
+    for (int i = 0; i < 256; ++i) e8m0[i] = std::ldexp(1.0f, i - 127);
   }
 };
 const CodeTables& tables() {
@@ -73,29 +74,57 @@ void fp4_round_e4m3_scaled(float* x, int64_t n) {
   fp4_round(x, n, 16, [&](float amax) { return e4m3(std::fmax(amax, min_amax) / kE2M1Max); });
 }
 
-void V41Linear::row(int64_t o, float* w) const {
+void V41Linear::row(int64_t o, float* w) const { values(o, 0, in, w); }
+
+void V41Linear::values(int64_t o, int64_t i0, int64_t n, float* w) const {
   switch (kind) {
-    case Kind::kF32: std::copy_n(&f32[o * in], in, w); break;
+    case Kind::kF32: std::copy_n(&f32[o * in + i0], n, w); break;
     case Kind::kBf16:
-      for (int64_t i = 0; i < in; ++i) w[i] = bf16_to_f32(bf16[o * in + i]);
+      for (int64_t i = 0; i < n; ++i) w[i] = bf16_to_f32(bf16[o * in + i0 + i]);
       break;
     case Kind::kFp8: {
-      const uint8_t* c = &codes[o * in];
-      for (int64_t i = 0; i < in; ++i) w[i] = tables().e4m3[c[i]];
+      const uint8_t* c = &codes[o * in + i0];
+      const float* t = tables().e4m3;
+      for (int64_t i = 0; i < n; ++i) w[i] = t[c[i]];
       if (dequantized)
-        for (int64_t i = 0; i < in; ++i) w[i] *= weight_scale(o, i / kBlock);
+        for (int64_t i = 0; i < n; ++i) w[i] *= weight_scale(o, (i0 + i) / kBlock);
       break;
     }
     case Kind::kFp4: {
-      const uint8_t* c = &codes[o * in / 2];  // in is a multiple of 32
-      for (int64_t i = 0; i < in / 2; ++i) {
-        w[2 * i] = tables().e2m1[c[i] & 0xF];
-        w[2 * i + 1] = tables().e2m1[c[i] >> 4];
+      const uint8_t* c = &codes[(o * in + i0) / 2];  // in and i0 are multiples of 32
+      const float* t = tables().e2m1;
+      for (int64_t i = 0; i < n / 2; ++i) {
+        w[2 * i] = t[c[i] & 0xF];
+        w[2 * i + 1] = t[c[i] >> 4];
       }
       break;
     }
   }
 }
+
+void V41Linear::values_transposed(int64_t o0, int64_t rows, int64_t i0, int64_t n, float* tile, int64_t stride) const {
+  if (kind == Kind::kFp4) {  // the bulk of the weights: decoded straight into the tile
+    const float* t = tables().e2m1;
+    for (int64_t j = 0; j < rows; ++j) {
+      const uint8_t* c = &codes[((o0 + j) * in + i0) / 2];
+      for (int64_t i = 0; i < n / 2; ++i) {
+        tile[(2 * i) * stride + j] = t[c[i] & 0xF];
+        tile[(2 * i + 1) * stride + j] = t[c[i] >> 4];
+      }
+    }
+    return;
+  }
+  float w[kBlock];
+  for (int64_t j = 0; j < rows; ++j) {
+    for (int64_t i = 0; i < n; i += kBlock) {
+      const int64_t k = std::min(kBlock, n - i);
+      values(o0 + j, i0 + i, k, w);
+      for (int64_t q = 0; q < k; ++q) tile[(i + q) * stride + j] = w[q];
+    }
+  }
+}
+
+float V41Linear::e8m0_value(uint8_t e) { return tables().e8m0[e]; }
 
 int64_t V41Linear::bytes() const {
   return static_cast<int64_t>(4 * f32.size() + 2 * bf16.size() + codes.size() + scale.size());
@@ -111,33 +140,55 @@ int64_t V41Linear::held_bytes(Kind kind, int64_t out, int64_t in) {
   return 0;
 }
 
+// Output rows are computed kRows at a time, one per lane of the
+// accumulator arrays: each lane adds its own products left to right, the
+// order of the reference's scalar loop, so rows side by side give the same
+// bits as one at a time while the adds no longer wait on each other. A
+// tile holds one block of kBlock inputs of the group's rows, transposed.
+constexpr int64_t kRows = 16;
+
 void v41_linear(const V41Linear& l, const float* x, int64_t m, float* y) {
-  const int64_t in = l.in, out = l.out, blocks = in / kBlock;
+  const int64_t in = l.in, out = l.out, blocks = (in + kBlock - 1) / kBlock;
+  const bool scaled = l.block_scaled();
   std::vector<float> codes, scales;
-  if (l.block_scaled()) {
+  if (scaled) {
     codes.resize(m * in);
     scales.resize(m * blocks);
     for (int64_t r = 0; r < m; ++r) act_quant_e4m3(x + r * in, in, &codes[r * in], &scales[r * blocks]);
   }
-  // Each weight row decoded once, then every input row against it.
-  parallel_for(out, std::max<int64_t>(1, 16 / std::max<int64_t>(m, 1)), [&](int64_t o0, int64_t o1) {
-    std::vector<float> w(in), wscale(blocks);
-    for (int64_t o = o0; o < o1; ++o) {
-      l.row(o, w.data());
-      if (l.block_scaled())
-        for (int64_t b = 0; b < blocks; ++b) wscale[b] = l.weight_scale(o, b);
-      for (int64_t r = 0; r < m; ++r) {
-        if (!l.block_scaled()) {
-          y[r * out + o] = kernels::dot(x + r * in, w.data(), in);
-          continue;
+  const float* a = scaled ? codes.data() : x;
+  const int64_t groups = (out + kRows - 1) / kRows;
+  parallel_for(groups, 1, [&](int64_t g0, int64_t g1) {
+    std::vector<float> acc(m * kRows), tile(kBlock * kRows);
+    float part[kRows], wscale[kRows];
+    for (int64_t g = g0; g < g1; ++g) {
+      const int64_t o0 = g * kRows, rows = std::min(kRows, out - o0);
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      std::fill(tile.begin(), tile.end(), 0.0f);
+      for (int64_t b = 0; b < blocks; ++b) {
+        const int64_t i0 = b * kBlock, n = std::min(kBlock, in - i0);
+        l.values_transposed(o0, rows, i0, n, tile.data(), kRows);
+        if (scaled)
+          for (int64_t j = 0; j < rows; ++j) wscale[j] = l.weight_scale(o0 + j, b);
+        for (int64_t r = 0; r < m; ++r) {
+          const float* ar = a + r * in + i0;
+          float* accr = &acc[r * kRows];
+          if (!scaled) {  // one left-to-right sum over the whole row
+            for (int64_t i = 0; i < n; ++i)
+              for (int64_t j = 0; j < kRows; ++j) accr[j] += ar[i] * tile[i * kRows + j];
+            continue;
+          }
+          // The block's sum of code products, then times the activation's
+          // scale and the weight's, added to the row's total in block order.
+          for (int64_t j = 0; j < kRows; ++j) part[j] = 0.0f;
+          for (int64_t i = 0; i < n; ++i)
+            for (int64_t j = 0; j < kRows; ++j) part[j] += ar[i] * tile[i * kRows + j];
+          const float sx = scales[r * blocks + b];
+          for (int64_t j = 0; j < rows; ++j) accr[j] += part[j] * sx * wscale[j];
         }
-        float acc = 0.0f;
-        for (int64_t b = 0; b < blocks; ++b) {
-          const float partial = kernels::dot(&codes[r * in + b * kBlock], &w[b * kBlock], kBlock);
-          acc += partial * scales[r * blocks + b] * wscale[b];
-        }
-        y[r * out + o] = acc;
       }
+      for (int64_t r = 0; r < m; ++r)
+        for (int64_t j = 0; j < rows; ++j) y[r * out + o0 + j] = acc[r * kRows + j];
     }
   });
 }

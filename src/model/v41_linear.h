@@ -32,11 +32,18 @@ struct V41Linear {
   bool block_scaled() const { return (kind == Kind::kFp8 || kind == Kind::kFp4) && !dequantized; }
   float weight_scale(int64_t row, int64_t block) const {
     const uint8_t e = kind == Kind::kFp8 ? scale[(row / kBlock) * (in / kBlock) + block] : scale[row * (in / kBlock) + block];
-    return std::ldexp(1.0f, static_cast<int>(e) - 127);
+    return e8m0_value(e);
   }
+  // 2^(e - 127), by lookup (a scale is read per row and block).
+  static float e8m0_value(uint8_t e);
   // Row o as the product reads it: the code values of a block-scaled
   // weight, else the weights. w [in].
   void row(int64_t o, float* w) const;
+  // Inputs [i0, i0 + n) of row o, as row() gives them (i0 a multiple of 32).
+  void values(int64_t o, int64_t i0, int64_t n, float* w) const;
+  // The same of rows [o0, o0 + rows), transposed: tile[i * stride + j] is
+  // input i0 + i of row o0 + j.
+  void values_transposed(int64_t o0, int64_t rows, int64_t i0, int64_t n, float* tile, int64_t stride) const;
   int64_t bytes() const;  // resident
   // What a linear of this kind and shape holds (bytes() once loaded).
   static int64_t held_bytes(Kind kind, int64_t out, int64_t in);
