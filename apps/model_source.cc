@@ -114,24 +114,22 @@ StatusOr<std::unique_ptr<DeepseekV4>> load_model(const std::string& dir, kernels
 
 namespace {
 
-// DeepSeek-V4.1 on one rank, in exact numerics: its tensor/expert-parallel
-// layouts and fast kernels are not written yet, and saying so beats serving
-// something else.
+// DeepSeek-V4.1 in exact numerics on data- and expert-parallel ranks: its
+// tensor-parallel layouts and fast kernels are not written yet (Topology
+// refuses --tp by name), and saying so beats serving something else.
 StatusOr<std::unique_ptr<Engine>> load_v41_engine(const std::string& dir, const EngineOptions& engine,
                                                   const ParallelOptions& parallel, kernels::Numerics numerics,
                                                   const KvCacheOptions& cache, LoadMeter& meter, bool progress_bar) {
-  const TopologyOptions& t = parallel.topology;
-  if (t.tp > 1 || t.dp > 1 || t.ep > 1)
-    return invalid_argument("DeepSeek-V4.1 runs on one rank in this build: --tp, --dp and --ep layouts are not "
-                            "written for it yet");
   if (numerics == kernels::Numerics::kFast)
     log_info("DeepSeek-V4.1 runs in exact numerics (the reference's arithmetic); its fast kernels are not written yet");
-  DSV4_ASSIGN_OR_RETURN(std::unique_ptr<DeepseekV41> model, load_deepseek_v41(dir, meter.progress()));
-  if (progress_bar) log_info(meter.summary(model->weights().resident_bytes()));
-  log_info("DeepSeek-V4.1 loaded: " + std::to_string(model->weights().resident_bytes() >> 20) +
-           " MiB resident, Engram tables " + std::to_string(model->weights().engram_bytes() >> 20) +
-           " MiB read by row from the checkpoint's files");
-  DSV4_ASSIGN_OR_RETURN(auto executor, LocalExecutor::own(std::move(model), cache));
+  ModelOptions options;
+  options.on_progress = meter.progress();
+  DSV4_ASSIGN_OR_RETURN(auto executor, LocalExecutor::create(dir, options, parallel, cache));
+  int64_t resident = 0;
+  for (int r = 0; r < executor->topology().world; ++r) resident += executor->resident_bytes(r);
+  if (progress_bar) log_info(meter.summary(resident));
+  log_info("DeepSeek-V4.1 loaded (" + executor->describe() + "): " + std::to_string(resident >> 20) +
+           " MiB resident; Engram tables read by row from the checkpoint's files");
   keep_step_memory();
   return Engine::create(std::move(executor), engine.scheduler);
 }
@@ -153,7 +151,7 @@ StatusOr<std::unique_ptr<Engine>> load_engine(const std::string& dir, const Engi
   DSV4_ASSIGN_OR_RETURN(auto executor, LocalExecutor::create(source.path(), options, parallel, cache));
   if (progress_bar) {
     int64_t resident = 0;
-    for (int r = 0; r < executor->topology().world; ++r) resident += executor->model(r).weights().resident_bytes();
+    for (int r = 0; r < executor->topology().world; ++r) resident += executor->resident_bytes(r);
     log_info(meter.summary(resident));
   }
   keep_step_memory();

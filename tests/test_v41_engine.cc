@@ -10,7 +10,9 @@
 #include "checkpoint/safetensors.h"
 #include "checkpoint/v41_loader.h"
 #include "golden_v41_case.h"
+#include "checkpoint/config_json.h"
 #include "runtime/engine.h"
+#include "runtime/local_executor.h"
 #include "http/http_client.h"
 #include "server_process.h"
 #include "test_util.h"
@@ -47,9 +49,10 @@ Golden golden(const std::string& name, int64_t vocab) {
   return g;
 }
 
-std::vector<std::vector<int32_t>> serve(const DeepseekV41& model, const EngineOptions& options,
-                                        const std::vector<std::vector<int32_t>>& prompts, int64_t max_tokens) {
-  auto engine = Engine::create(&model, options);
+// Greedy continuations of each prompt, of max_tokens[i] tokens.
+std::vector<std::vector<int32_t>> serve(StatusOr<std::unique_ptr<Engine>> engine,
+                                        const std::vector<std::vector<int32_t>>& prompts,
+                                        const std::vector<int64_t>& max_tokens) {
   EXPECT_TRUE(engine.ok()) << engine.status().message();
   std::vector<std::vector<int32_t>> out(prompts.size());
   if (!engine.ok()) return out;
@@ -57,7 +60,7 @@ std::vector<std::vector<int32_t>> serve(const DeepseekV41& model, const EngineOp
   for (size_t i = 0; i < prompts.size(); ++i) {
     SamplingParams p;
     p.temperature = 0.0f;
-    p.max_tokens = max_tokens;
+    p.max_tokens = max_tokens[i];
     p.ignore_eos = true;
     auto id = (*engine)->add_request(prompts[i], p);
     EXPECT_TRUE(id.ok()) << id.status().message();
@@ -94,7 +97,8 @@ TEST_P(V41Engine, GeneratesTheReferencesGreedyTokens) {
     options.scheduler.num_speculative_tokens = mode.speculative;
     options.scheduler.drafter = SchedulerOptions::Drafter::kDSpark;
   }
-  const auto tokens = serve(**model, options, g.prompts, static_cast<int64_t>(g.tokens[0].size()));
+  const std::vector<int64_t> lengths(g.prompts.size(), static_cast<int64_t>(g.tokens[0].size()));
+  const auto tokens = serve(Engine::create(model->get(), options), g.prompts, lengths);
   for (size_t b = 0; b < g.prompts.size(); ++b) EXPECT_EQ(tokens[b], g.tokens[b]) << "prompt " << b;
 }
 
@@ -106,6 +110,108 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) {
       return std::string(std::get<0>(info.param) == "v41-tiny" ? "Tiny_" : "Fp8_") + std::get<1>(info.param).name;
     });
+
+// Data- and expert-parallel ranks (threads here): each data-parallel group
+// serves its own requests, the routed experts (the DSpark stages' too) split
+// over the expert group, whose ranks run every layer together, an empty
+// batch or a chunk the model cuts in two (decode rows after a prompt,
+// draft verification) included.
+struct Layout {
+  const char* name;
+  int dp, ep;
+  int64_t batched_tokens;
+  int speculative;
+};
+
+class V41Layouts : public ::testing::TestWithParam<std::tuple<std::string, Layout>> {};
+
+TEST_P(V41Layouts, GenerateTheReferencesGreedyTokens) {
+  const auto& [name, layout] = GetParam();
+  const std::string dir = golden_v41_dir(name);
+  auto config = load_any_model_config(dir + "/config.json");
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  const Golden g = golden(name, config->vocab_size);
+  EngineOptions options;
+  options.scheduler.max_num_batched_tokens = layout.batched_tokens;
+  options.scheduler.max_model_len = 128;
+  if (layout.speculative) {
+    options.scheduler.num_speculative_tokens = layout.speculative;
+    options.scheduler.drafter = SchedulerOptions::Drafter::kDSpark;
+  }
+  auto cache = Engine::cache_options(*config, options);
+  ASSERT_TRUE(cache.ok()) << cache.status().message();
+  ParallelOptions p;
+  p.topology.dp = layout.dp;
+  p.topology.ep = layout.ep;
+  auto exec = LocalExecutor::create(dir, {}, p, *cache);
+  ASSERT_TRUE(exec.ok()) << exec.status().message();
+  ASSERT_EQ((*exec)->num_groups(), layout.dp);
+  // A rank holds its block of the routed experts and no other.
+  auto whole = load_deepseek_v41(dir);
+  ASSERT_TRUE(whole.ok());
+  EXPECT_LT((*exec)->resident_bytes(0), (*whole)->weights().resident_bytes());
+  // The third request stops after 3 tokens: its group then steps with
+  // nothing to run while the other still decodes (and verifies drafts).
+  std::vector<std::vector<int32_t>> prompts = g.prompts, want = g.tokens;
+  prompts.push_back(g.prompts[1]);
+  want.emplace_back(g.tokens[1].begin(), g.tokens[1].begin() + 3);
+  std::vector<int64_t> lengths;
+  for (const auto& w : want) lengths.push_back(static_cast<int64_t>(w.size()));
+  const auto tokens = serve(Engine::create(std::move(*exec), options.scheduler), prompts, lengths);
+  for (size_t b = 0; b < prompts.size(); ++b) EXPECT_EQ(tokens[b], want[b]) << "prompt " << b;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, V41Layouts,
+    ::testing::Combine(::testing::Values("v41-tiny", "v41-fp8"),
+                       ::testing::Values(Layout{"DP2xEP2", 2, 2, 2048, 0}, Layout{"DP4xEP4Chunks7", 4, 4, 7, 0},
+                                         Layout{"DP2xEP2DSpark3", 2, 2, 2048, 3})),
+    [](const auto& info) {
+      return std::string(std::get<0>(info.param) == "v41-tiny" ? "Tiny_" : "Fp8_") + std::get<1>(info.param).name;
+    });
+
+// A request preempted on one data-parallel group recomputes its prompt and
+// tokens in a chunk the model cuts in two (its decode rows read index keys
+// later layers write), while the other group decodes one row: the expert
+// group's ranks all run in two, and both requests go on with the
+// reference's tokens.
+TEST(V41Layouts, APreemptionOnOneGroupKeepsTheExpertGroupInStep) {
+  const std::string dir = golden_v41_dir("v41-fp8");
+  auto config = load_any_model_config(dir + "/config.json");
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  const Golden g = golden("v41-fp8", config->vocab_size);
+  EngineOptions options;
+  options.scheduler.max_model_len = 128;
+  auto cache = Engine::cache_options(*config, options);
+  ASSERT_TRUE(cache.ok()) << cache.status().message();
+  ParallelOptions p;
+  p.topology.dp = 2;
+  auto exec = LocalExecutor::create(dir, {}, p, *cache);
+  ASSERT_TRUE(exec.ok()) << exec.status().message();
+  auto engine = Engine::create(std::move(*exec), options.scheduler);
+  ASSERT_TRUE(engine.ok()) << engine.status().message();
+  std::map<int64_t, size_t> which;
+  for (size_t i = 0; i < 2; ++i) {
+    SamplingParams sp;
+    sp.temperature = 0.0f;
+    sp.max_tokens = static_cast<int64_t>(g.tokens[i].size());
+    sp.ignore_eos = true;
+    auto id = (*engine)->add_request(g.prompts[i], sp);
+    ASSERT_TRUE(id.ok()) << id.status().message();
+    which[*id] = i;
+  }
+  std::vector<std::vector<int32_t>> tokens(2);
+  bool preempted = false;
+  for (int step = 0; (*engine)->has_unfinished() && step < 1000; ++step)
+    for (const RequestOutput& o : (*engine)->step()) {
+      EXPECT_TRUE(o.error.empty()) << o.error;
+      auto& t = tokens[which[o.id]];
+      t.insert(t.end(), o.new_tokens.begin(), o.new_tokens.end());
+      if (!preempted && which[o.id] == 0 && t.size() >= 5 && !o.finished) preempted = (*engine)->preempt(o.id);
+    }
+  EXPECT_TRUE(preempted);
+  for (size_t b = 0; b < 2; ++b) EXPECT_EQ(tokens[b], g.tokens[b]) << "prompt " << b;
+}
 
 // Preempted mid-decode, a request recomputes its prompt and tokens (the
 // prompt in its one-shot layout) and goes on with the same tokens.
@@ -135,17 +241,21 @@ TEST(V41Engine, APreemptedRequestGoesOnWithTheSameTokens) {
   EXPECT_EQ(tokens, g.tokens[0]);
 }
 
-// The CLI loads a V4.1 checkpoint by its config; what it cannot do yet it
-// refuses by name.
-TEST(V41Engine, RunServesAV41CheckpointAndRefusesParallelLayouts) {
+// The CLI loads a V4.1 checkpoint by its config, on data-parallel ranks
+// too; what it cannot do yet (tensor parallelism) it refuses by name.
+TEST(V41Engine, RunServesAV41CheckpointOnDataParallelRanksAndRefusesTensorParallel) {
   const std::string dir = golden_v41_dir("v41-fp8");
   auto run = testing::run_dsv4("run --model " + dir + " --prompt 'Hello there' --max-tokens 4 --temperature 0");
   EXPECT_EQ(run.code, 0) << run.output;
   EXPECT_NE(run.output.find("numerics exact"), std::string::npos) << run.output;
   EXPECT_NE(run.output.find("4 generated tokens"), std::string::npos) << run.output;
+  auto dp = testing::run_dsv4("run --model " + dir + " --prompt 'Hello there' --max-tokens 4 --temperature 0 --dp 2");
+  EXPECT_EQ(dp.code, 0) << dp.output;
+  EXPECT_NE(dp.output.find("TP1 x DP2, EP2"), std::string::npos) << dp.output;
   auto tp = testing::run_dsv4("run --model " + dir + " --prompt hi --tp 2");
   EXPECT_EQ(tp.code, 2) << tp.output;
-  EXPECT_NE(tp.output.find("DeepSeek-V4.1 runs on one rank in this build"), std::string::npos) << tp.output;
+  EXPECT_NE(tp.output.find("DeepSeek-V4.1 runs its attention on one rank in this build: --tp 2"), std::string::npos)
+      << tp.output;
 }
 
 // dsv4 serve on a V4.1 checkpoint renders V4.1's chat format (its tool

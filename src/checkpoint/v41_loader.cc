@@ -226,7 +226,8 @@ Status load_engram(TensorReader& r, const ModelConfig& c, int which, const std::
 }
 
 // Block `layer` stored below prefix p (layers.N. or, for a DSpark stage, mtp.S.).
-Status load_block(TensorReader& r, const ModelConfig& c, int layer, const std::string& p, V41Block* b) {
+Status load_block(TensorReader& r, const ModelConfig& c, int layer, const std::string& p, ExpertShard shard,
+                  V41Block* b) {
   const int64_t dim = c.dim, mix = c.mix_hc(), flat = static_cast<int64_t>(c.hc_mult) * dim;
   DSV4_RETURN_IF_ERROR(load_attention(r, c, layer, p + "attn.", &b->attn));
   ASSIGN(b->attn_norm, r.floats(p + "attn_norm.weight", {dim}));
@@ -243,9 +244,13 @@ Status load_block(TensorReader& r, const ModelConfig& c, int layer, const std::s
   const int64_t E = stage && c.dspark_n_routed_experts ? c.dspark_n_routed_experts : c.n_routed_experts;
   ASSIGN(b->ffn.gate, r.linear(p + "ffn.gate", E, dim));
   ASSIGN(b->ffn.gate_bias, r.floats(p + "ffn.gate.bias", {E}));
+  if (E % shard.size != 0)
+    return invalid_argument(p + "ffn has " + std::to_string(E) + " routed experts, which " +
+                            std::to_string(shard.size) + " expert-parallel ranks cannot split evenly");
+  // This rank's block of the routed experts; the others stay empty.
   b->ffn.experts.resize(E);
   for (int64_t e = 0; e < E; ++e)
-    DSV4_RETURN_IF_ERROR(load_expert(r, p + "ffn.experts." + std::to_string(e) + ".", dim, c.moe_inter_dim, &b->ffn.experts[e]));
+    if (shard.owns(static_cast<int>(e), static_cast<int>(E))) DSV4_RETURN_IF_ERROR(load_expert(r, p + "ffn.experts." + std::to_string(e) + ".", dim, c.moe_inter_dim, &b->ffn.experts[e]));
   DSV4_RETURN_IF_ERROR(load_expert(r, p + "ffn.shared_experts.", dim, c.moe_inter_dim, &b->ffn.shared));
   const auto& ids = c.engram.layer_ids;
   const auto it = std::find(ids.begin(), ids.end(), layer);
@@ -253,13 +258,13 @@ Status load_block(TensorReader& r, const ModelConfig& c, int layer, const std::s
   return Status::Ok();
 }
 
-Status load_dspark(TensorReader& r, const ModelConfig& c, V41DSpark* d) {
+Status load_dspark(TensorReader& r, const ModelConfig& c, ExpertShard shard, V41DSpark* d) {
   const int64_t dim = c.dim, rank = c.dspark_markov_rank, V = c.vocab_size;
   ASSIGN(d->main_proj, r.linear("mtp.0.main_proj", dim, c.dspark_taps() * dim));
   ASSIGN(d->main_norm, r.floats("mtp.0.main_norm.weight", {dim}));
   d->stages.resize(c.dspark_stages);
   for (int s = 0; s < c.dspark_stages; ++s)
-    DSV4_RETURN_IF_ERROR(load_block(r, c, c.n_layers + s, "mtp." + std::to_string(s) + ".", &d->stages[s]));
+    DSV4_RETURN_IF_ERROR(load_block(r, c, c.n_layers + s, "mtp." + std::to_string(s) + ".", shard, &d->stages[s]));
   const std::string last = "mtp." + std::to_string(c.dspark_stages - 1) + ".";
   ASSIGN(d->norm, r.floats(last + "norm.weight", {dim}));
   ASSIGN(d->markov_embed, r.table(last + "markov_head.embed", V, rank));
@@ -276,7 +281,7 @@ void V41Engram::row(int64_t r, float* out) const {
 }
 
 StatusOr<std::unique_ptr<V41Weights>> load_v41_weights(const std::string& dir, const ModelConfig& c,
-                                                       const LoadProgress& progress) {
+                                                       const LoadProgress& progress, ExpertShard experts) {
   DSV4_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> opened, Checkpoint::open(dir));
   std::shared_ptr<const Checkpoint> ckpt(std::move(opened));
   // Everything is read but the Engram tables, which stay mapped.
@@ -292,12 +297,13 @@ StatusOr<std::unique_ptr<V41Weights>> load_v41_weights(const std::string& dir, c
   ASSIGN(w->head, r.linear("head", c.vocab_size, c.dim));
   w->blocks.resize(c.n_layers);
   for (int i = 0; i < c.n_layers; ++i)
-    DSV4_RETURN_IF_ERROR(load_block(r, c, i, "layers." + std::to_string(i) + ".", &w->blocks[i]));
-  if (c.has_dspark()) DSV4_RETURN_IF_ERROR(load_dspark(r, c, &w->dspark.emplace()));
+    DSV4_RETURN_IF_ERROR(load_block(r, c, i, "layers." + std::to_string(i) + ".", experts, &w->blocks[i]));
+  if (c.has_dspark()) DSV4_RETURN_IF_ERROR(load_dspark(r, c, experts, &w->dspark.emplace()));
   return w;
 }
 
-StatusOr<std::unique_ptr<DeepseekV41>> load_deepseek_v41(const std::string& dir, const LoadProgress& progress) {
+StatusOr<std::unique_ptr<DeepseekV41>> load_deepseek_v41(const std::string& dir, const LoadProgress& progress,
+                                                         ExpertShard experts) {
   DSV4_ASSIGN_OR_RETURN(ModelConfig config, load_any_model_config(dir + "/config.json"));
   if (config.family != ModelFamily::kV41)
     return invalid_argument(dir + "/config.json is not a DeepSeek-V4.1 config (model_type deepseek_v41)");
@@ -326,7 +332,7 @@ StatusOr<std::unique_ptr<DeepseekV41>> load_deepseek_v41(const std::string& dir,
                                 std::to_string(config.engram.num_embeddings[i]));
     }
   }
-  DSV4_ASSIGN_OR_RETURN(std::unique_ptr<V41Weights> weights, load_v41_weights(dir, config, progress));
+  DSV4_ASSIGN_OR_RETURN(std::unique_ptr<V41Weights> weights, load_v41_weights(dir, config, progress, experts));
   return std::make_unique<DeepseekV41>(std::move(config), std::move(weights), std::move(map.compressed), map.size);
 }
 

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "base/status.h"
+#include "model/collectives.h"
 #include "model/config.h"
 #include "model/deepseek_v41.h"
 #include "model/v41_weights.h"
@@ -17,12 +18,15 @@
 namespace dsv4 {
 
 // progress: bytes read of all but the Engram tables (which stay mapped).
+// experts: the block of each MoE's routed experts this rank holds (the
+// main layers' and the DSpark stages' alike); the others stay empty.
 StatusOr<std::unique_ptr<V41Weights>> load_v41_weights(const std::string& dir, const ModelConfig& config,
-                                                       const LoadProgress& progress = {});
+                                                       const LoadProgress& progress = {}, ExpertShard experts = {});
 
 // The model from a checkpoint directory: its config.json (either form), its
 // tokenizer.json (Engram's token map comes from it, checked against the
 // config's engram_compressed_vocab_size) and its weights.
-StatusOr<std::unique_ptr<DeepseekV41>> load_deepseek_v41(const std::string& dir, const LoadProgress& progress = {});
+StatusOr<std::unique_ptr<DeepseekV41>> load_deepseek_v41(const std::string& dir, const LoadProgress& progress = {},
+                                                         ExpertShard experts = {});
 
 }  // namespace dsv4

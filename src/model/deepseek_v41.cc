@@ -6,6 +6,7 @@
 #include "base/thread_pool.h"
 #include "kernels/dispatch.h"
 #include "kernels/kernels.h"
+#include "model/expert_dispatch.h"
 #include "model/hyper_connection.h"
 #include "ops/norm.h"
 #include "ops/topk.h"
@@ -103,11 +104,10 @@ void DeepseekV41::moe(const V41MoE& w, int top_k, const float* x, int64_t rows, 
     for (int j = 0; j < k; ++j) wr[j] *= c.route_scale;
   }
   // An expert over its rows: w2(weight * silu(clamped w1 x) * clamped w3 x).
-  auto expert = [&](const V41Expert& e, const Buffer& in, const float* row_weight, Buffer* out) {
-    const int64_t n = static_cast<int64_t>(in.size()) / dim;
+  auto expert = [&](const V41Expert& e, const float* in, int64_t n, const float* row_weight, float* out) {
     Buffer gate(n * inter), up(n * inter);
-    v41_linear(e.w1, in.data(), n, gate.data());
-    v41_linear(e.w3, in.data(), n, up.data());
+    v41_linear(e.w1, in, n, gate.data());
+    v41_linear(e.w3, in, n, up.data());
     const float lim = c.swiglu_limit;
     for (int64_t i = 0; i < n * inter; ++i) {
       if (lim > 0) {
@@ -118,27 +118,18 @@ void DeepseekV41::moe(const V41MoE& w, int top_k, const float* x, int64_t rows, 
       gate[i] = kernels::silu_at(gate[i], i, n * inter) * up[i];
       if (row_weight) gate[i] = row_weight[i / inter] * gate[i];
     }
-    out->resize(n * dim);
-    v41_linear(e.w2, gate.data(), n, out->data());
+    v41_linear(e.w2, gate.data(), n, out);
   };
-  std::fill_n(y, rows * dim, 0.0f);
-  for (int64_t e = 0; e < E; ++e) {
-    std::vector<int64_t> who;
-    Buffer in, rw, out;
-    for (int64_t r = 0; r < rows; ++r)
-      for (int j = 0; j < k; ++j)
-        if (chosen[r * k + j] == e) {
-          who.push_back(r);
-          in.insert(in.end(), x + r * dim, x + (r + 1) * dim);
-          rw.push_back(weights[r * k + j]);
-        }
-    if (who.empty()) continue;
-    expert(w.experts[e], in, rw.data(), &out);
-    for (size_t i = 0; i < who.size(); ++i)
-      for (int64_t d = 0; d < dim; ++d) y[who[i] * dim + d] += out[i * dim + d];
-  }
-  Buffer in(x, x + rows * dim), shared;
-  expert(w.shared, in, nullptr, &shared);
+  // The routed experts (on the ranks holding them), added per row in
+  // expert-index order from zero, then the shared expert.
+  const ExpertSlots slots{chosen.data(), weights.data(), rows, k, static_cast<int>(E)};
+  Buffer slot_out(rows * k * dim), shared(rows * dim);
+  run_expert_slots(
+      slots, x, dim, expert_group_,
+      [&](int e, const float* in, int64_t n, const float* rw, float* out) { expert(w.experts[e], in, n, rw, out); },
+      slot_out.data());
+  sum_slots_in_expert_order(slots, slot_out.data(), dim, y);
+  expert(w.shared, x, rows, nullptr, shared.data());
   for (int64_t i = 0; i < rows * dim; ++i) y[i] += shared[i];
 }
 
@@ -210,6 +201,15 @@ Status DeepseekV41::forward(const ForwardBatch& batch, ForwardOutput* out, bool)
   for (const SeqChunk& ch : batch.chunks) {
     cut.push_back(v41_first_row_after_unwritten_keys(config_, ch.start_pos, ch.num_tokens, ch.prefill_len));
     split = split || cut.back() < ch.num_tokens;
+  }
+  // An expert group's ranks run their layers together: when any of them
+  // cuts, all run in two (a rank without a cut keeps every row in the
+  // first part, its second empty).
+  if (expert_group_ && expert_group_->size() > 1) {
+    const char mine = split;
+    std::vector<char> all(expert_group_->size());
+    expert_group_->all_gather(&mine, 1, all.data());
+    split = std::find(all.begin(), all.end(), 1) != all.end();
   }
   return split ? forward_in_two(batch, cut, out) : forward_rows(batch, out);
 }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "model/collectives.h"
 #include "model/config.h"
 #include "model/dspark.h"
 #include "model/serving_model.h"
@@ -33,6 +34,10 @@ class DeepseekV41 : public ServingModel {
 
   const ModelConfig& config() const override { return config_; }
   const V41Weights& weights() const { return *weights_; }
+  // Expert parallelism: this rank holds its ExpertShard of the routed
+  // experts (the loader's) and every forward and draft of the group's ranks
+  // runs in lockstep, an empty one too. Null: this rank holds all.
+  void set_expert_group(Collectives* group) { expert_group_ = group; }
   // A sequence's caches in plain vectors (tests, verify).
   std::unique_ptr<ContiguousCache> new_cache() const;
   // Engram look-back: how many tokens before a chunk SeqChunk::history holds.
@@ -78,6 +83,7 @@ class DeepseekV41 : public ServingModel {
   std::vector<int32_t> token_map_;
   EngramHashLayout engram_layout_;
   Rope window_rope_, compress_rope_;
+  Collectives* expert_group_ = nullptr;
 };
 
 }  // namespace dsv4

@@ -2,13 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
-#include <numeric>
 
 #include "base/check.h"
 #include "base/phase_timer.h"
-#include "base/thread_pool.h"
 #include "kernels/kernels.h"
+#include "model/expert_dispatch.h"
 #include "ops/topk.h"
 
 namespace dsv4 {
@@ -44,102 +42,6 @@ void expert_forward(const kernels::Kernels& k, const ExpertWeights& e, float lim
   std::vector<float> hidden(n * width);
   gather_columns(group, TokenSplit::of(n, group), gate.data(), inter, hidden.data());
   linear_forward(k, e.w2, hidden.data(), n, out);
-}
-
-// One (row, choice) slot on its way to the rank holding its expert.
-struct SlotHeader {
-  int32_t expert;
-  float weight;
-};
-
-// Routed experts over the expert group: every slot travels to the rank
-// holding its expert (an all-to-all), runs there, and its output comes back
-// (a second all-to-all). slots_out: [rows * k, dim] in slot order.
-void run_routed_experts(const kernels::Kernels& kern, const MoEWeights& w, const ModelConfig& c, const float* x, const Routing& rt, int64_t rows,
-                        Collectives* ep, float* slots_out) {
-  const int64_t dim = c.dim, k = c.n_activated_experts, n_slots = rows * k;
-  const int ranks = ep ? ep->size() : 1, per_rank = c.n_routed_experts / ranks;
-  // Pack each destination's slots, in slot order: header then the row.
-  const int64_t record = sizeof(SlotHeader) + sizeof(float) * dim;
-  std::vector<std::vector<int64_t>> to(ranks);
-  for (int64_t s = 0; s < n_slots; ++s) to[rt.experts[s] / per_rank].push_back(s);
-  std::vector<size_t> send_bytes(ranks), recv_bytes(ranks), count_bytes(ranks, sizeof(int64_t));
-  std::vector<int64_t> send_counts(ranks), recv_counts(ranks);
-  std::vector<char> send(n_slots * record);
-  char* at = send.data();
-  for (int r = 0; r < ranks; ++r) {
-    send_counts[r] = static_cast<int64_t>(to[r].size());
-    send_bytes[r] = send_counts[r] * record;
-    for (int64_t s : to[r]) {
-      const SlotHeader hdr{rt.experts[s], rt.weights[s]};
-      std::memcpy(at, &hdr, sizeof hdr);
-      std::memcpy(at + sizeof hdr, x + s / k * dim, sizeof(float) * dim);
-      at += record;
-    }
-  }
-  std::vector<char> recv;
-  if (ep && ranks > 1) {
-    ep->all_to_all_v(send_counts.data(), count_bytes, recv_counts.data(), count_bytes);
-    int64_t total = 0;
-    for (int r = 0; r < ranks; ++r) total += recv_counts[r], recv_bytes[r] = recv_counts[r] * record;
-    recv.resize(total * record);
-    ep->all_to_all_v(send.data(), send_bytes, recv.data(), recv_bytes);
-  } else {
-    recv_counts = send_counts;
-    recv = std::move(send);
-  }
-  // Run each expert this rank holds over the slots it received, in arrival order.
-  const int64_t got = static_cast<int64_t>(recv.size()) / record;
-  std::vector<float> results(got * dim);
-  std::vector<std::vector<int64_t>> mine(c.n_routed_experts);
-  std::vector<std::vector<float>> wts(c.n_routed_experts);
-  for (int64_t i = 0; i < got; ++i) {
-    SlotHeader hdr;
-    std::memcpy(&hdr, &recv[i * record], sizeof hdr);
-    mine[hdr.expert].push_back(i);
-    wts[hdr.expert].push_back(hdr.weight);
-  }
-  std::vector<int> active;
-  for (int e = 0; e < c.n_routed_experts; ++e) {
-    if (mine[e].empty()) continue;
-    DSV4_CHECK_MSG(w.experts[e].w1.out > 0, "a slot for expert %d reached a rank that does not hold it", e);
-    active.push_back(e);
-  }
-  auto run_expert = [&](int e) {
-    const int64_t n = static_cast<int64_t>(mine[e].size());
-    std::vector<float> xin(n * dim), yout(n * dim);
-    for (int64_t i = 0; i < n; ++i)
-      std::memcpy(&xin[i * dim], &recv[mine[e][i] * record + sizeof(SlotHeader)], sizeof(float) * dim);
-    expert_forward(kern, w.experts[e], c.swiglu_limit, xin.data(), n, wts[e].data(), yout.data());
-    for (int64_t i = 0; i < n; ++i) std::copy_n(&yout[i * dim], dim, &results[mine[e][i] * dim]);
-  };
-  // With enough active experts, whole experts per thread (one pool job for
-  // the layer instead of three per expert: decode's experts are small);
-  // otherwise each expert's GEMMs split over the pool. The same kernels run
-  // either way, so the numbers are identical.
-  if (static_cast<int64_t>(active.size()) >= 2 * ThreadPool::global().num_threads()) {
-    parallel_for(static_cast<int64_t>(active.size()), 1, [&](int64_t a, int64_t b) {
-      for (int64_t i = a; i < b; ++i) run_expert(active[i]);
-    });
-  } else {
-    for (int e : active) run_expert(e);
-  }
-  // Outputs travel back the way their slots came.
-  std::vector<float> back;
-  if (ep && ranks > 1) {
-    std::vector<size_t> out_bytes(ranks), in_bytes(ranks);
-    for (int r = 0; r < ranks; ++r) {
-      out_bytes[r] = sizeof(float) * recv_counts[r] * dim;
-      in_bytes[r] = sizeof(float) * send_counts[r] * dim;
-    }
-    back.resize(n_slots * dim);
-    ep->all_to_all_v(results.data(), out_bytes, back.data(), in_bytes);
-  } else {
-    back = std::move(results);
-  }
-  int64_t i = 0;
-  for (int r = 0; r < ranks; ++r)
-    for (int64_t s : to[r]) std::copy_n(&back[i++ * dim], dim, slots_out + s * dim);
 }
 
 }  // namespace
@@ -191,19 +93,15 @@ void moe_forward(const kernels::Kernels& k, const MoEWeights& w, const ModelConf
   const int64_t first = split.begin(), n = split.count();
   PhaseTimer::Scope routed_time(Phase::kRoutedExperts);
   Routing rt = route_tokens(k, w, c, x + first * dim, token_ids + first, n, rr.slice(first, n));
-  std::vector<float> slots(n * topk * dim);
-  run_routed_experts(k, w, c, x + first * dim, rt, n, groups.ep, slots.data());
-  // Per row, the experts' outputs in expert-index order (the reference's
-  // loop over experts).
-  std::fill_n(routed_out, n * dim, 0.0f);
-  std::vector<int64_t> order(topk);
-  for (int64_t r = 0; r < n; ++r) {
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(),
-                     [&](int64_t a, int64_t b) { return rt.experts[r * topk + a] < rt.experts[r * topk + b]; });
-    for (int64_t j : order)
-      for (int64_t d = 0; d < dim; ++d) routed_out[r * dim + d] += slots[(r * topk + j) * dim + d];
-  }
+  const ExpertSlots slots{rt.experts.data(), rt.weights.data(), n, static_cast<int>(topk), c.n_routed_experts};
+  std::vector<float> slot_out(n * topk * dim);
+  run_expert_slots(
+      slots, x + first * dim, dim, groups.ep,
+      [&](int e, const float* xin, int64_t m, const float* row_weights, float* y) {
+        expert_forward(k, w.experts[e], c.swiglu_limit, xin, m, row_weights, y);
+      },
+      slot_out.data());
+  sum_slots_in_expert_order(slots, slot_out.data(), dim, routed_out);
   // The shared expert for every row, this rank's share of its features.
   PhaseTimer::Scope shared_time(Phase::kSharedExpert);
   Collectives* tp = groups.tp && groups.tp->size() > 1 ? groups.tp : nullptr;

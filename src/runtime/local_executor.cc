@@ -1,4 +1,5 @@
 #include "checkpoint/model_loader.h"
+#include "checkpoint/v41_loader.h"
 #include "runtime/local_executor.h"
 
 #include "dist/local_communicator.h"
@@ -27,7 +28,7 @@ StatusOr<std::unique_ptr<LocalExecutor>> LocalExecutor::own(std::unique_ptr<Serv
 StatusOr<std::unique_ptr<LocalExecutor>> LocalExecutor::create(const std::string& dir, const ModelOptions& base,
                                                                 const ParallelOptions& p, const KvCacheOptions& cache) {
   std::unique_ptr<LocalExecutor> e(new LocalExecutor());
-  DSV4_ASSIGN_OR_RETURN(e->config_, load_model_config(dir + "/config.json"));
+  DSV4_ASSIGN_OR_RETURN(e->config_, load_any_model_config(dir + "/config.json"));
   DSV4_ASSIGN_OR_RETURN(e->topology_, Topology::make(p.topology, e->config_));
   const Topology& t = e->topology_;
   // The budget is the process's: every rank here holds a copy of its
@@ -51,13 +52,23 @@ StatusOr<std::unique_ptr<LocalExecutor>> LocalExecutor::create(const std::string
   for (int r = 0; r < t.world; ++r) {
     Rank& rank = e->ranks_[r];
     rank.world = std::move(worlds[r]);
-    ModelOptions mo = base;
-    mo.experts = {t.ep_rank(r), t.ep};
-    mo.heads = {t.tp_rank(r), t.tp};
-    mo.flashcomm = p.flashcomm;
-    DSV4_ASSIGN_OR_RETURN(rank.model, load_deepseek_v4(dir, mo));
-    if (t.tp > 1) rank.model->set_tensor_group(rank.groups.tp.get());
-    if (t.ep > 1) rank.model->set_expert_group(rank.groups.ep.get());
+    if (e->config_.family == ModelFamily::kV41) {
+      DSV4_ASSIGN_OR_RETURN(std::unique_ptr<DeepseekV41> model,
+                            load_deepseek_v41(dir, base.on_progress, {t.ep_rank(r), t.ep}));
+      if (t.ep > 1) model->set_expert_group(rank.groups.ep.get());
+      rank.v41 = model.get();
+      rank.model = std::move(model);
+    } else {
+      ModelOptions mo = base;
+      mo.experts = {t.ep_rank(r), t.ep};
+      mo.heads = {t.tp_rank(r), t.tp};
+      mo.flashcomm = p.flashcomm;
+      DSV4_ASSIGN_OR_RETURN(std::unique_ptr<DeepseekV4> model, load_deepseek_v4(dir, mo));
+      if (t.tp > 1) model->set_tensor_group(rank.groups.tp.get());
+      if (t.ep > 1) model->set_expert_group(rank.groups.ep.get());
+      rank.v4 = model.get();
+      rank.model = std::move(model);
+    }
     const int g = t.dp_rank(r);
     e->workers_.push_back(std::make_unique<RankWorker>(rank.model.get(), &e->caches_[g]->store(t.tp_rank(r)),
                                                        t.tp > 1 ? rank.groups.tp.get() : nullptr, g));
@@ -65,6 +76,11 @@ StatusOr<std::unique_ptr<LocalExecutor>> LocalExecutor::create(const std::string
   e->results_.resize(t.world, Status(StatusCode::kInternal, "not run"));
   if (t.world > 1) e->start_threads();
   return e;
+}
+
+int64_t LocalExecutor::resident_bytes(int rank) const {
+  const Rank& r = ranks_.at(rank);
+  return r.v41 ? r.v41->weights().resident_bytes() : r.v4->weights().resident_bytes();
 }
 
 LocalExecutor::~LocalExecutor() {

@@ -12,6 +12,7 @@
 
 #include "dist/topology.h"
 #include "model/deepseek_v4.h"
+#include "model/deepseek_v41.h"
 #include "runtime/rank_worker.h"
 #include "runtime/step_executor.h"
 
@@ -29,7 +30,8 @@ class LocalExecutor : public StepExecutor {
   // One rank over `model`, which the executor keeps.
   static StatusOr<std::unique_ptr<LocalExecutor>> own(std::unique_ptr<ServingModel> model, const KvCacheOptions& cache);
   // tp x dp ranks as threads, each loading its share of the checkpoint in
-  // `dir`; cache sizes each rank's copy of its group's pages.
+  // `dir` (either family; DeepSeek-V4.1 in exact numerics, tp 1); cache
+  // sizes each rank's copy of its group's pages.
   static StatusOr<std::unique_ptr<LocalExecutor>> create(const std::string& dir, const ModelOptions& model,
                                                          const ParallelOptions& parallel, const KvCacheOptions& cache);
   ~LocalExecutor() override;
@@ -41,14 +43,18 @@ class LocalExecutor : public StepExecutor {
   std::string describe() const override { return topology_.describe(); }
 
   const Topology& topology() const { return topology_; }
-  // Rank r's model (executors from create(), which own their ranks' models).
-  const DeepseekV4& model(int rank) const { return *ranks_.at(rank).model; }
+  // Rank r's model (executors from create() over a DeepSeek-V4 checkpoint).
+  const DeepseekV4& model(int rank) const { return *ranks_.at(rank).v4; }
+  // Bytes rank r's weights keep resident (create()'s ranks).
+  int64_t resident_bytes(int rank) const;
   // Traffic each rank sent over its groups so far.
   std::vector<Communicator::Traffic> traffic() const;
 
  private:
   struct Rank {
-    std::unique_ptr<DeepseekV4> model;  // null when not owned
+    std::unique_ptr<ServingModel> model;  // null when not owned
+    const DeepseekV4* v4 = nullptr;       // model, when it is one
+    const DeepseekV41* v41 = nullptr;
     std::unique_ptr<Communicator> world;
     RankGroups groups;
   };

@@ -1,0 +1,119 @@
+#include "model/expert_dispatch.h"
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "base/check.h"
+#include "base/thread_pool.h"
+
+namespace dsv4 {
+namespace {
+
+// One slot on its way to the rank holding its expert.
+struct SlotHeader {
+  int32_t expert;
+  float weight;
+};
+
+}  // namespace
+
+void run_expert_slots(const ExpertSlots& s, const float* x, int64_t dim, Collectives* ep, const RunExpert& run,
+                      float* slots_out) {
+  const int64_t k = s.k, n_slots = s.rows * k;
+  const int ranks = ep ? ep->size() : 1;
+  const ExpertShard shard{ep ? ep->rank() : 0, ranks};
+  const int per_rank = s.num_experts / ranks;
+  // Pack each destination's slots, in slot order: header then the row.
+  const int64_t record = sizeof(SlotHeader) + sizeof(float) * dim;
+  std::vector<std::vector<int64_t>> to(ranks);
+  for (int64_t i = 0; i < n_slots; ++i) to[s.experts[i] / per_rank].push_back(i);
+  std::vector<size_t> send_bytes(ranks), recv_bytes(ranks), count_bytes(ranks, sizeof(int64_t));
+  std::vector<int64_t> send_counts(ranks), recv_counts(ranks);
+  std::vector<char> send(n_slots * record);
+  char* at = send.data();
+  for (int r = 0; r < ranks; ++r) {
+    send_counts[r] = static_cast<int64_t>(to[r].size());
+    send_bytes[r] = send_counts[r] * record;
+    for (int64_t i : to[r]) {
+      const SlotHeader hdr{s.experts[i], s.weights[i]};
+      std::memcpy(at, &hdr, sizeof hdr);
+      std::memcpy(at + sizeof hdr, x + i / k * dim, sizeof(float) * dim);
+      at += record;
+    }
+  }
+  std::vector<char> recv;
+  if (ranks > 1) {
+    ep->all_to_all_v(send_counts.data(), count_bytes, recv_counts.data(), count_bytes);
+    int64_t total = 0;
+    for (int r = 0; r < ranks; ++r) total += recv_counts[r], recv_bytes[r] = recv_counts[r] * record;
+    recv.resize(total * record);
+    ep->all_to_all_v(send.data(), send_bytes, recv.data(), recv_bytes);
+  } else {
+    recv_counts = send_counts;
+    recv = std::move(send);
+  }
+  // Each expert this rank holds, over the slots it received, in arrival order.
+  const int64_t got = static_cast<int64_t>(recv.size()) / record;
+  std::vector<float> results(got * dim);
+  std::vector<std::vector<int64_t>> mine(s.num_experts);
+  std::vector<std::vector<float>> wts(s.num_experts);
+  for (int64_t i = 0; i < got; ++i) {
+    SlotHeader hdr;
+    std::memcpy(&hdr, &recv[i * record], sizeof hdr);
+    DSV4_CHECK_MSG(hdr.expert >= 0 && hdr.expert < s.num_experts && shard.owns(hdr.expert, s.num_experts),
+                   "a slot for expert %d reached a rank that does not hold it", hdr.expert);
+    mine[hdr.expert].push_back(i);
+    wts[hdr.expert].push_back(hdr.weight);
+  }
+  std::vector<int> active;
+  for (int e = 0; e < s.num_experts; ++e)
+    if (!mine[e].empty()) active.push_back(e);
+  auto run_one = [&](int e) {
+    const int64_t n = static_cast<int64_t>(mine[e].size());
+    std::vector<float> xin(n * dim), yout(n * dim);
+    for (int64_t i = 0; i < n; ++i)
+      std::memcpy(&xin[i * dim], &recv[mine[e][i] * record + sizeof(SlotHeader)], sizeof(float) * dim);
+    run(e, xin.data(), n, wts[e].data(), yout.data());
+    for (int64_t i = 0; i < n; ++i) std::copy_n(&yout[i * dim], dim, &results[mine[e][i] * dim]);
+  };
+  if (static_cast<int64_t>(active.size()) >= 2 * ThreadPool::global().num_threads()) {
+    parallel_for(static_cast<int64_t>(active.size()), 1, [&](int64_t a, int64_t b) {
+      for (int64_t i = a; i < b; ++i) run_one(active[i]);
+    });
+  } else {
+    for (int e : active) run_one(e);
+  }
+  // Outputs travel back the way their slots came.
+  std::vector<float> back;
+  if (ranks > 1) {
+    std::vector<size_t> out_bytes(ranks), in_bytes(ranks);
+    for (int r = 0; r < ranks; ++r) {
+      out_bytes[r] = sizeof(float) * recv_counts[r] * dim;
+      in_bytes[r] = sizeof(float) * send_counts[r] * dim;
+    }
+    back.resize(n_slots * dim);
+    ep->all_to_all_v(results.data(), out_bytes, back.data(), in_bytes);
+  } else {
+    back = std::move(results);
+  }
+  int64_t i = 0;
+  for (int r = 0; r < ranks; ++r)
+    for (int64_t slot : to[r]) std::copy_n(&back[i++ * dim], dim, slots_out + slot * dim);
+}
+
+void sum_slots_in_expert_order(const ExpertSlots& s, const float* slots_out, int64_t dim, float* out) {
+  const int64_t k = s.k;
+  std::fill_n(out, s.rows * dim, 0.0f);
+  std::vector<int64_t> order(k);
+  for (int64_t r = 0; r < s.rows; ++r) {
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int64_t a, int64_t b) { return s.experts[r * k + a] < s.experts[r * k + b]; });
+    for (int64_t j : order)
+      for (int64_t d = 0; d < dim; ++d) out[r * dim + d] += slots_out[(r * k + j) * dim + d];
+  }
+}
+
+}  // namespace dsv4

@@ -1,0 +1,43 @@
+// Routed experts over an expert-parallel group, for either model family:
+// every (row, choice) slot travels to the rank holding its expert (an
+// all-to-all), runs there with the other slots of that expert, and its
+// output comes back (a second all-to-all); then each row adds its slots in
+// expert-index order, the reference's loop over experts. An expert's rows
+// arrive in (source rank, slot) order, the order one rank holding every
+// expert would stack them, so the bits are that rank's.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+#include "model/collectives.h"
+
+namespace dsv4 {
+
+// Runs expert e over x [n, dim], each row scaled by row_weights[i] before
+// the down projection as the reference does, into y [n, dim].
+using RunExpert = std::function<void(int e, const float* x, int64_t n, const float* row_weights, float* y)>;
+
+struct ExpertSlots {
+  const int32_t* experts = nullptr;  // [rows, k]: the chosen experts of each row
+  const float* weights = nullptr;    // [rows, k]: their weights
+  int64_t rows = 0;
+  int k = 0;
+  int num_experts = 0;  // split over the group's ranks in contiguous blocks (ExpertShard)
+};
+
+// x [rows, dim] -> slots_out [rows * k, dim], each slot's expert output in
+// slot order. ep: null or one rank when this rank holds every expert;
+// otherwise every rank of the group calls this together. With at least two
+// active experts per pool thread, experts run whole, one per thread (one
+// pool job instead of several per expert: decode's experts are small);
+// else one after another, each splitting over the pool. run must give the
+// same numbers either way.
+void run_expert_slots(const ExpertSlots& slots, const float* x, int64_t dim, Collectives* ep, const RunExpert& run,
+                      float* slots_out);
+
+// out [rows, dim] = for each row, its slots' outputs added in expert-index
+// order, starting from zero.
+void sum_slots_in_expert_order(const ExpertSlots& slots, const float* slots_out, int64_t dim, float* out);
+
+}  // namespace dsv4
