@@ -6,9 +6,12 @@
 // one forward. Bad inputs are refused and change nothing.
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include "checkpoint/config_json.h"
 #include "checkpoint/safetensors.h"
 #include "checkpoint/v41_loader.h"
+#include "dist/local_communicator.h"
 #include "golden_v41_case.h"
 #include "model/deepseek_v41.h"
 #include "test_util.h"
@@ -69,6 +72,41 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(std::get<0>(info.param) == "v41-tiny" ? "Tiny" : "Fp8") + "_" +
              (s.chunk ? "Chunks" + std::to_string(s.chunk) : std::string("Whole")) + (s.packed ? "_Packed" : "");
     });
+
+// Expert-parallel ranks (threads, each holding its block of the routed
+// experts, the DSpark stages' too) run the whole protocol together: every
+// tensor bit for bit, on every rank. The forwards' slots travel to their
+// experts' ranks and back (model/expert_dispatch.h).
+TEST(V41Golden, ExpertParallelRanksAreTheReferencesBitForBit) {
+  for (const auto& [name, ranks, chunk] : {std::tuple{"v41-fp8", 2, int64_t{7}}, std::tuple{"v41-tiny", 4, int64_t{0}}}) {
+    auto world = LocalCommunicator::create(ranks);
+    std::vector<std::unique_ptr<DeepseekV41>> models;
+    for (int r = 0; r < ranks; ++r) {
+      auto model = load_deepseek_v41(golden_v41_dir(name), {}, ExpertShard{r, ranks});
+      ASSERT_TRUE(model.ok()) << model.status().message();
+      (*model)->set_expert_group(world[r].get());
+      models.push_back(std::move(*model));
+    }
+    std::vector<StatusOr<VerifyReport>> reports(ranks, Status(StatusCode::kInternal, "not run"));
+    std::vector<std::thread> threads;
+    for (int r = 0; r < ranks; ++r)
+      threads.emplace_back([&, r] {
+        reports[r] = verify_v41_golden(*models[r], {golden_v41_dir(name) + "/golden.safetensors", chunk, true});
+      });
+    for (auto& t : threads) t.join();
+    Case whole = load_case(name);
+    ASSERT_TRUE(whole.model);
+    for (int r = 0; r < ranks; ++r) {
+      ASSERT_TRUE(reports[r].ok()) << name << " rank " << r << ": " << reports[r].status().message();
+      EXPECT_TRUE(reports[r]->pass()) << name << " rank " << r << "\n" << reports[r]->format();
+      EXPECT_EQ(reports[r]->compared(), whole.config.n_layers + 5) << reports[r]->format();
+      for (const TensorCheck& t : reports[r]->tensors) EXPECT_EQ(t.rel_l2, 0.0) << name << " rank " << r << " " << t.name;
+      EXPECT_EQ(reports[r]->greedy_match, reports[r]->greedy_total);
+      EXPECT_LT(models[r]->weights().resident_bytes(), whole.model->weights().resident_bytes())
+          << "rank " << r << " holds only its experts";
+    }
+  }
+}
 
 // Decode rows given together (a speculative step's verification, or a
 // request recomputing after a preemption) are what the reference's decode
