@@ -169,7 +169,7 @@ int serve_over_mpi(int argc, char** argv, const EngineOptions& eopt, const Paral
   d.parallel = popt;
   d.model.numerics = s.numerics;
   d.step_timeout_ms = timeout_ms;
-  auto config = load_model_config(d.model_dir + "/config.json");
+  auto config = load_any_model_config(d.model_dir + "/config.json");
   auto cache = config.ok() ? Engine::cache_options(*config, eopt) : StatusOr<KvCacheOptions>(config.status());
   if (!cache.ok()) {
     std::fprintf(stderr, "dsv4 serve (rank %d): %s\n", rank, cache.status().message().c_str());

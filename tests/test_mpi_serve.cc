@@ -8,6 +8,7 @@
 #include <regex>
 #include <thread>
 
+#include "golden_v41_case.h"
 #include "http/http_client.h"
 #include "server_process.h"
 #include "test_util.h"
@@ -131,6 +132,44 @@ TEST(MpiServe, DSparkSpeculationOverProcesses) {
   ASSERT_TRUE(m);
   EXPECT_NE(m->body.find("dsv4_spec_decode_num_draft_tokens_per_pos{position=\"2\"}"), std::string::npos) << m->body;
   EXPECT_NE(m->body.find("dsv4_kv_cache_usage{family=\"dspark_ring\"}"), std::string::npos) << m->body;
+  const pid_t rank0 = pid_of_rank(server, 0);
+  ASSERT_GT(rank0, 0) << server.log();
+  ASSERT_EQ(kill(rank0, SIGTERM), 0);
+  EXPECT_EQ(server.wait_exit(30), 0) << server.log();
+}
+
+// DeepSeek-V4.1 over two processes (DP2 x EP2: each process its group's
+// requests and half of the routed experts, the DSpark stages' too), with
+// DSpark drafts: greedy text like one rank without drafts. A request runs on
+// one group; the other's process steps through every layer with no rows.
+TEST(MpiServe, DeepSeekV41OverProcesses) {
+  const std::string model = golden_v41_dir("v41-fp8");
+  const std::string spec = R"({"method":"dspark","num_speculative_tokens":3})";
+  auto ask = [](const ServerProcess& server) {
+    HttpClient cli("127.0.0.1", server.port());
+    cli.set_read_timeout_ms(60000);
+    json body = {{"prompt", "experts over processes"}, {"max_tokens", 16}, {"temperature", 0}, {"ignore_eos", true}};
+    auto r = cli.post("/v1/completions", body.dump(), "application/json");
+    return r && r->status == 200 ? json::parse(r->body)["choices"][0]["text"].get<std::string>() : "<failed>";
+  };
+  const std::vector<std::string> v41 = {"--model", model, "--kv-cache-memory", "64M"};
+  std::string expected;
+  {
+    ServerProcess one(v41);
+    ASSERT_GT(one.port(), 0) << one.log();
+    expected = ask(one);
+  }
+  ASSERT_NE(expected, "<failed>");
+  std::vector<std::string> args = v41;
+  args.insert(args.end(), {"--dist", "mpi", "--dp", "2", "--speculative-config", spec});
+  ServerProcess server(args, kMpi);
+  ASSERT_GT(server.port(), 0) << server.log();
+  EXPECT_NE(server.log().find("2 ranks: TP1 x DP2, EP2 over processes"), std::string::npos) << server.log();
+  EXPECT_EQ(ask(server), expected);
+  HttpClient cli("127.0.0.1", server.port());
+  auto m = cli.get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_NE(m->body.find("dsv4_spec_decode_num_draft_tokens_per_pos{position=\"2\"}"), std::string::npos) << m->body;
   const pid_t rank0 = pid_of_rank(server, 0);
   ASSERT_GT(rank0, 0) << server.log();
   ASSERT_EQ(kill(rank0, SIGTERM), 0);

@@ -26,7 +26,7 @@ StatusOr<ModelConfig> parse_model_config(const std::string& text, const std::str
     // by load_deepseek_v41 (parse_any_model_config reads both).
     DSV4_ASSIGN_OR_RETURN(ModelConfig v41, parse_v41_model_config(text, src));
     return invalid_argument(src + ": DeepSeek-V4.1 (model_type deepseek_v41; " + v41.summary() +
-                            ") is served by dsv4 serve and dsv4 run on this process's ranks; this command loads "
+                            ") is served by dsv4 serve and dsv4 run (on threads or MPI ranks); this command loads "
                             "DeepSeek-V4-Flash, its 0731 release and V4-Pro only");
   }
   ModelConfig c;

@@ -35,7 +35,7 @@ struct DistributedOptions {
 struct RankSetup {
   Topology topology;
   RankGroups groups;
-  std::unique_ptr<DeepseekV4> model;
+  std::unique_ptr<ServingModel> model;    // DeepSeek-V4 or V4.1 (exact, tp 1)
   std::unique_ptr<KvCacheManager> cache;  // this rank's group's pages
   int64_t cache_budget = 0;               // rank 0's, the same on every rank
   std::unique_ptr<RankWorker> worker;
