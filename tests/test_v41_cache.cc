@@ -157,6 +157,18 @@ TEST(V41Plan, CountsWhatTheLoaderHolds) {
     EXPECT_EQ(e.scales, (*weights)->files->find(p + "scale")->data);
   }
   EXPECT_NE(plan->report().find("Engram tables:"), std::string::npos) << plan->report();
+  // On expert-parallel ranks, what each rank's share of the experts holds.
+  for (int ep : {2, 4}) {
+    o.topology.dp = ep;
+    o.kv_cache_bytes = (int64_t{64} << 20) * ep;  // each group its own 64 MiB
+    auto sharded = plan_capacity(*config, o);
+    ASSERT_TRUE(sharded.ok()) << sharded.status().message();
+    for (int r = 0; r < ep; ++r) {
+      auto share = load_v41_weights(dir, *config, {}, ExpertShard{r, ep});
+      ASSERT_TRUE(share.ok()) << share.status().message();
+      EXPECT_EQ(sharded->rank_weight_bytes, (*share)->resident_bytes()) << "EP" << ep << " rank " << r;
+    }
+  }
 }
 
 TEST(V41Plan, TheReleasedConfigPlansWithItsEngramTables) {
