@@ -6,6 +6,8 @@
 #include "checkpoint/config_json.h"
 #include "checkpoint/v41_loader.h"
 #include "golden_v41_case.h"
+#include "runtime/engine.h"
+#include "runtime/local_executor.h"
 #include "temp_dir.h"
 #include "test_util.h"
 #include "tokenizer/bpe_tokenizer.h"
@@ -156,6 +158,76 @@ TEST(SyntheticV41, WrittenCheckpointLoadsRunsAndPlans) {
   EXPECT_EQ(read_text_file(dir + "/config.json"), read_text_file(other + "/config.json"));
   EXPECT_NE(read_text_file(dir + "/model-00001-of-00002.safetensors"),
             read_text_file(other + "/model-00001-of-00002.safetensors"));
+}
+
+// A prefix-cache hit on V4.1 (its shared KV and index sources, the
+// candidate blocks, Engram's look-back) continues exactly as the computed
+// prompt does: the same prompt served again takes its whole 128-token blocks
+// from the cache and generates the same tokens as with no prefix cache, on
+// one rank and on data- and expert-parallel ranks (the second request may
+// land on the other group, which holds no blocks: its tokens must agree too).
+TEST(SyntheticV41, PrefixCacheHitsGenerateWhatTheComputedPromptDoes) {
+  PresetCounts counts;
+  counts.layers = 6;
+  counts.experts = 4;
+  counts.vocab = 1024;
+  counts.engram_vocab = 97;
+  auto j = synthetic_v41_config(R"({"hidden_size": 128, "num_attention_heads": 4, "head_dim": 128, "q_lora_rank": 64,
+      "o_lora_rank": 32, "o_groups": 2, "moe_intermediate_size": 64, "index_n_heads": 4, "sliding_window": 16,
+      "engram_n_heads": 2, "engram_head_dim": 64, "dspark_markov_rank": 32, "candidate_topk_blocks": 2,
+      "candidate_block_size": 4, "index_topk": 8})",
+                                counts);
+  ASSERT_TRUE(j.ok()) << j.status().message();
+  const testing::TempDir tmp;
+  const std::string dir = tmp.file("v41");
+  SyntheticOptions written;
+  written.seed = 5;
+  ASSERT_TRUE(write_synthetic_v41_checkpoint(*j, written, dir).ok());
+  auto config = load_any_model_config(dir + "/config.json");
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 300; ++i) prompt.push_back(10 + i * 37 % 1000);
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  greedy.max_tokens = 10;
+  greedy.ignore_eos = true;
+  // The prompt served `times` times, one request after the other.
+  auto serve = [&](int dp, bool prefix_caching, int times, int64_t* hits) {
+    EngineOptions options;
+    options.scheduler.max_model_len = 512;
+    options.cache.enable_prefix_caching = prefix_caching;
+    auto cache = Engine::cache_options(*config, options);
+    EXPECT_TRUE(cache.ok()) << cache.status().message();
+    ParallelOptions p;
+    p.topology.dp = dp;
+    auto exec = LocalExecutor::create(dir, {}, p, *cache);
+    EXPECT_TRUE(exec.ok()) << exec.status().message();
+    auto engine = Engine::create(std::move(*exec), options.scheduler);
+    EXPECT_TRUE(engine.ok()) << engine.status().message();
+    std::vector<std::vector<int32_t>> out;
+    for (int t = 0; t < times; ++t) {
+      EXPECT_TRUE((*engine)->add_request(prompt, greedy).ok());
+      out.emplace_back();
+      for (int step = 0; (*engine)->has_unfinished() && step < 1000; ++step)
+        for (const RequestOutput& o : (*engine)->step()) {
+          EXPECT_TRUE(o.error.empty()) << o.error;
+          out.back().insert(out.back().end(), o.new_tokens.begin(), o.new_tokens.end());
+        }
+    }
+    *hits = (*engine)->stats().prefix_hit_tokens;
+    return out;
+  };
+  int64_t hits = 0;
+  const auto computed = serve(1, false, 1, &hits);
+  ASSERT_EQ(computed[0].size(), 10u);
+  EXPECT_EQ(hits, 0);
+  const auto cached = serve(1, true, 2, &hits);
+  EXPECT_EQ(hits, 256) << "two whole 128-token blocks of the 300-token prompt";
+  EXPECT_EQ(cached[0], computed[0]);
+  EXPECT_EQ(cached[1], computed[0]) << "after a prefix-cache hit";
+  const auto ranks = serve(2, true, 3, &hits);
+  EXPECT_GE(hits, 256);
+  for (const auto& tokens : ranks) EXPECT_EQ(tokens, computed[0]) << "on DP2 x EP2";
 }
 
 // dsv4 mkmodel --preset v41-flash with the widths shrunk through --config
