@@ -33,7 +33,8 @@ const char* kHelp =
     "  --tp N --dp N --ep N\n"
     "                 run on tp x dp ranks (threads): heads, output groups, wo_b, the shared\n"
     "                 expert and the vocabulary split over each TP group, the prompts over the\n"
-    "                 DP groups, the routed experts over EP ranks (default: every rank)\n"
+    "                 DP groups, the routed experts over EP ranks (default: every rank);\n"
+    "                 DeepSeek-V4.1: --dp and --ep only, every DP group running every prompt\n"
     "  --enable-flashcomm1, --flashcomm1-sp-min-token-num N\n"
     "                 sequence-parallel prefill in steps of at least N tokens (default 1000)\n"
     "  --dist mpi     one rank per MPI process instead of threads\n"
@@ -56,12 +57,13 @@ const char* kHelp =
 // A DSpark case (../shared/golden/DSPARK.md): both protocols, each with its
 // bounds; the end-to-end one's tensors go to --dump. On a TP x EP layout
 // (parallel) the ranks are threads that load their own shares.
-// A DeepSeek-V4.1 golden case (tests/golden_v41): one rank, exact numerics.
-static int verify_v41_case(const std::string& dir, const std::string& golden, int64_t chunk, bool parallel,
-                           kernels::Numerics numerics) {
-  if (parallel || numerics != kernels::Numerics::kExact) {
-    std::fprintf(stderr, "dsv4 verify: DeepSeek-V4.1 runs on one rank in exact numerics in this build "
-                         "(no --tp/--dp/--ep, no --numerics fast)\n");
+// A DeepSeek-V4.1 golden case (tests/golden_v41): exact numerics, on one
+// rank or on data- and expert-parallel ranks (threads), each group running
+// every prompt.
+static int verify_v41_case(const std::string& dir, const std::string& golden, int64_t chunk,
+                           const ParallelVerifyOptions* parallel, kernels::Numerics numerics) {
+  if (numerics != kernels::Numerics::kExact) {
+    std::fprintf(stderr, "dsv4 verify: DeepSeek-V4.1 runs in exact numerics in this build (no --numerics fast)\n");
     return 2;
   }
   const auto t0 = std::chrono::steady_clock::now();
@@ -76,7 +78,22 @@ static int verify_v41_case(const std::string& dir, const std::string& golden, in
               dir.c_str(), (*model)->config().summary().c_str(), load_s,
               (*model)->weights().resident_bytes() / 1048576.0, golden.c_str(),
               chunk > 0 ? ("chunks of " + std::to_string(chunk)).c_str() : "whole prompt");
-  auto report = verify_v41_golden(**model, {golden, chunk, false});
+  const V41VerifyOptions options{golden, chunk, false};
+  StatusOr<VerifyReport> report = Status(StatusCode::kInternal, "not run");
+  if (parallel) {
+    auto run = verify_v41_golden_parallel(dir, options, *parallel);
+    if (run.ok()) {
+      std::printf("  %s, every data-parallel group running every prompt: %.2f MiB of weights per rank (at most), "
+                  "%.2f MiB on one rank\n",
+                  run->topology.describe().c_str(), run->weight_bytes_per_rank / 1048576.0,
+                  run->weight_bytes_single / 1048576.0);
+      report = run->report;
+    } else {
+      report = run.status();
+    }
+  } else {
+    report = verify_v41_golden(**model, options);
+  }
   if (!report.ok()) {
     std::fprintf(stderr, "dsv4 verify: %s\n", report.status().message().c_str());
     return 2;
@@ -152,7 +169,8 @@ int cmd_verify(int argc, char** argv) {
 
   const std::string dir = args.get("model");
   if (auto config = load_any_model_config(dir + "/config.json"); config.ok() && config->family == ModelFamily::kV41)
-    return verify_v41_case(dir, args.get("golden", dir + "/golden.safetensors"), chunk, parallel, par.numerics);
+    return verify_v41_case(dir, args.get("golden", dir + "/golden.safetensors"), chunk, parallel ? &par : nullptr,
+                           par.numerics);
   auto t0 = std::chrono::steady_clock::now();
   ModelOptions mo;
   mo.numerics = par.numerics;

@@ -164,9 +164,17 @@ TEST(V41Golden, VerifyCliPassesTheCasesAndRefusesWhatV41DoesNotRun) {
     EXPECT_NE(run.output.find("dspark_ids"), std::string::npos) << run.output;
     EXPECT_NE(run.output.find("prefill chunks of 7"), std::string::npos) << run.output;
   }
+  auto ranks = testing::run_dsv4("verify --model " + golden_v41_dir("v41-fp8") + " --chunk 7 --dp 2");
+  EXPECT_EQ(ranks.code, 0) << ranks.output;
+  EXPECT_NE(ranks.output.find("2 ranks: TP1 x DP2, EP2, every data-parallel group running every prompt"),
+            std::string::npos)
+      << ranks.output;
   auto fast = testing::run_dsv4("verify --model " + golden_v41_dir("v41-fp8") + " --numerics fast");
   EXPECT_EQ(fast.code, 2) << fast.output;
-  EXPECT_NE(fast.output.find("DeepSeek-V4.1 runs on one rank in exact numerics"), std::string::npos) << fast.output;
+  EXPECT_NE(fast.output.find("DeepSeek-V4.1 runs in exact numerics in this build"), std::string::npos) << fast.output;
+  auto tp = testing::run_dsv4("verify --model " + golden_v41_dir("v41-fp8") + " --tp 2");
+  EXPECT_EQ(tp.code, 2) << tp.output;
+  EXPECT_NE(tp.output.find("--tp 2 is not written for it yet"), std::string::npos) << tp.output;
 }
 
 TEST(V41Golden, AMissingTensorIsAnErrorNamingIt) {

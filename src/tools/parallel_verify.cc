@@ -1,4 +1,5 @@
 #include "checkpoint/model_loader.h"
+#include "checkpoint/v41_loader.h"
 #include "tools/parallel_verify.h"
 
 #include <algorithm>
@@ -125,6 +126,34 @@ StatusOr<ParallelVerify> verify_golden_parallel(const std::string& dir, const Ve
     out.flashcomm_forwards += run.flashcomm_forwards;
   }
   DSV4_ASSIGN_OR_RETURN(auto single, load_deepseek_v4(dir));
+  out.weight_bytes_single = single->weights().resident_bytes();
+  return out;
+}
+
+StatusOr<ParallelVerify> verify_v41_golden_parallel(const std::string& dir, const V41VerifyOptions& options,
+                                                    const ParallelVerifyOptions& p) {
+  DSV4_ASSIGN_OR_RETURN(ModelConfig config, load_any_model_config(dir + "/config.json"));
+  DSV4_ASSIGN_OR_RETURN(Topology topo, Topology::make(p.topology, config));
+  auto on_rank = [&](Communicator& world) -> StatusOr<RankVerify> {
+    const RankGroups groups = RankGroups::split(world, topo);
+    const int rank = world.rank();
+    DSV4_ASSIGN_OR_RETURN(auto model, load_deepseek_v41(dir, {}, {topo.ep_rank(rank), topo.ep}));
+    if (topo.ep > 1) model->set_expert_group(groups.ep.get());
+    RankVerify out;
+    out.topology = topo;
+    DSV4_ASSIGN_OR_RETURN(out.report, verify_v41_golden(*model, options));
+    out.weight_bytes = model->weights().resident_bytes();
+    return out;
+  };
+  DSV4_ASSIGN_OR_RETURN(std::vector<RankVerify> runs, run_rank_threads<RankVerify>(topo.world, on_rank));
+  std::vector<const VerifyReport*> reports;
+  for (const RankVerify& run : runs) reports.push_back(&run.report);
+  DSV4_RETURN_IF_ERROR(ranks_agree(reports));
+  ParallelVerify out;
+  out.topology = topo;
+  out.report = runs[0].report;
+  for (const RankVerify& run : runs) out.weight_bytes_per_rank = std::max(out.weight_bytes_per_rank, run.weight_bytes);
+  DSV4_ASSIGN_OR_RETURN(auto single, load_deepseek_v41(dir));
   out.weight_bytes_single = single->weights().resident_bytes();
   return out;
 }

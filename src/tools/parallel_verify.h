@@ -13,6 +13,7 @@
 #include "model/forward_scope.h"
 #include "tools/dspark_verify.h"
 #include "tools/golden_verify.h"
+#include "tools/v41_golden_verify.h"
 
 namespace dsv4 {
 
@@ -44,6 +45,14 @@ struct ParallelVerify {
 
 StatusOr<ParallelVerify> verify_golden_parallel(const std::string& model_dir, const VerifyOptions& options,
                                                 const ParallelVerifyOptions& parallel);
+
+// A DeepSeek-V4.1 case on data- and expert-parallel ranks (threads; tp 1):
+// each rank holds its block of the routed experts and runs the whole
+// protocol with its expert group (the prompts are not split over the
+// data-parallel groups: every group runs them all). Rank 0's report, the
+// ranks checked to agree.
+StatusOr<ParallelVerify> verify_v41_golden_parallel(const std::string& model_dir, const V41VerifyOptions& options,
+                                                    const ParallelVerifyOptions& parallel);
 
 // A DSpark case (one protocol per call) on a TP x EP layout (one
 // data-parallel group). Collective over `world`: every rank calls it.
