@@ -87,12 +87,10 @@ TEST(V41Golden, ExpertParallelRanksAreTheReferencesBitForBit) {
       (*model)->set_expert_group(world[r].get());
       models.push_back(std::move(*model));
     }
+    const V41VerifyOptions options{golden_v41_dir(name) + "/golden.safetensors", chunk, true};
     std::vector<StatusOr<VerifyReport>> reports(ranks, Status(StatusCode::kInternal, "not run"));
     std::vector<std::thread> threads;
-    for (int r = 0; r < ranks; ++r)
-      threads.emplace_back([&, r] {
-        reports[r] = verify_v41_golden(*models[r], {golden_v41_dir(name) + "/golden.safetensors", chunk, true});
-      });
+    for (int r = 0; r < ranks; ++r) threads.emplace_back([&, r] { reports[r] = verify_v41_golden(*models[r], options); });
     for (auto& t : threads) t.join();
     Case whole = load_case(name);
     ASSERT_TRUE(whole.model);
