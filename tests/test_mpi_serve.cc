@@ -38,6 +38,15 @@ std::string complete(const ServerProcess& server, const std::string& prompt) {
   return json::parse(r->body)["choices"][0]["text"];
 }
 
+// max_tokens greedy tokens past the prompt, the end of text ignored.
+std::string greedy_text(const ServerProcess& server, const std::string& prompt, int max_tokens) {
+  HttpClient cli("127.0.0.1", server.port());
+  cli.set_read_timeout_ms(60000);
+  json body = {{"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0}, {"ignore_eos", true}};
+  auto r = cli.post("/v1/completions", body.dump(), "application/json");
+  return r && r->status == 200 ? json::parse(r->body)["choices"][0]["text"].get<std::string>() : "<failed>";
+}
+
 int health(const ServerProcess& server) {
   HttpClient cli("127.0.0.1", server.port());
   cli.set_connect_timeout_ms(1000);
@@ -110,13 +119,7 @@ TEST(MpiServe, SpeculationAndPrefixCachingOverProcesses) {
 TEST(MpiServe, DSparkSpeculationOverProcesses) {
   const std::string model = testing::golden_dir() + "/dspark-tiny";
   const std::string spec = R"({"method":"dspark","num_speculative_tokens":3})";
-  auto ask = [](const ServerProcess& server) {
-    HttpClient cli("127.0.0.1", server.port());
-    cli.set_read_timeout_ms(60000);
-    json body = {{"prompt", "speculation over processes"}, {"max_tokens", 24}, {"temperature", 0}, {"ignore_eos", true}};
-    auto r = cli.post("/v1/completions", body.dump(), "application/json");
-    return r && r->status == 200 ? json::parse(r->body)["choices"][0]["text"].get<std::string>() : "<failed>";
-  };
+  auto ask = [](const ServerProcess& server) { return greedy_text(server, "speculation over processes", 24); };
   std::string expected;
   {
     ServerProcess one(with({"--model", model}));
@@ -145,13 +148,7 @@ TEST(MpiServe, DSparkSpeculationOverProcesses) {
 TEST(MpiServe, DeepSeekV41OverProcesses) {
   const std::string model = golden_v41_dir("v41-fp8");
   const std::string spec = R"({"method":"dspark","num_speculative_tokens":3})";
-  auto ask = [](const ServerProcess& server) {
-    HttpClient cli("127.0.0.1", server.port());
-    cli.set_read_timeout_ms(60000);
-    json body = {{"prompt", "experts over processes"}, {"max_tokens", 16}, {"temperature", 0}, {"ignore_eos", true}};
-    auto r = cli.post("/v1/completions", body.dump(), "application/json");
-    return r && r->status == 200 ? json::parse(r->body)["choices"][0]["text"].get<std::string>() : "<failed>";
-  };
+  auto ask = [](const ServerProcess& server) { return greedy_text(server, "experts over processes", 16); };
   const std::vector<std::string> v41 = {"--model", model, "--kv-cache-memory", "64M"};
   std::string expected;
   {

@@ -107,19 +107,25 @@ TEST(SyntheticV41, TokenizerHasTheVocabularyAndWhatEngramFolds) {
   EXPECT_LT(map.size, 1024);
 }
 
-// A small model of the preset's roles (the released shapes shrunk through
-// --config): what is written loads, runs and plans as written.
-TEST(SyntheticV41, WrittenCheckpointLoadsRunsAndPlans) {
+// The preset's roles (six layers, Engram, the candidate source, DSpark) at
+// small widths.
+StatusOr<nlohmann::json> small_preset_config() {
   PresetCounts counts;
   counts.layers = 6;
   counts.experts = 4;
   counts.vocab = 1024;
   counts.engram_vocab = 97;
-  auto j = synthetic_v41_config(R"({"hidden_size": 128, "num_attention_heads": 4, "head_dim": 128, "q_lora_rank": 64,
+  return synthetic_v41_config(R"({"hidden_size": 128, "num_attention_heads": 4, "head_dim": 128, "q_lora_rank": 64,
       "o_lora_rank": 32, "o_groups": 2, "moe_intermediate_size": 64, "index_n_heads": 4, "sliding_window": 16,
       "engram_n_heads": 2, "engram_head_dim": 64, "dspark_markov_rank": 32, "candidate_topk_blocks": 2,
       "candidate_block_size": 4, "index_topk": 8})",
-                                counts);
+                              counts);
+}
+
+// A small model of the preset's roles (the released shapes shrunk through
+// --config): what is written loads, runs and plans as written.
+TEST(SyntheticV41, WrittenCheckpointLoadsRunsAndPlans) {
+  auto j = small_preset_config();
   ASSERT_TRUE(j.ok()) << j.status().message();
   const testing::TempDir tmp;
   const std::string dir = tmp.file("v41");
@@ -167,16 +173,7 @@ TEST(SyntheticV41, WrittenCheckpointLoadsRunsAndPlans) {
 // one rank and on data- and expert-parallel ranks (the second request may
 // land on the other group, which holds no blocks: its tokens must agree too).
 TEST(SyntheticV41, PrefixCacheHitsGenerateWhatTheComputedPromptDoes) {
-  PresetCounts counts;
-  counts.layers = 6;
-  counts.experts = 4;
-  counts.vocab = 1024;
-  counts.engram_vocab = 97;
-  auto j = synthetic_v41_config(R"({"hidden_size": 128, "num_attention_heads": 4, "head_dim": 128, "q_lora_rank": 64,
-      "o_lora_rank": 32, "o_groups": 2, "moe_intermediate_size": 64, "index_n_heads": 4, "sliding_window": 16,
-      "engram_n_heads": 2, "engram_head_dim": 64, "dspark_markov_rank": 32, "candidate_topk_blocks": 2,
-      "candidate_block_size": 4, "index_topk": 8})",
-                                counts);
+  auto j = small_preset_config();
   ASSERT_TRUE(j.ok()) << j.status().message();
   const testing::TempDir tmp;
   const std::string dir = tmp.file("v41");

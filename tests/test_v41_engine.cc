@@ -76,6 +76,19 @@ std::vector<std::vector<int32_t>> serve(StatusOr<std::unique_ptr<Engine>> engine
   return out;
 }
 
+// The golden models' 128 positions; a step budget of batched_tokens
+// (chunks the prefill), DSpark drafting `speculative` tokens a step.
+EngineOptions golden_engine(int64_t batched_tokens, int speculative) {
+  EngineOptions options;
+  options.scheduler.max_num_batched_tokens = batched_tokens;
+  options.scheduler.max_model_len = 128;
+  if (speculative) {
+    options.scheduler.num_speculative_tokens = speculative;
+    options.scheduler.drafter = SchedulerOptions::Drafter::kDSpark;
+  }
+  return options;
+}
+
 struct Mode {
   const char* name;
   int64_t batched_tokens;  // the step's token budget: chunks the prefill
@@ -90,13 +103,7 @@ TEST_P(V41Engine, GeneratesTheReferencesGreedyTokens) {
   ASSERT_TRUE(model.ok()) << model.status().message();
   const Golden g = golden(name, (*model)->config().vocab_size);
   ASSERT_EQ(g.prompts.size(), 2u);
-  EngineOptions options;
-  options.scheduler.max_num_batched_tokens = mode.batched_tokens;
-  options.scheduler.max_model_len = 128;
-  if (mode.speculative) {
-    options.scheduler.num_speculative_tokens = mode.speculative;
-    options.scheduler.drafter = SchedulerOptions::Drafter::kDSpark;
-  }
+  const EngineOptions options = golden_engine(mode.batched_tokens, mode.speculative);
   const std::vector<int64_t> lengths(g.prompts.size(), static_cast<int64_t>(g.tokens[0].size()));
   const auto tokens = serve(Engine::create(model->get(), options), g.prompts, lengths);
   for (size_t b = 0; b < g.prompts.size(); ++b) EXPECT_EQ(tokens[b], g.tokens[b]) << "prompt " << b;
@@ -131,13 +138,7 @@ TEST_P(V41Layouts, GenerateTheReferencesGreedyTokens) {
   auto config = load_any_model_config(dir + "/config.json");
   ASSERT_TRUE(config.ok()) << config.status().message();
   const Golden g = golden(name, config->vocab_size);
-  EngineOptions options;
-  options.scheduler.max_num_batched_tokens = layout.batched_tokens;
-  options.scheduler.max_model_len = 128;
-  if (layout.speculative) {
-    options.scheduler.num_speculative_tokens = layout.speculative;
-    options.scheduler.drafter = SchedulerOptions::Drafter::kDSpark;
-  }
+  const EngineOptions options = golden_engine(layout.batched_tokens, layout.speculative);
   auto cache = Engine::cache_options(*config, options);
   ASSERT_TRUE(cache.ok()) << cache.status().message();
   ParallelOptions p;

@@ -80,6 +80,21 @@ Status ranks_agree(const std::vector<const VerifyReport*>& reports) {
   return Status::Ok();
 }
 
+// Rank 0's report once every rank's agrees, and the most weight any rank holds.
+StatusOr<ParallelVerify> merge_ranks(const Topology& topo, const std::vector<RankVerify>& runs) {
+  std::vector<const VerifyReport*> reports;
+  for (const RankVerify& run : runs) reports.push_back(&run.report);
+  DSV4_RETURN_IF_ERROR(ranks_agree(reports));
+  ParallelVerify out;
+  out.topology = topo;
+  out.report = runs[0].report;
+  for (const RankVerify& run : runs) {
+    out.weight_bytes_per_rank = std::max(out.weight_bytes_per_rank, run.weight_bytes);
+    out.flashcomm_forwards += run.flashcomm_forwards;
+  }
+  return out;
+}
+
 }  // namespace
 
 StatusOr<RankVerify> verify_golden_on_rank(const std::string& dir, const VerifyOptions& options,
@@ -115,16 +130,7 @@ StatusOr<ParallelVerify> verify_golden_parallel(const std::string& dir, const Ve
   DSV4_ASSIGN_OR_RETURN(Topology topo, Topology::make(p.topology, config));
   auto on_rank = [&](Communicator& world) { return verify_golden_on_rank(dir, options, p, world); };
   DSV4_ASSIGN_OR_RETURN(std::vector<RankVerify> runs, run_rank_threads<RankVerify>(topo.world, on_rank));
-  std::vector<const VerifyReport*> reports;
-  for (const RankVerify& run : runs) reports.push_back(&run.report);
-  DSV4_RETURN_IF_ERROR(ranks_agree(reports));
-  ParallelVerify out;
-  out.topology = topo;
-  out.report = runs[0].report;
-  for (const RankVerify& run : runs) {
-    out.weight_bytes_per_rank = std::max(out.weight_bytes_per_rank, run.weight_bytes);
-    out.flashcomm_forwards += run.flashcomm_forwards;
-  }
+  DSV4_ASSIGN_OR_RETURN(ParallelVerify out, merge_ranks(topo, runs));
   DSV4_ASSIGN_OR_RETURN(auto single, load_deepseek_v4(dir));
   out.weight_bytes_single = single->weights().resident_bytes();
   return out;
@@ -146,13 +152,7 @@ StatusOr<ParallelVerify> verify_v41_golden_parallel(const std::string& dir, cons
     return out;
   };
   DSV4_ASSIGN_OR_RETURN(std::vector<RankVerify> runs, run_rank_threads<RankVerify>(topo.world, on_rank));
-  std::vector<const VerifyReport*> reports;
-  for (const RankVerify& run : runs) reports.push_back(&run.report);
-  DSV4_RETURN_IF_ERROR(ranks_agree(reports));
-  ParallelVerify out;
-  out.topology = topo;
-  out.report = runs[0].report;
-  for (const RankVerify& run : runs) out.weight_bytes_per_rank = std::max(out.weight_bytes_per_rank, run.weight_bytes);
+  DSV4_ASSIGN_OR_RETURN(ParallelVerify out, merge_ranks(topo, runs));
   DSV4_ASSIGN_OR_RETURN(auto single, load_deepseek_v41(dir));
   out.weight_bytes_single = single->weights().resident_bytes();
   return out;
