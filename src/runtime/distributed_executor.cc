@@ -1,6 +1,5 @@
-#include "checkpoint/model_loader.h"
-#include "checkpoint/v41_loader.h"
 #include "runtime/distributed_executor.h"
+#include "runtime/rank_model.h"
 
 #include <unistd.h>
 
@@ -79,28 +78,6 @@ std::vector<char> execute(RankSetup& s, Communicator& world, const StepPlan& pla
 
 }  // namespace
 
-// This rank's share of the model: its heads (DeepSeek-V4) and its block of
-// the routed experts, joined to its groups.
-static StatusOr<std::unique_ptr<ServingModel>> load_rank_model(const DistributedOptions& o, const ModelConfig& config,
-                                                               const RankSetup& s, int rank) {
-  const LoadProgress progress = rank ? nullptr : o.model.on_progress;
-  const ExpertShard experts{s.topology.ep_rank(rank), s.topology.ep};
-  if (config.family == ModelFamily::kV41) {
-    DSV4_ASSIGN_OR_RETURN(std::unique_ptr<DeepseekV41> model, load_deepseek_v41(o.model_dir, progress, experts));
-    if (s.topology.ep > 1) model->set_expert_group(s.groups.ep.get());
-    return std::unique_ptr<ServingModel>(std::move(model));
-  }
-  ModelOptions mo = o.model;
-  mo.experts = experts;
-  mo.heads = {s.topology.tp_rank(rank), s.topology.tp};
-  mo.flashcomm = o.parallel.flashcomm;
-  mo.on_progress = progress;
-  DSV4_ASSIGN_OR_RETURN(std::unique_ptr<DeepseekV4> model, load_deepseek_v4(o.model_dir, mo));
-  if (s.topology.tp > 1) model->set_tensor_group(s.groups.tp.get());
-  if (s.topology.ep > 1) model->set_expert_group(s.groups.ep.get());
-  return std::unique_ptr<ServingModel>(std::move(model));
-}
-
 StatusOr<RankSetup> RankSetup::create(Communicator& world, const DistributedOptions& o) {
   RankSetup s;
   const int rank = world.rank();
@@ -131,10 +108,12 @@ StatusOr<RankSetup> RankSetup::create(Communicator& world, const DistributedOpti
   s.cache = std::move(*kv);
   s.cache_budget = bytes;
 
-  StatusOr<std::unique_ptr<ServingModel>> model = load_rank_model(o, *config, s, rank);
-  if (!all_ok(world, model.ok()))
-    return model.ok() ? internal_error("another rank could not load its share of the model") : model.status();
-  s.model = std::move(*model);
+  ModelOptions mo = o.model;
+  if (rank) mo.on_progress = nullptr;
+  StatusOr<RankModel> share = load_rank_model(o.model_dir, *config, mo, o.parallel.flashcomm, s.topology, rank, s.groups);
+  if (!all_ok(world, share.ok()))
+    return share.ok() ? internal_error("another rank could not load its share of the model") : share.status();
+  s.model = std::move(share->model);
   s.worker = std::make_unique<RankWorker>(s.model.get(), &s.cache->store(), s.topology.tp > 1 ? s.groups.tp.get() : nullptr,
                                           s.topology.dp_rank(rank));
   return s;

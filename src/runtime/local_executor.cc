@@ -1,5 +1,4 @@
 #include "checkpoint/model_loader.h"
-#include "checkpoint/v41_loader.h"
 #include "runtime/local_executor.h"
 
 #include "dist/local_communicator.h"
@@ -52,35 +51,14 @@ StatusOr<std::unique_ptr<LocalExecutor>> LocalExecutor::create(const std::string
   for (int r = 0; r < t.world; ++r) {
     Rank& rank = e->ranks_[r];
     rank.world = std::move(worlds[r]);
-    if (e->config_.family == ModelFamily::kV41) {
-      DSV4_ASSIGN_OR_RETURN(std::unique_ptr<DeepseekV41> model,
-                            load_deepseek_v41(dir, base.on_progress, {t.ep_rank(r), t.ep}));
-      if (t.ep > 1) model->set_expert_group(rank.groups.ep.get());
-      rank.v41 = model.get();
-      rank.model = std::move(model);
-    } else {
-      ModelOptions mo = base;
-      mo.experts = {t.ep_rank(r), t.ep};
-      mo.heads = {t.tp_rank(r), t.tp};
-      mo.flashcomm = p.flashcomm;
-      DSV4_ASSIGN_OR_RETURN(std::unique_ptr<DeepseekV4> model, load_deepseek_v4(dir, mo));
-      if (t.tp > 1) model->set_tensor_group(rank.groups.tp.get());
-      if (t.ep > 1) model->set_expert_group(rank.groups.ep.get());
-      rank.v4 = model.get();
-      rank.model = std::move(model);
-    }
+    DSV4_ASSIGN_OR_RETURN(rank.share, load_rank_model(dir, e->config_, base, p.flashcomm, t, r, rank.groups));
     const int g = t.dp_rank(r);
-    e->workers_.push_back(std::make_unique<RankWorker>(rank.model.get(), &e->caches_[g]->store(t.tp_rank(r)),
+    e->workers_.push_back(std::make_unique<RankWorker>(rank.share.model.get(), &e->caches_[g]->store(t.tp_rank(r)),
                                                        t.tp > 1 ? rank.groups.tp.get() : nullptr, g));
   }
   e->results_.resize(t.world, Status(StatusCode::kInternal, "not run"));
   if (t.world > 1) e->start_threads();
   return e;
-}
-
-int64_t LocalExecutor::resident_bytes(int rank) const {
-  const Rank& r = ranks_.at(rank);
-  return r.v41 ? r.v41->weights().resident_bytes() : r.v4->weights().resident_bytes();
 }
 
 LocalExecutor::~LocalExecutor() {

@@ -11,8 +11,7 @@
 #include <vector>
 
 #include "dist/topology.h"
-#include "model/deepseek_v4.h"
-#include "model/deepseek_v41.h"
+#include "runtime/rank_model.h"
 #include "runtime/rank_worker.h"
 #include "runtime/step_executor.h"
 
@@ -44,17 +43,15 @@ class LocalExecutor : public StepExecutor {
 
   const Topology& topology() const { return topology_; }
   // Rank r's model (executors from create() over a DeepSeek-V4 checkpoint).
-  const DeepseekV4& model(int rank) const { return *ranks_.at(rank).v4; }
-  // Bytes rank r's weights keep resident (create()'s ranks).
-  int64_t resident_bytes(int rank) const;
+  const DeepseekV4& model(int rank) const { return *ranks_.at(rank).share.v4; }
+  // Bytes rank r's weights keep resident (create()'s ranks, either family).
+  int64_t resident_bytes(int rank) const { return ranks_.at(rank).share.resident_bytes(); }
   // Traffic each rank sent over its groups so far.
   std::vector<Communicator::Traffic> traffic() const;
 
  private:
   struct Rank {
-    std::unique_ptr<ServingModel> model;  // null when not owned
-    const DeepseekV4* v4 = nullptr;       // model, when it is one
-    const DeepseekV41* v41 = nullptr;
+    RankModel share;
     std::unique_ptr<Communicator> world;
     RankGroups groups;
   };

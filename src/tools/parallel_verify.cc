@@ -1,5 +1,6 @@
 #include "checkpoint/model_loader.h"
 #include "checkpoint/v41_loader.h"
+#include "runtime/rank_model.h"
 #include "tools/parallel_verify.h"
 
 #include <algorithm>
@@ -15,36 +16,36 @@ namespace dsv4 {
 namespace {
 
 // One rank's share of the model with its groups joined. Collective over
-// `world`: every rank loads before any steps into a forward.
-struct RankModel {
+// `world`: every rank loads before any steps into a forward, and a load
+// that fails anywhere fails every rank.
+struct VerifyRank {
   Topology topology;
   RankGroups groups;
-  std::unique_ptr<DeepseekV4> model;
+  RankModel share;
 };
 
-StatusOr<RankModel> load_rank_model(const std::string& dir, const ParallelVerifyOptions& p, Communicator& world) {
-  DSV4_ASSIGN_OR_RETURN(ModelConfig config, load_model_config(dir + "/config.json"));
-  RankModel out;
+StatusOr<VerifyRank> load_verify_rank(const std::string& dir, const ParallelVerifyOptions& p, Communicator& world) {
+  DSV4_ASSIGN_OR_RETURN(ModelConfig config, load_any_model_config(dir + "/config.json"));
+  VerifyRank out;
   DSV4_ASSIGN_OR_RETURN(out.topology, Topology::make(p.topology, config, world.size()));
-  const Topology& topo = out.topology;
-  out.groups = RankGroups::split(world, topo);
-  const int rank = world.rank();
+  out.groups = RankGroups::split(world, out.topology);
   ModelOptions mo;
-  mo.experts = {topo.ep_rank(rank), topo.ep};
-  mo.heads = {topo.tp_rank(rank), topo.tp};
-  mo.flashcomm = p.flashcomm;
   mo.numerics = p.numerics;
-  auto model = load_deepseek_v4(dir, mo);
-  int loaded = model.ok(), all_loaded = 1;
+  auto share = load_rank_model(dir, config, mo, p.flashcomm, out.topology, world.rank(), out.groups);
+  int loaded = share.ok(), all_loaded = 1;
   std::vector<int> flags(world.size());
   world.all_gather(&loaded, sizeof loaded, flags.data());
   for (int f : flags) all_loaded &= f;
-  if (!model.ok()) return model.status();
+  if (!share.ok()) return share.status();
   if (!all_loaded) return internal_error("another rank could not load its share of the model");
-  out.model = std::move(*model);
-  if (topo.tp > 1) out.model->set_tensor_group(out.groups.tp.get());
-  if (topo.ep > 1) out.model->set_expert_group(out.groups.ep.get());
+  out.share = std::move(*share);
   return out;
+}
+
+// Its DeepSeek-V4 model (the V4 protocols), or an error naming the family.
+StatusOr<const DeepseekV4*> v4_of(const VerifyRank& rank) {
+  if (!rank.share.v4) return invalid_argument("this protocol runs DeepSeek-V4 checkpoints");
+  return rank.share.v4;
 }
 
 // Runs on_rank(world communicator of rank r) for every rank of `world` as
@@ -99,10 +100,10 @@ StatusOr<ParallelVerify> merge_ranks(const Topology& topo, const std::vector<Ran
 
 StatusOr<RankVerify> verify_golden_on_rank(const std::string& dir, const VerifyOptions& options,
                                            const ParallelVerifyOptions& p, Communicator& world) {
-  DSV4_ASSIGN_OR_RETURN(RankModel rm, load_rank_model(dir, p, world));
+  DSV4_ASSIGN_OR_RETURN(VerifyRank rm, load_verify_rank(dir, p, world));
   const Topology& topo = rm.topology;
   const RankGroups& groups = rm.groups;
-  const DeepseekV4* model = rm.model.get();
+  DSV4_ASSIGN_OR_RETURN(const DeepseekV4* model, v4_of(rm));
   const int rank = world.rank();
   VerifyOptions o = options;
   o.dp_rank = topo.dp_rank(rank);
@@ -141,14 +142,12 @@ StatusOr<ParallelVerify> verify_v41_golden_parallel(const std::string& dir, cons
   DSV4_ASSIGN_OR_RETURN(ModelConfig config, load_any_model_config(dir + "/config.json"));
   DSV4_ASSIGN_OR_RETURN(Topology topo, Topology::make(p.topology, config));
   auto on_rank = [&](Communicator& world) -> StatusOr<RankVerify> {
-    const RankGroups groups = RankGroups::split(world, topo);
-    const int rank = world.rank();
-    DSV4_ASSIGN_OR_RETURN(auto model, load_deepseek_v41(dir, {}, {topo.ep_rank(rank), topo.ep}));
-    if (topo.ep > 1) model->set_expert_group(groups.ep.get());
+    DSV4_ASSIGN_OR_RETURN(VerifyRank rm, load_verify_rank(dir, p, world));
+    if (!rm.share.v41) return invalid_argument(dir + " is not a DeepSeek-V4.1 checkpoint");
     RankVerify out;
     out.topology = topo;
-    DSV4_ASSIGN_OR_RETURN(out.report, verify_v41_golden(*model, options));
-    out.weight_bytes = model->weights().resident_bytes();
+    DSV4_ASSIGN_OR_RETURN(out.report, verify_v41_golden(*rm.share.v41, options));
+    out.weight_bytes = rm.share.resident_bytes();
     return out;
   };
   DSV4_ASSIGN_OR_RETURN(std::vector<RankVerify> runs, run_rank_threads<RankVerify>(topo.world, on_rank));
@@ -164,10 +163,11 @@ StatusOr<VerifyReport> verify_dspark_on_rank(const std::string& dir, const DSpar
   DSV4_ASSIGN_OR_RETURN(Topology topo, Topology::make(p.topology, config, world.size()));
   if (topo.dp != 1)
     return invalid_argument("a DSpark case runs on one data-parallel group (--tp and --ep layouts, --dp 1)");
-  DSV4_ASSIGN_OR_RETURN(RankModel rm, load_rank_model(dir, p, world));
+  DSV4_ASSIGN_OR_RETURN(VerifyRank rm, load_verify_rank(dir, p, world));
+  DSV4_ASSIGN_OR_RETURN(const DeepseekV4* model, v4_of(rm));
   DSparkVerifyOptions o = options;
   if (world.rank() != 0) o.dump_path.clear();
-  return verify_dspark(*rm.model, o);
+  return verify_dspark(*model, o);
 }
 
 StatusOr<VerifyReport> verify_dspark_parallel(const std::string& dir, const DSparkVerifyOptions& options,

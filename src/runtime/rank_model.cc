@@ -1,0 +1,31 @@
+#include "runtime/rank_model.h"
+
+#include "checkpoint/model_loader.h"
+#include "checkpoint/v41_loader.h"
+
+namespace dsv4 {
+
+StatusOr<RankModel> load_rank_model(const std::string& dir, const ModelConfig& config, ModelOptions options,
+                                    const FlashCommOptions& flashcomm, const Topology& t, int rank,
+                                    const RankGroups& groups) {
+  const ExpertShard experts{t.ep_rank(rank), t.ep};
+  RankModel out;
+  if (config.family == ModelFamily::kV41) {
+    DSV4_ASSIGN_OR_RETURN(std::unique_ptr<DeepseekV41> model, load_deepseek_v41(dir, options.on_progress, experts));
+    if (t.ep > 1) model->set_expert_group(groups.ep.get());
+    out.v41 = model.get();
+    out.model = std::move(model);
+    return out;
+  }
+  options.experts = experts;
+  options.heads = {t.tp_rank(rank), t.tp};
+  options.flashcomm = flashcomm;
+  DSV4_ASSIGN_OR_RETURN(std::unique_ptr<DeepseekV4> model, load_deepseek_v4(dir, options));
+  if (t.tp > 1) model->set_tensor_group(groups.tp.get());
+  if (t.ep > 1) model->set_expert_group(groups.ep.get());
+  out.v4 = model.get();
+  out.model = std::move(model);
+  return out;
+}
+
+}  // namespace dsv4
