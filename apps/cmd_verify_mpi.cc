@@ -5,11 +5,13 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "checkpoint/config_json.h"
 #include "dist/mpi_communicator.h"
 #include "model/deepseek_v4.h"
 #include "tools/dspark_verify.h"
 #include "tools/golden_verify.h"
 #include "tools/parallel_verify.h"
+#include "tools/v41_golden_verify.h"
 
 namespace dsv4::app {
 
@@ -29,6 +31,24 @@ int verify_over_mpi(int argc, char** argv, const std::string& dir, const std::st
   VerifyOptions opt;
   opt.golden_path = golden.empty() ? dir + "/golden.safetensors" : golden;
   opt.chunk = chunk;
+  if (auto config = load_any_model_config(dir + "/config.json"); config.ok() && config->family == ModelFamily::kV41) {
+    // Every data-parallel group runs every prompt; each rank checks its own
+    // report, rank 0 prints its.
+    if (parallel.numerics != kernels::Numerics::kExact) {
+      std::fprintf(stderr, "dsv4 verify: DeepSeek-V4.1 runs in exact numerics in this build (no --numerics fast)\n");
+      return finish(2);
+    }
+    auto run = verify_v41_golden_on_rank(dir, {opt.golden_path, chunk, false}, parallel, *world);
+    if (!run.ok()) {
+      std::fprintf(stderr, "dsv4 verify (rank %d of %d): %s\n", rank, size, run.status().message().c_str());
+      return finish(2);
+    }
+    if (rank == 0)
+      std::printf("dsv4 verify over %d MPI ranks (%s), numerics exact\n  model   %s\n  weights %.2f MiB on rank 0\n%s",
+                  size, run->topology.describe().c_str(), dir.c_str(), run->weight_bytes / 1048576.0,
+                  run->report.format().c_str());
+    return finish(run->report.pass() ? 0 : 1);
+  }
   if (is_dspark_golden(opt.golden_path)) {
     // Both protocols of a DSpark case; rank 0 reports.
     bool pass = true;

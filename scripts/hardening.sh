@@ -62,7 +62,7 @@ if [[ $what == all || $what == tests ]]; then
     '^Cases/V41Engine[.]GeneratesTheReferencesGreedyTokens/(Tiny_(Packed|Chunks64|DSpark3)|Fp8_(Packed|Chunks7|Chunks64))$'
     '^V41Golden[.]VerifyCliPassesTheCasesAndRefusesWhatV41DoesNotRun$'
     '^Cases/V41Layouts[.]GenerateTheReferencesGreedyTokens/(Tiny_.*|Fp8_DP2xEP2|Fp8_DP4xEP4Chunks7)$'
-    '^V41Golden[.]ExpertParallelRanksAreTheReferencesBitForBit$' '^SyntheticV41[.]PrefixCacheHitsGenerateWhatTheComputedPromptDoes$'
+    '^V41Golden[.]ParallelRanksAreTheReferencesBitForBit$' '^SyntheticV41[.]PrefixCacheHitsGenerateWhatTheComputedPromptDoes$'
     '^DSparkServing[.]RanksAsThreadsGiveTheSameTokens$' '^ParallelCli[.]VerifyOnTheCanonicalLayoutWithFlashComm1$'
   )
   pattern=$(IFS='|'; echo "${unsanitized[*]}")

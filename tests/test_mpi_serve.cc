@@ -59,7 +59,8 @@ int health(const ServerProcess& server) {
 pid_t pid_of_rank(const ServerProcess& server, int rank) {
   std::smatch m;
   const std::string log = server.log();
-  const std::regex re(rank == 0 ? R"(rank 0 of 2 drives .*, pid (\d+))" : R"(rank 1 of 2 ready .*, pid (\d+))");
+  const std::regex re(rank == 0 ? R"(rank 0 of \d+ drives .*, pid (\d+))"
+                                 : "rank " + std::to_string(rank) + R"( of \d+ ready .*, pid (\d+))");
   return std::regex_search(log, m, re) ? std::stoi(m[1]) : -1;
 }
 
@@ -141,10 +142,11 @@ TEST(MpiServe, DSparkSpeculationOverProcesses) {
   EXPECT_EQ(server.wait_exit(30), 0) << server.log();
 }
 
-// DeepSeek-V4.1 over two processes (DP2 x EP2: each process its group's
-// requests and half of the routed experts, the DSpark stages' too), with
+// DeepSeek-V4.1 over four processes (TP2 x DP2, EP4: each data-parallel
+// group's two processes split its heads and dense linears, and each process
+// holds a quarter of the routed experts, the DSpark stages' too), with
 // DSpark drafts: greedy text like one rank without drafts. A request runs on
-// one group; the other's process steps through every layer with no rows.
+// one group; the other's processes step through every layer with no rows.
 TEST(MpiServe, DeepSeekV41OverProcesses) {
   const std::string model = golden_v41_dir("v41-fp8");
   const std::string spec = R"({"method":"dspark","num_speculative_tokens":3})";
@@ -158,10 +160,12 @@ TEST(MpiServe, DeepSeekV41OverProcesses) {
   }
   ASSERT_NE(expected, "<failed>");
   std::vector<std::string> args = v41;
-  args.insert(args.end(), {"--dist", "mpi", "--dp", "2", "--speculative-config", spec});
-  ServerProcess server(args, kMpi);
+  args.insert(args.end(), {"--dist", "mpi", "--tp", "2", "--dp", "2", "--speculative-config", spec});
+  std::vector<std::string> four = kMpi;
+  *std::find(four.begin(), four.end(), "2") = "4";  // -n 4
+  ServerProcess server(args, four);
   ASSERT_GT(server.port(), 0) << server.log();
-  EXPECT_NE(server.log().find("2 ranks: TP1 x DP2, EP2 over processes"), std::string::npos) << server.log();
+  EXPECT_NE(server.log().find("4 ranks: TP2 x DP2, EP4 over processes"), std::string::npos) << server.log();
   EXPECT_EQ(ask(server), expected);
   HttpClient cli("127.0.0.1", server.port());
   auto m = cli.get("/metrics");

@@ -69,16 +69,6 @@ TEST(ReleasedShapes, ProShapedCheckpointPassesTheSelfCheck) {
       "Pro shapes", " --chunk 7");
 }
 
-// The generated text of `dsv4 run`: the lines tagged [i] (not the log
-// lines).
-std::string generated_texts(const std::string& out) {
-  std::istringstream in(out);
-  std::string all;
-  for (std::string line; std::getline(in, line);)
-    if (std::regex_search(line, std::regex(R"(^\[[0-9]+\] )"))) all += line + "\n";
-  return all;
-}
-
 // DeepSeek-V4-Flash's layers as released (hidden 4096, 64 heads of 512, q
 // LoRA 1024, 8 output groups, experts 2048 wide, index 64 heads of 128 with
 // top-512, FP8 attention, FP4 experts, BF16 embedding and head): the first
@@ -106,7 +96,7 @@ TEST(ReleasedShapes, FlashShapedCheckpointPassesTheSelfCheckAndEveryLayout) {
                            "--kv-cache-memory 1G";
   const auto one = run_dsv4(args);
   ASSERT_EQ(one.code, 0) << one.output;
-  EXPECT_NE(generated_texts(one.output).find("[1] "), std::string::npos) << one.output;
+  EXPECT_NE(testing::generated_texts(one.output).find("[1] "), std::string::npos) << one.output;
   // The long prompt has more than 512 compressed rows at ratio 4: the
   // indexer's top-512 chooses.
   std::smatch tokens;
@@ -115,7 +105,7 @@ TEST(ReleasedShapes, FlashShapedCheckpointPassesTheSelfCheckAndEveryLayout) {
   for (const char* layout : {"--tp 2", "--dp 2 --ep 2"}) {
     const auto many = run_dsv4(args + " " + layout);
     ASSERT_EQ(many.code, 0) << layout << "\n" << many.output;
-    EXPECT_EQ(generated_texts(many.output), generated_texts(one.output)) << layout;
+    EXPECT_EQ(testing::generated_texts(many.output), testing::generated_texts(one.output)) << layout;
   }
 }
 

@@ -14,6 +14,8 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <regex>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -96,6 +98,16 @@ inline CliResult run_command(const std::string& command) {
 // assignments put in front of the command (e.g. "DSV4_ISA=generic").
 inline CliResult run_dsv4(const std::string& args, const std::string& env = "") {
   return run_command(env + (env.empty() ? "" : " ") + std::string(DSV4_BINARY) + " " + args);
+}
+
+// The generated text of `dsv4 run`: the lines tagged [i] (not the log
+// lines).
+inline std::string generated_texts(const std::string& out) {
+  std::istringstream in(out);
+  std::string all;
+  for (std::string line; std::getline(in, line);)
+    if (std::regex_search(line, std::regex(R"(^\[[0-9]+\] )"))) all += line + "\n";
+  return all;
 }
 
 // Greedy decoding of exactly max_tokens tokens (EOS does not stop it).

@@ -157,16 +157,20 @@ TEST(V41Plan, CountsWhatTheLoaderHolds) {
     EXPECT_EQ(e.scales, (*weights)->files->find(p + "scale")->data);
   }
   EXPECT_NE(plan->report().find("Engram tables:"), std::string::npos) << plan->report();
-  // On expert-parallel ranks, what each rank's share of the experts holds.
-  for (int ep : {2, 4}) {
-    o.topology.dp = ep;
-    o.kv_cache_bytes = (int64_t{64} << 20) * ep;  // each group its own 64 MiB
+  // On expert-parallel ranks, what each rank's share of the experts holds,
+  // and on tensor-parallel ones its share of the rest too (at TP4 the FP8
+  // shared expert's 32 features stay whole: a rank's 8 would split a tile).
+  for (const auto& [tp, dp] : {std::pair{1, 2}, std::pair{1, 4}, std::pair{2, 1}, std::pair{2, 2}, std::pair{4, 1}}) {
+    const int ranks = tp * dp;
+    o.topology.tp = tp;
+    o.topology.dp = dp;
+    o.kv_cache_bytes = (int64_t{64} << 20) * ranks;  // each rank its own 64 MiB
     auto sharded = plan_capacity(*config, o);
     ASSERT_TRUE(sharded.ok()) << sharded.status().message();
-    for (int r = 0; r < ep; ++r) {
-      auto share = load_v41_weights(dir, *config, {}, ExpertShard{r, ep});
+    for (int r = 0; r < ranks; ++r) {
+      auto share = load_v41_weights(dir, *config, {}, RankShards{ExpertShard{r, ranks}, TensorShard{r % tp, tp}});
       ASSERT_TRUE(share.ok()) << share.status().message();
-      EXPECT_EQ(sharded->rank_weight_bytes, (*share)->resident_bytes()) << "EP" << ep << " rank " << r;
+      EXPECT_EQ(sharded->rank_weight_bytes, (*share)->resident_bytes()) << "TP" << tp << " DP" << dp << " rank " << r;
     }
   }
 }

@@ -118,14 +118,15 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(std::get<0>(info.param) == "v41-tiny" ? "Tiny_" : "Fp8_") + std::get<1>(info.param).name;
     });
 
-// Data- and expert-parallel ranks (threads here): each data-parallel group
-// serves its own requests, the routed experts (the DSpark stages' too) split
-// over the expert group, whose ranks run every layer together, an empty
-// batch or a chunk the model cuts in two (decode rows after a prompt,
-// draft verification) included.
+// Tensor-, data- and expert-parallel ranks (threads here): each
+// data-parallel group serves its own requests, its tensor-parallel ranks
+// splitting the heads and the dense linears' features, the routed experts
+// (the DSpark stages' too) split over the expert group, whose ranks run
+// every layer together, an empty batch or a chunk the model cuts in two
+// (decode rows after a prompt, draft verification) included.
 struct Layout {
   const char* name;
-  int dp, ep;
+  int tp, dp, ep;
   int64_t batched_tokens;
   int speculative;
 };
@@ -142,12 +143,13 @@ TEST_P(V41Layouts, GenerateTheReferencesGreedyTokens) {
   auto cache = Engine::cache_options(*config, options);
   ASSERT_TRUE(cache.ok()) << cache.status().message();
   ParallelOptions p;
+  p.topology.tp = layout.tp;
   p.topology.dp = layout.dp;
   p.topology.ep = layout.ep;
   auto exec = LocalExecutor::create(dir, {}, p, *cache);
   ASSERT_TRUE(exec.ok()) << exec.status().message();
   ASSERT_EQ((*exec)->num_groups(), layout.dp);
-  // A rank holds its block of the routed experts and no other.
+  // A rank holds its share of the weights only.
   auto whole = load_deepseek_v41(dir);
   ASSERT_TRUE(whole.ok());
   EXPECT_LT((*exec)->resident_bytes(0), (*whole)->weights().resident_bytes());
@@ -165,8 +167,10 @@ TEST_P(V41Layouts, GenerateTheReferencesGreedyTokens) {
 INSTANTIATE_TEST_SUITE_P(
     Cases, V41Layouts,
     ::testing::Combine(::testing::Values("v41-tiny", "v41-fp8"),
-                       ::testing::Values(Layout{"DP2xEP2", 2, 2, 2048, 0}, Layout{"DP4xEP4Chunks7", 4, 4, 7, 0},
-                                         Layout{"DP2xEP2DSpark3", 2, 2, 2048, 3})),
+                       ::testing::Values(Layout{"DP2xEP2", 1, 2, 2, 2048, 0}, Layout{"DP4xEP4Chunks7", 1, 4, 4, 7, 0},
+                                         Layout{"DP2xEP2DSpark3", 1, 2, 2, 2048, 3},
+                                         Layout{"TP2xDP2xEP4Chunks7", 2, 2, 4, 7, 0},
+                                         Layout{"TP4DSpark3", 4, 1, 4, 2048, 3})),
     [](const auto& info) {
       return std::string(std::get<0>(info.param) == "v41-tiny" ? "Tiny_" : "Fp8_") + std::get<1>(info.param).name;
     });
@@ -242,9 +246,10 @@ TEST(V41Engine, APreemptedRequestGoesOnWithTheSameTokens) {
   EXPECT_EQ(tokens, g.tokens[0]);
 }
 
-// The CLI loads a V4.1 checkpoint by its config, on data-parallel ranks
-// too; what it cannot do yet (tensor parallelism) it refuses by name.
-TEST(V41Engine, RunServesAV41CheckpointOnDataParallelRanksAndRefusesTensorParallel) {
+// The CLI loads a V4.1 checkpoint by its config, on data- and
+// tensor-parallel ranks too, and refuses by name a split its shapes do not
+// allow.
+TEST(V41Engine, RunServesAV41CheckpointOnParallelRanks) {
   const std::string dir = golden_v41_dir("v41-fp8");
   auto run = testing::run_dsv4("run --model " + dir + " --prompt 'Hello there' --max-tokens 4 --temperature 0");
   EXPECT_EQ(run.code, 0) << run.output;
@@ -253,10 +258,16 @@ TEST(V41Engine, RunServesAV41CheckpointOnDataParallelRanksAndRefusesTensorParall
   auto dp = testing::run_dsv4("run --model " + dir + " --prompt 'Hello there' --max-tokens 4 --temperature 0 --dp 2");
   EXPECT_EQ(dp.code, 0) << dp.output;
   EXPECT_NE(dp.output.find("TP1 x DP2, EP2"), std::string::npos) << dp.output;
-  auto tp = testing::run_dsv4("run --model " + dir + " --prompt hi --tp 2");
-  EXPECT_EQ(tp.code, 2) << tp.output;
-  EXPECT_NE(tp.output.find("DeepSeek-V4.1 runs its attention on one rank in this build: --tp 2"), std::string::npos)
-      << tp.output;
+  const std::string two = "run --model " + dir + " --prompt 'Hello there' --prompt 'Good day' --max-tokens 6 --temperature 0";
+  auto one_rank = testing::run_dsv4(two);
+  auto tp = testing::run_dsv4(two + " --tp 2");
+  EXPECT_EQ(tp.code, 0) << tp.output;
+  EXPECT_NE(tp.output.find("TP2 x DP1, EP2"), std::string::npos) << tp.output;
+  EXPECT_NE(testing::generated_texts(one_rank.output).find("[1] "), std::string::npos) << one_rank.output;
+  EXPECT_EQ(testing::generated_texts(tp.output), testing::generated_texts(one_rank.output));
+  auto odd = testing::run_dsv4("run --model " + dir + " --prompt hi --tp 8 --ep 2");
+  EXPECT_EQ(odd.code, 2) << odd.output;
+  EXPECT_NE(odd.output.find("--tp 8 must divide the 4 attention heads"), std::string::npos) << odd.output;
 }
 
 // dsv4 serve on a V4.1 checkpoint renders V4.1's chat format (its tool

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "golden_v41_case.h"
 #include "temp_dir.h"
 #include "test_util.h"
 
@@ -136,6 +137,28 @@ TEST_F(VerifyGate, MpiAChangedWeightOrAMissingGoldenTensorFailsOverMpiProcesses)
   EXPECT_EQ(intact.code, 0) << intact.output;
   expect_perturbed_fails(run_command(layout + perturbed_.path()), "TP2 over 2 MPI processes");
   expect_cut_fails(run_command(layout + cut_.path()), "TP2 over 2 MPI processes");
+}
+
+// DeepSeek-V4.1 over four MPI processes (TP2 x DP2, EP4), every data-
+// parallel group running every prompt: the case passes, and a doubled
+// query-norm weight of layer 1 fails it from layer_out.1 on with the
+// job's exit code.
+TEST(MpiVerifyV41, PassesAndAChangedWeightFailsOnTensorAndDataParallelProcesses) {
+  const TempDir intact("dsv4_gate_v41"), perturbed("dsv4_gate_v41_perturbed");
+  for (const TempDir* d : {&intact, &perturbed})
+    for (const char* f : {"config.json", "model.safetensors", "golden.safetensors", "case.json", "tokenizer.json"})
+      std::filesystem::copy_file(golden_v41_dir("v41-fp8") + "/" + f, d->file(f));
+  double_one_bf16_value(perturbed.file("model.safetensors"), "layers.1.attn.q_norm.weight");
+  const std::string layout = mpiexec(4) + "verify --dist mpi --tp 2 --dp 2 --chunk 7 --model ";
+  const CliResult ok = run_command(layout + intact.path());
+  EXPECT_EQ(ok.code, 0) << ok.output;
+  EXPECT_NE(ok.output.find("over 4 MPI ranks (4 ranks: TP2 x DP2, EP4)"), std::string::npos) << ok.output;
+  EXPECT_NE(ok.output.find("15 of the golden's 15 output tensors compared\nPASS\n"), std::string::npos) << ok.output;
+  const CliResult bad = run_command(layout + perturbed.path());
+  EXPECT_EQ(bad.code, 1) << bad.output;
+  EXPECT_NE(line_of(bad.output, "layer_out.0").find(" ok"), std::string::npos) << bad.output;
+  for (const char* t : {"layer_out.1", "main_hidden", "prefill_logits"})
+    EXPECT_NE(line_of(bad.output, t).find("FAIL"), std::string::npos) << t << "\n" << bad.output;
 }
 
 }  // namespace

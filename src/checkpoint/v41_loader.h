@@ -17,16 +17,23 @@
 
 namespace dsv4 {
 
-// progress: bytes read of all but the Engram tables (which stay mapped).
-// experts: the block of each MoE's routed experts this rank holds (the
-// main layers' and the DSpark stages' alike); the others stay empty.
+// What one rank holds: experts, the block of each MoE's routed experts (the
+// main layers' and the DSpark stages' alike; the others stay empty);
+// tensor, its share of the attention and the dense linears (V41Weights).
+struct RankShards {
+  ExpertShard experts;
+  TensorShard tensor;
+};
+
+// progress: bytes read of all but the Engram tables (which stay mapped),
+// those of tensors another rank holds counted as done.
 StatusOr<std::unique_ptr<V41Weights>> load_v41_weights(const std::string& dir, const ModelConfig& config,
-                                                       const LoadProgress& progress = {}, ExpertShard experts = {});
+                                                       const LoadProgress& progress = {}, RankShards shards = {});
 
 // The model from a checkpoint directory: its config.json (either form), its
 // tokenizer.json (Engram's token map comes from it, checked against the
 // config's engram_compressed_vocab_size) and its weights.
 StatusOr<std::unique_ptr<DeepseekV41>> load_deepseek_v41(const std::string& dir, const LoadProgress& progress = {},
-                                                         ExpertShard experts = {});
+                                                         RankShards shards = {});
 
 }  // namespace dsv4

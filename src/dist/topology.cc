@@ -19,9 +19,6 @@ StatusOr<Topology> Topology::make(const TopologyOptions& o, const ModelConfig& c
   if (c.has_dspark() && c.dspark_n_routed_experts % t.ep != 0)
     return bad("--ep " + std::to_string(t.ep) + " must divide the DSpark drafter's " +
                std::to_string(c.dspark_n_routed_experts) + " routed experts");
-  if (c.family == ModelFamily::kV41 && t.tp > 1)
-    return bad("DeepSeek-V4.1 runs its attention on one rank in this build: --tp " + std::to_string(t.tp) +
-               " is not written for it yet (--dp and --ep are)");
   struct Dim {
     const char* what;
     int64_t n;

@@ -8,6 +8,7 @@
 #include "kernels/kernels.h"
 #include "model/expert_dispatch.h"
 #include "model/hyper_connection.h"
+#include "model/token_split.h"
 #include "ops/norm.h"
 #include "ops/topk.h"
 
@@ -45,7 +46,7 @@ void DeepseekV41::engram(const V41Engram& g, int which, const std::vector<int64_
     Buffer e(n * cols * hd), kv(n * (flat + dim));
     for (int64_t i = 0; i < n; ++i)
       for (int k = 0; k < cols; ++k) g.row(row_ids[((b0 + i) * layers + which) * cols + k], &e[(i * cols + k) * hd]);
-    v41_linear(g.wkv, e.data(), n, kv.data());
+    v41_linear_columns(g.wkv, tensor_group_, e.data(), n, kv.data());
     parallel_for(n, 1, [&](int64_t i0, int64_t i1) {
       Buffer prod(dim);
       for (int64_t i = i0; i < i1; ++i) {
@@ -82,32 +83,38 @@ void DeepseekV41::moe(const V41MoE& w, int top_k, const float* x, int64_t rows, 
   const ModelConfig& c = config_;
   const int64_t dim = c.dim, E = w.gate.out, inter = c.moe_inter_dim;
   const int k = top_k;
+  // A tensor-parallel rank routes its block of the rows (the rows are every
+  // rank's), so no row is dispatched twice.
+  const TokenSplit split = TokenSplit::of(rows, tensor_group_);
+  const int64_t first = split.begin(), n = split.count();
   // Routing: sqrt(softplus(x . gate / temp)); the bias picks, the scores weigh.
-  Buffer scores(rows * E);
-  v41_linear(w.gate, x, rows, scores.data());
-  std::vector<int32_t> chosen(rows * k);
-  Buffer weights(rows * k);
-  for (int64_t r = 0; r < rows; ++r) {
-    float* s = &scores[r * E];
+  Buffer scores(n * E);
+  v41_linear(w.gate, x + first * dim, n, scores.data());
+  std::vector<int32_t> chosen(n * k);
+  Buffer weights(n * k);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t r = first + i;
+    float* s = &scores[i * E];
     Buffer biased(E);
     for (int64_t e = 0; e < E; ++e) {
       s[e] = std::sqrt(kernels::softplus_at(s[e] / c.gate_temp, rr.element(r, E, e), rr.elements(r, E)));
       biased[e] = s[e] + w.gate_bias[e];
     }
-    topk_like_torch(biased.data(), E, k, &chosen[r * k]);
-    float* wr = &weights[r * k];
-    for (int j = 0; j < k; ++j) wr[j] = s[chosen[r * k + j]];
+    topk_like_torch(biased.data(), E, k, &chosen[i * k]);
+    float* wr = &weights[i * k];
+    for (int j = 0; j < k; ++j) wr[j] = s[chosen[i * k + j]];
     if (k > 1) {
       const float sum = kernels::sum(wr, k) + 1e-20f;
       for (int j = 0; j < k; ++j) wr[j] /= sum;
     }
     for (int j = 0; j < k; ++j) wr[j] *= c.route_scale;
   }
-  // An expert over its rows: w2(weight * silu(clamped w1 x) * clamped w3 x).
+  // An expert over its rows: w2(weight * silu(clamped w1 x) * clamped w3 x)
+  // (the shared expert's features split over the tensor group and gathered).
   auto expert = [&](const V41Expert& e, const float* in, int64_t n, const float* row_weight, float* out) {
     Buffer gate(n * inter), up(n * inter);
-    v41_linear(e.w1, in, n, gate.data());
-    v41_linear(e.w3, in, n, up.data());
+    v41_linear_columns(e.w1, tensor_group_, in, n, gate.data());
+    v41_linear_columns(e.w3, tensor_group_, in, n, up.data());
     const float lim = c.swiglu_limit;
     for (int64_t i = 0; i < n * inter; ++i) {
       if (lim > 0) {
@@ -118,17 +125,18 @@ void DeepseekV41::moe(const V41MoE& w, int top_k, const float* x, int64_t rows, 
       gate[i] = kernels::silu_at(gate[i], i, n * inter) * up[i];
       if (row_weight) gate[i] = row_weight[i / inter] * gate[i];
     }
-    v41_linear(e.w2, gate.data(), n, out);
+    v41_linear_columns(e.w2, tensor_group_, gate.data(), n, out);
   };
   // The routed experts (on the ranks holding them), added per row in
   // expert-index order from zero, then the shared expert.
-  const ExpertSlots slots{chosen.data(), weights.data(), rows, k, static_cast<int>(E)};
-  Buffer slot_out(rows * k * dim), shared(rows * dim);
+  const ExpertSlots slots{chosen.data(), weights.data(), n, k, static_cast<int>(E)};
+  Buffer slot_out(n * k * dim), routed(n * dim), shared(rows * dim);
   run_expert_slots(
-      slots, x, dim, expert_group_,
-      [&](int e, const float* in, int64_t n, const float* rw, float* out) { expert(w.experts[e], in, n, rw, out); },
+      slots, x + first * dim, dim, expert_group_,
+      [&](int e, const float* in, int64_t m, const float* rw, float* out) { expert(w.experts[e], in, m, rw, out); },
       slot_out.data());
-  sum_slots_in_expert_order(slots, slot_out.data(), dim, y);
+  sum_slots_in_expert_order(slots, slot_out.data(), dim, routed.data());
+  gather_rows(tensor_group_, split, routed.data(), dim, y);
   expert(w.shared, x, rows, nullptr, shared.data());
   for (int64_t i = 0; i < rows * dim; ++i) y[i] += shared[i];
 }
@@ -334,7 +342,7 @@ Status DeepseekV41::forward_rows(const ForwardBatch& batch, ForwardOutput* out) 
           out->taps[(r * taps + k) * dim + d] = sum / static_cast<float>(hc);
         }
     }
-    const V41LayerContext ctx{c, rope_for(b.attn.ratio), i};
+    const V41LayerContext ctx = layer_context(i, b.attn.ratio);
     const Attend attend = [&](const float* x, float* y) {
       v41_attention(b.attn, ctx, chunks, x, rows, &shared, y);
     };
@@ -350,7 +358,7 @@ Status DeepseekV41::forward_rows(const ForwardBatch& batch, ForwardOutput* out) 
   out->vocab_begin = 0;
   out->vocab_size = c.vocab_size;
   out->logits.resize(n * c.vocab_size);
-  v41_linear(weights_->head, x.data(), n, out->logits.data());
+  v41_linear_columns(weights_->head, tensor_group_, x.data(), n, out->logits.data());
   out->hidden.clear();
   for (const V41Chunk& ch : chunks) ch.cache->length += ch.num_tokens;
   return Status::Ok();

@@ -38,6 +38,11 @@ class DeepseekV41 : public ServingModel {
   // experts (the loader's) and every forward and draft of the group's ranks
   // runs in lockstep, an empty one too. Null: this rank holds all.
   void set_expert_group(Collectives* group) { expert_group_ = group; }
+  // Tensor parallelism: this rank holds its share of the attention heads
+  // and of the dense linears' output features (the loader's TensorShard);
+  // the group's ranks run every forward together on the same rows, each
+  // routing its block of them, and all get the same whole outputs.
+  void set_tensor_group(Collectives* group) { tensor_group_ = group; }
   // A sequence's caches in plain vectors (tests, verify).
   std::unique_ptr<ContiguousCache> new_cache() const;
   // Engram look-back: how many tokens before a chunk SeqChunk::history holds.
@@ -77,6 +82,9 @@ class DeepseekV41 : public ServingModel {
   void block(const V41Block& b, const Attend& attend, int top_k, const ReferenceRows& rr, std::vector<float>* pre,
              float* h) const;
   const Rope& rope_for(int ratio) const { return ratio ? compress_rope_ : window_rope_; }
+  V41LayerContext layer_context(int layer, int ratio) const {
+    return {config_, rope_for(ratio), layer, tensor_group_};
+  }
 
   ModelConfig config_;
   std::unique_ptr<V41Weights> weights_;
@@ -84,6 +92,7 @@ class DeepseekV41 : public ServingModel {
   EngramHashLayout engram_layout_;
   Rope window_rope_, compress_rope_;
   Collectives* expert_group_ = nullptr;
+  Collectives* tensor_group_ = nullptr;
 };
 
 }  // namespace dsv4

@@ -7,6 +7,7 @@
 #include "base/thread_pool.h"
 #include "kernels/cache_rows.h"
 #include "kernels/kernels.h"
+#include "model/token_split.h"
 #include "ops/norm.h"
 #include "ops/topk.h"
 
@@ -144,8 +145,8 @@ void compress_chunk(const V41Attention& w, const V41LayerContext& ctx, const V41
   SequenceCache& cache = *ch.cache;
   const int64_t n = ch.num_tokens;
   Buffer kv_all(n * hd), score_all(ratio > 1 ? n * hd : 0), latent(hd), key(id), e(ratio);
-  v41_linear(comp.wkv, x + ch.row_begin * dim, n, kv_all.data());
-  if (ratio > 1) v41_linear(comp.wgate, x + ch.row_begin * dim, n, score_all.data());
+  v41_linear_columns(comp.wkv, ctx.tp, x + ch.row_begin * dim, n, kv_all.data());
+  if (ratio > 1) v41_linear_columns(comp.wgate, ctx.tp, x + ch.row_begin * dim, n, score_all.data());
   // The open group: kv and score rows in a ring of slots by position.
   const CompressorStateView group = ratio > 1 ? cache.compressor_state(ctx.layer) : CompressorStateView{};
   for (int64_t i = 0; i < n; ++i) {
@@ -199,10 +200,11 @@ std::vector<Angles> angles_at(const Rope& rope, const std::vector<int64_t>& posi
 }
 
 // The window KV row of each input: norm, RoPE, FP8 over all of it in blocks of 32.
-void window_kv_rows(const V41Attention& w, const ModelConfig& c, const std::vector<Angles>& angles, const float* x,
-                    int64_t rows, float* kv) {
+void window_kv_rows(const V41Attention& w, const V41LayerContext& ctx, const std::vector<Angles>& angles,
+                    const float* x, int64_t rows, float* kv) {
+  const ModelConfig& c = ctx.config;
   const int64_t hd = c.head_dim;
-  v41_linear(w.wkv, x, rows, kv);
+  v41_linear_columns(w.wkv, ctx.tp, x, rows, kv);
   rms_norm_rows(w.kv_norm, c.norm_eps, kv, rows, hd);
   parallel_for(rows, 4, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
@@ -212,37 +214,73 @@ void window_kv_rows(const V41Attention& w, const ModelConfig& c, const std::vect
   });
 }
 
+// This rank's query heads (all of them on one rank).
+int local_heads(const V41Attention& w) { return static_cast<int>(w.attn_sink.size()); }
+
 // Queries: wq_a -> q_norm (qr, which the indexer reads too) -> wq_b,
-// rotated (no per-head norm in V4.1).
-void queries(const V41Attention& w, const ModelConfig& c, const std::vector<Angles>& angles, const float* x,
+// rotated (no per-head norm in V4.1); q holds this rank's heads.
+void queries(const V41Attention& w, const V41LayerContext& ctx, const std::vector<Angles>& angles, const float* x,
              int64_t rows, Buffer* qr, Buffer* q) {
-  const int heads = c.n_heads;
+  const ModelConfig& c = ctx.config;
+  const int heads = local_heads(w);
   const int64_t hd = c.head_dim, ql = c.q_lora_rank;
   qr->resize(rows * ql);
   q->resize(rows * heads * hd);
-  v41_linear(w.wq_a, x, rows, qr->data());
+  v41_linear_columns(w.wq_a, ctx.tp, x, rows, qr->data());
   rms_norm_rows(w.q_norm, c.norm_eps, qr->data(), rows, ql);
   v41_linear(w.wq_b, qr->data(), rows, q->data());
   for (int64_t r = 0; r < rows; ++r) angles[r].rotate(&(*q)[r * heads * hd], heads, hd);
 }
 
-// The heads' outputs o [rows, heads, head_dim] de-rotated, then the grouped
-// wo_a (each group its own heads) and wo_b.
-void output_projection(const V41Attention& w, const ModelConfig& c, const std::vector<Angles>& angles, float* o,
-                       int64_t rows, float* out) {
-  const int heads = c.n_heads;
-  const int64_t hd = c.head_dim, G = c.o_groups, ol = c.o_lora_rank, group_in = heads * hd / G;
-  Buffer og(rows * G * ol);
+// This rank's heads' outputs o [rows, heads, head_dim] de-rotated, then
+// the grouped wo_a (each group its own heads) and wo_b. Over ranks: each
+// computes its groups (a group spanning several ranks from its heads
+// gathered, by each of them), then every group's output is gathered for
+// wo_b, whose features split as its other linears' do.
+void output_projection(const V41Attention& w, const V41LayerContext& ctx, const std::vector<Angles>& angles,
+                       float* o, int64_t rows, float* out) {
+  const ModelConfig& c = ctx.config;
+  const int heads = local_heads(w);
+  const int64_t hd = c.head_dim, G = c.o_groups, ol = c.o_lora_rank, group_in = c.n_heads * hd / G;
+  const int64_t gl = w.wo_a.out / ol;  // groups on this rank
+  Collectives* tp = ctx.tp && ctx.tp->size() > 1 ? ctx.tp : nullptr;
   for (int64_t r = 0; r < rows; ++r) angles[r].rotate(&o[r * heads * hd], heads, hd, /*inverse=*/true);
-  parallel_for(G * ol, 1, [&](int64_t j0, int64_t j1) {
+  const float* oin = o;
+  int64_t oheads = heads, first_head = 0;
+  Buffer ofull;
+  if (heads * hd < group_in) {
+    const int64_t ranks_per_group = tp->size() / G;
+    ofull.resize(rows * c.n_heads * hd);
+    gather_columns(tp, TokenSplit::of(rows, tp), o, heads * hd, ofull.data());
+    oin = ofull.data();
+    oheads = c.n_heads;
+    first_head = tp->rank() / ranks_per_group * (c.n_heads / G);
+  }
+  Buffer og(rows * gl * ol);
+  parallel_for(gl * ol, 1, [&](int64_t j0, int64_t j1) {
     Buffer wrow(group_in);
-    for (int64_t j = j0; j < j1; ++j) {  // j = g * ol + k
+    for (int64_t j = j0; j < j1; ++j) {  // j = g * ol + k, g this rank's
       w.wo_a.row(j, wrow.data());
       for (int64_t r = 0; r < rows; ++r)
-        og[r * G * ol + j] = kernels::dot(&o[r * heads * hd + j / ol * group_in], wrow.data(), group_in);
+        og[r * gl * ol + j] = kernels::dot(oin + (r * oheads + first_head) * hd + j / ol * group_in, wrow.data(), group_in);
     }
   });
-  v41_linear(w.wo_b, og.data(), rows, out);
+  if (!tp) {
+    v41_linear(w.wo_b, og.data(), rows, out);
+    return;
+  }
+  // Every rank's groups, then group g from the first rank holding it.
+  const int T = tp->size();
+  Buffer all(rows * gl * ol * T), full(rows * G * ol);
+  gather_columns(tp, TokenSplit::of(rows, tp), og.data(), gl * ol, all.data());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t g = 0; g < G; ++g) {
+      // Rank q's gl groups sit at block q: group g at g, or, when a group
+      // spans T / G ranks (gl 1), at its first rank's block.
+      const int64_t at = G >= T ? g : g * (T / G);
+      std::copy_n(&all[(r * T * gl + at) * ol], ol, &full[(r * G + g) * ol]);
+    }
+  v41_linear_columns(w.wo_b, tp, full.data(), rows, out);
 }
 
 }  // namespace
@@ -297,21 +335,21 @@ void v41_sparse_attention(const float* q, int heads, int64_t head_dim, const std
 
 void v41_window_kv(const V41Attention& w, const V41LayerContext& ctx, const float* x,
                    const std::vector<int64_t>& positions, float* kv) {
-  window_kv_rows(w, ctx.config, angles_at(ctx.rope, positions), x, static_cast<int64_t>(positions.size()), kv);
+  window_kv_rows(w, ctx, angles_at(ctx.rope, positions), x, static_cast<int64_t>(positions.size()), kv);
 }
 
 void v41_dspark_attention(const V41Attention& w, const V41LayerContext& ctx, const std::vector<V41DSparkView>& views,
                           int64_t block, const float* x, float* out) {
   const ModelConfig& c = ctx.config;
-  const int heads = c.n_heads;
+  const int heads = local_heads(w);
   const int64_t hd = c.head_dim, rows = static_cast<int64_t>(views.size()) * block;
   std::vector<int64_t> positions;
   for (const V41DSparkView& v : views)
     for (int64_t j = 0; j < block; ++j) positions.push_back(v.first_pos + j);
   const std::vector<Angles> angles = angles_at(ctx.rope, positions);
   Buffer qr, q, kv(rows * hd), o(rows * heads * hd);
-  queries(w, c, angles, x, rows, &qr, &q);
-  window_kv_rows(w, c, angles, x, rows, kv.data());
+  queries(w, ctx, angles, x, rows, &qr, &q);
+  window_kv_rows(w, ctx, angles, x, rows, kv.data());
   // Every row of a block attends the ring's filled slots in slot order, then
   // the whole block (no causal mask).
   const float scale = static_cast<float>(std::pow(hd, -0.5));
@@ -323,13 +361,13 @@ void v41_dspark_attention(const V41Attention& w, const V41LayerContext& ctx, con
       v41_sparse_attention(&q[r * heads * hd], heads, hd, slots, w.attn_sink.data(), scale, &o[r * heads * hd]);
     }
   });
-  output_projection(w, c, angles, o.data(), rows, out);
+  output_projection(w, ctx, angles, o.data(), rows, out);
 }
 
 void v41_attention(const V41Attention& w, const V41LayerContext& ctx, const std::vector<V41Chunk>& chunks,
                    const float* x, int64_t rows, V41Shared* shared, float* out) {
   const ModelConfig& c = ctx.config;
-  const int heads = c.n_heads;
+  const int heads = local_heads(w);
   const int64_t hd = c.head_dim, win = c.window_size;
   const int L = ctx.layer;
   std::vector<int64_t> positions;  // each row's
@@ -337,8 +375,8 @@ void v41_attention(const V41Attention& w, const V41LayerContext& ctx, const std:
     for (int64_t i = 0; i < ch.num_tokens; ++i) positions.push_back(ch.start_pos + i);
   const std::vector<Angles> angles = angles_at(ctx.rope, positions);
   Buffer qr, q, kv(rows * hd);
-  queries(w, c, angles, x, rows, &qr, &q);
-  window_kv_rows(w, c, angles, x, rows, kv.data());
+  queries(w, ctx, angles, x, rows, &qr, &q);
+  window_kv_rows(w, ctx, angles, x, rows, kv.data());
 
   // Compressed rows and which of them each row attends.
   const bool compressed = w.ratio > 0;
@@ -349,8 +387,8 @@ void v41_attention(const V41Attention& w, const V41LayerContext& ctx, const std:
     const V41Indexer& ix = *w.indexer;
     const int ih = c.index_n_heads, id = c.index_head_dim;
     Buffer iq(rows * ih * id), iw(rows * ih);
-    v41_linear(ix.wq_b, qr.data(), rows, iq.data());
-    v41_linear(ix.weights_proj, x, rows, iw.data());
+    v41_linear_columns(ix.wq_b, ctx.tp, qr.data(), rows, iq.data());
+    v41_linear_columns(ix.weights_proj, ctx.tp, x, rows, iw.data());
     // Computed in double and rounded once, as the reference's Python scalars.
     const float wscale = static_cast<float>(std::pow(id, -0.5) * std::pow(ih, -0.5));
     for (float& v : iw) v *= wscale;
@@ -431,7 +469,7 @@ void v41_attention(const V41Attention& w, const V41LayerContext& ctx, const std:
     for (int64_t p = from; p < end; ++p) kernels::store_v41_window_row(window_row(p), hd, ch.cache->window_row(L, p));
   }
 
-  output_projection(w, c, angles, o.data(), rows, out);
+  output_projection(w, ctx, angles, o.data(), rows, out);
 }
 
 }  // namespace dsv4

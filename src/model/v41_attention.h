@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "model/collectives.h"
 #include "model/config.h"
 #include "model/rope.h"
 #include "model/sequence_cache.h"
@@ -45,6 +46,10 @@ struct V41LayerContext {
   const ModelConfig& config;
   const Rope& rope;  // plain RoPE for window-only layers, YaRN for the others
   int layer = 0;
+  // Tensor parallelism (null: one rank): this rank attends with its block of
+  // the heads (V41Attention as loaded); every rank computes the same whole
+  // KV, compressed and index rows, and gets the whole output.
+  Collectives* tp = nullptr;
 };
 
 // x [rows, dim] (after attn_norm) -> out [rows, dim].

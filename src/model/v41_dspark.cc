@@ -32,12 +32,12 @@ Status DeepseekV41::dspark_fill(SequenceCache* cache, const float* taps, int64_t
   // overwritten before any draft reads them.
   const int64_t from = every_row ? 0 : std::max<int64_t>(0, rows - W), n = rows - from;
   std::vector<float> main_x(n * dim), kv(n * hd);
-  v41_linear(d.main_proj, taps + from * c.dspark_taps() * dim, n, main_x.data());
+  v41_linear_columns(d.main_proj, tensor_group_, taps + from * c.dspark_taps() * dim, n, main_x.data());
   rms_norm_rows(d.main_norm, c.norm_eps, main_x.data(), n, dim);
   std::vector<int64_t> positions(n);
   for (int64_t i = 0; i < n; ++i) positions[i] = pos0 + from + i;
   for (int s = 0; s < c.dspark_stages; ++s) {
-    const V41LayerContext ctx{c, rope_for(0), c.n_layers + s};
+    const V41LayerContext ctx = layer_context(c.n_layers + s, 0);
     v41_window_kv(d.stages[s].attn, ctx, main_x.data(), positions, kv.data());
     for (int64_t i = 0; i < n; ++i)
       kernels::store_v41_window_row(&kv[i * hd], hd, cache->window_row(c.dspark_cache_layer(s), positions[i]));
@@ -105,7 +105,7 @@ Status DeepseekV41::dspark_draft(const std::vector<DSparkCall>& calls, std::vect
       views[i].first_pos = p + 1;
     }
     const V41Block& b = d.stages[s];
-    const V41LayerContext ctx{c, rope_for(0), c.n_layers + s};
+    const V41LayerContext ctx = layer_context(c.n_layers + s, 0);
     const Attend attend = [&](const float* x, float* y) { v41_dspark_attention(b.attn, ctx, views, K, x, y); };
     const int top_k = c.dspark_n_activated_experts ? c.dspark_n_activated_experts : c.n_activated_experts;
     block(b, attend, top_k, rr, &pre, h.data());
@@ -115,7 +115,7 @@ Status DeepseekV41::dspark_draft(const std::vector<DSparkCall>& calls, std::vect
   hc_collapse(pre.data(), c, h.data(), rows, hidden.data());
   normed = hidden;
   rms_norm_rows(d.norm, c.norm_eps, normed.data(), rows, dim);
-  v41_linear(weights_->head, normed.data(), rows, logits.data());
+  v41_linear_columns(weights_->head, tensor_group_, normed.data(), rows, logits.data());
 
   // Left to right: the Markov bias of the previous token, then the draw.
   std::vector<float> conf_in(rows * (dim + R)), conf(rows), bias(V), e(R);

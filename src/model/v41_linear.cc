@@ -6,6 +6,7 @@
 #include "base/dtype.h"
 #include "base/thread_pool.h"
 #include "kernels/kernels.h"
+#include "model/token_split.h"
 
 namespace dsv4 {
 namespace {
@@ -191,6 +192,16 @@ void v41_linear(const V41Linear& l, const float* x, int64_t m, float* y) {
         for (int64_t j = 0; j < rows; ++j) y[r * out + o0 + j] = acc[r * kRows + j];
     }
   });
+}
+
+void v41_linear_columns(const V41Linear& l, Collectives* group, const float* x, int64_t m, float* y) {
+  if (l.parts == 1) {
+    v41_linear(l, x, m, y);
+    return;
+  }
+  std::vector<float> mine(m * l.out);
+  v41_linear(l, x, m, mine.data());
+  gather_columns(group, TokenSplit::of(m, group), mine.data(), l.out, y);
 }
 
 }  // namespace dsv4

@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "model/collectives.h"
+
 namespace dsv4 {
 
 struct V41Linear {
@@ -28,6 +30,10 @@ struct V41Linear {
   // An FP8 weight the reference dequantizes and uses in a plain product
   // (wo_a): its values are codes times scales, its activation unrounded.
   bool dequantized = false;
+  // Tensor parallelism: 1 when whole, else this rank holds one contiguous
+  // block of `parts` of the output features (out of them), which
+  // v41_linear_columns gathers back into whole rows.
+  int parts = 1;
 
   bool block_scaled() const { return (kind == Kind::kFp8 || kind == Kind::kFp4) && !dequantized; }
   float weight_scale(int64_t row, int64_t block) const {
@@ -52,6 +58,12 @@ struct V41Linear {
 
 // y[m, out] = x[m, in] W^T (x rounded first for FP8 / FP4 weights).
 void v41_linear(const V41Linear& l, const float* x, int64_t m, float* y);
+
+// The same with whole rows on every rank of `group` when l holds a block of
+// the output features (l.parts == group's size): each rank computes its
+// block and the group gathers them. Exact: every output feature is its own
+// dot product. y [m, l.out * l.parts].
+void v41_linear_columns(const V41Linear& l, Collectives* group, const float* x, int64_t m, float* y);
 
 // The reference's act_quant(x, 32, "ue8m0"): per 32 values, amax floored
 // at 1e-4, scale 2^ceil(log2(amax / 448)), codes e4m3(clamp(x / scale)).

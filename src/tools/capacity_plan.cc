@@ -122,9 +122,12 @@ class WeightWalk {
 };
 
 // DeepSeek-V4.1's share per rank, as checkpoint/v41_loader.cc holds it
-// (each linear in its stored format: V41Linear::held_bytes), sharded as
-// V4's: heads and vocabulary by TP, routed experts by EP. The Engram tables
-// are not a rank's: they are read by row, one copy per machine (engram()).
+// (each linear in its stored format: V41Linear::held_bytes): by TP the
+// query heads, the output groups and the output features of the linears
+// whose features divide into whole blocks (32-row tiles for FP8), routed
+// experts by EP; the embedding, the router, the indexer's wk and the
+// drafter's heads whole. The Engram tables are not a rank's: they are read
+// by row, one copy per machine (engram()).
 class V41WeightWalk {
  public:
   using Visit = WeightWalk::Visit;
@@ -134,13 +137,13 @@ class V41WeightWalk {
 
   void run() {
     const int64_t dim = c_.dim, V = c_.vocab_size;
-    visit_(HeldAs::kBf16, V41Linear::held_bytes(Kind::kBf16, share(V), dim), LinearKind::kMain, false);  // embed
+    visit_(HeldAs::kBf16, V41Linear::held_bytes(Kind::kBf16, V, dim), LinearKind::kMain, false);  // embed
     for (int i = 0; i < c_.n_layers; ++i) block(i, LinearKind::kMain, LinearKind::kRoutedExpert);
     vec(dim);
-    linear(Kind::kBf16, share(V), dim, LinearKind::kHead);
+    columns(Kind::kBf16, V, dim, LinearKind::kHead);
     if (!c_.has_dspark()) return;
     const int64_t R = c_.dspark_markov_rank;
-    linear(Kind::kFp8, dim, int64_t{c_.dspark_taps()} * dim, LinearKind::kMtp);  // main_proj
+    columns(Kind::kFp8, dim, int64_t{c_.dspark_taps()} * dim, LinearKind::kMtp);  // main_proj
     vec(2 * dim);                                                                // main_norm, norm
     for (int s = 0; s < c_.dspark_stages; ++s) block(c_.n_layers + s, LinearKind::kMtp, LinearKind::kMtp);
     linear(Kind::kBf16, V, R, LinearKind::kMtp);        // markov_head.embed (read by row)
@@ -171,29 +174,37 @@ class V41WeightWalk {
     if (weights_ == PlanWeights::kBf16 && k != Kind::kF32) k = Kind::kBf16;
     visit_(held_as(k), V41Linear::held_bytes(k, out, in), kind, true);
   }
+  // A linear the loader splits by output features when they divide
+  // (TensorReader::columns).
+  void columns(Kind k, int64_t out, int64_t in, LinearKind kind) {
+    if (weights_ == PlanWeights::kBf16 && k != Kind::kF32) k = Kind::kBf16;
+    const int64_t tile = k == Kind::kFp8 ? V41Linear::kBlock : 1;
+    const bool split = tp_ > 1 && out % tp_ == 0 && (out / tp_) % tile == 0;
+    linear(k, split ? out / tp_ : out, in, kind);
+  }
   static bool has(const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); }
 
   void block(int layer, LinearKind kind, LinearKind routed) {
     const int64_t hd = c_.head_dim, heads = c_.n_heads, dim = c_.dim, G = c_.o_groups, olr = c_.o_lora_rank;
     const bool backbone = layer < c_.n_layers;
     vec(share(heads) + c_.q_lora_rank + hd);  // attn_sink, q_norm, kv_norm
-    linear(Kind::kFp8, share(c_.q_lora_rank), dim, kind);
+    columns(Kind::kFp8, c_.q_lora_rank, dim, kind);
     linear(Kind::kFp8, share(heads * hd), c_.q_lora_rank, kind);
-    linear(Kind::kFp8, share(hd), dim, kind);
+    columns(Kind::kFp8, hd, dim, kind);
     const int64_t groups = std::max<int64_t>(1, G / tp_);
     linear(Kind::kFp8, groups * olr, heads * hd / G, kind);  // wo_a, FP8 dequantized per row
-    linear(Kind::kFp8, share(dim), G * olr, kind);          // wo_b
+    columns(Kind::kFp8, dim, G * olr, kind);                // wo_b
     const int ratio = c_.compress_ratio(layer);
     const bool kv_source = backbone && has(c_.shared.kv_source_layers, layer);
     if (kv_source) {
-      linear(Kind::kBf16, share(hd), dim, kind);             // compressor.wkv
-      if (ratio > 1) linear(Kind::kBf16, share(hd), dim, kind);  // compressor.wgate
+      columns(Kind::kBf16, hd, dim, kind);             // compressor.wkv
+      if (ratio > 1) columns(Kind::kBf16, hd, dim, kind);  // compressor.wgate
       vec(hd);
     }
     if (backbone && has(c_.shared.index_source_layers, layer)) {
       const int64_t iq = int64_t{c_.index_n_heads} * c_.index_head_dim;
-      linear(Kind::kFp8, share(iq), c_.q_lora_rank, kind);
-      linear(Kind::kBf16, share(c_.index_n_heads), dim, kind);
+      columns(Kind::kFp8, iq, c_.q_lora_rank, kind);
+      columns(Kind::kBf16, c_.index_n_heads, dim, kind);
       if (kv_source) {
         linear(Kind::kBf16, c_.index_head_dim, hd, kind);  // wk
         vec(c_.index_head_dim);
@@ -206,9 +217,9 @@ class V41WeightWalk {
     for (int64_t e = 0; e < E / ep_; ++e)
       for (auto [out, in] : {std::pair{inter, dim}, std::pair{dim, inter}, std::pair{inter, dim}})
         linear(Kind::kFp4, out, in, routed);
-    linear(Kind::kFp8, share(inter), dim, kind);
-    linear(Kind::kFp8, share(dim), inter, kind);
-    linear(Kind::kFp8, share(inter), dim, kind);
+    columns(Kind::kFp8, inter, dim, kind);
+    columns(Kind::kFp8, dim, inter, kind);
+    columns(Kind::kFp8, inter, dim, kind);
     vec(2 * dim);  // attn_norm, ffn_norm
     for (int i = 0; i < 2; ++i) {  // hc_attn, hc_ffn: packed as V4's
       visit_(HeldAs::kF32, 4 * kernels::packed_floats(c_.mix_hc(), int64_t{c_.hc_mult} * dim), kind, true);
@@ -216,7 +227,7 @@ class V41WeightWalk {
     }
     if (backbone && has(c_.engram.layer_ids, layer)) {  // the projection; its table is engram_bytes
       const EngramConfig& e = c_.engram;
-      linear(Kind::kFp8, dim * (c_.hc_mult + 1), int64_t{e.hash_columns()} * e.head_dim, kind);
+      columns(Kind::kFp8, dim * (c_.hc_mult + 1), int64_t{e.hash_columns()} * e.head_dim, kind);
       vec(int64_t{c_.hc_mult} * dim);  // q_weight * k_weight
     }
   }

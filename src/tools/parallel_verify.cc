@@ -137,19 +137,22 @@ StatusOr<ParallelVerify> verify_golden_parallel(const std::string& dir, const Ve
   return out;
 }
 
+StatusOr<RankVerify> verify_v41_golden_on_rank(const std::string& dir, const V41VerifyOptions& options,
+                                               const ParallelVerifyOptions& p, Communicator& world) {
+  DSV4_ASSIGN_OR_RETURN(VerifyRank rm, load_verify_rank(dir, p, world));
+  if (!rm.share.v41) return invalid_argument(dir + " is not a DeepSeek-V4.1 checkpoint");
+  RankVerify out;
+  out.topology = rm.topology;
+  DSV4_ASSIGN_OR_RETURN(out.report, verify_v41_golden(*rm.share.v41, options));
+  out.weight_bytes = rm.share.resident_bytes();
+  return out;
+}
+
 StatusOr<ParallelVerify> verify_v41_golden_parallel(const std::string& dir, const V41VerifyOptions& options,
                                                     const ParallelVerifyOptions& p) {
   DSV4_ASSIGN_OR_RETURN(ModelConfig config, load_any_model_config(dir + "/config.json"));
   DSV4_ASSIGN_OR_RETURN(Topology topo, Topology::make(p.topology, config));
-  auto on_rank = [&](Communicator& world) -> StatusOr<RankVerify> {
-    DSV4_ASSIGN_OR_RETURN(VerifyRank rm, load_verify_rank(dir, p, world));
-    if (!rm.share.v41) return invalid_argument(dir + " is not a DeepSeek-V4.1 checkpoint");
-    RankVerify out;
-    out.topology = topo;
-    DSV4_ASSIGN_OR_RETURN(out.report, verify_v41_golden(*rm.share.v41, options));
-    out.weight_bytes = rm.share.resident_bytes();
-    return out;
-  };
+  auto on_rank = [&](Communicator& world) { return verify_v41_golden_on_rank(dir, options, p, world); };
   DSV4_ASSIGN_OR_RETURN(std::vector<RankVerify> runs, run_rank_threads<RankVerify>(topo.world, on_rank));
   DSV4_ASSIGN_OR_RETURN(ParallelVerify out, merge_ranks(topo, runs));
   DSV4_ASSIGN_OR_RETURN(auto single, load_deepseek_v41(dir));

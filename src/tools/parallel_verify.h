@@ -46,11 +46,13 @@ struct ParallelVerify {
 StatusOr<ParallelVerify> verify_golden_parallel(const std::string& model_dir, const VerifyOptions& options,
                                                 const ParallelVerifyOptions& parallel);
 
-// A DeepSeek-V4.1 case on data- and expert-parallel ranks (threads; tp 1):
-// each rank holds its block of the routed experts and runs the whole
-// protocol with its expert group (the prompts are not split over the
-// data-parallel groups: every group runs them all). Rank 0's report, the
-// ranks checked to agree.
+// A DeepSeek-V4.1 case on tensor-, data- and expert-parallel ranks: each
+// rank holds its share (RankShards) and runs the whole protocol with its
+// groups (the prompts are not split over the data-parallel groups: every
+// group runs them all). On one rank, collective over `world`; over threads,
+// rank 0's report, the ranks checked to agree.
+StatusOr<RankVerify> verify_v41_golden_on_rank(const std::string& model_dir, const V41VerifyOptions& options,
+                                               const ParallelVerifyOptions& parallel, Communicator& world);
 StatusOr<ParallelVerify> verify_v41_golden_parallel(const std::string& model_dir, const V41VerifyOptions& options,
                                                     const ParallelVerifyOptions& parallel);
 
