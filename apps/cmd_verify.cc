@@ -87,6 +87,9 @@ static int verify_v41_case(const std::string& dir, const std::string& golden, in
                   "%.2f MiB on one rank\n",
                   run->topology.describe().c_str(), run->weight_bytes_per_rank / 1048576.0,
                   run->weight_bytes_single / 1048576.0);
+      if (parallel->flashcomm.enabled)
+        std::printf("  FlashComm1: %lld forwards over all ranks held the residual stream split by rows\n",
+                    static_cast<long long>(run->flashcomm_forwards));
       report = run->report;
     } else {
       report = run.status();

@@ -129,6 +129,7 @@ struct Layout {
   int tp, dp, ep;
   int64_t batched_tokens;
   int speculative;
+  bool flashcomm = false;  // FlashComm1 in every prefill forward
 };
 
 class V41Layouts : public ::testing::TestWithParam<std::tuple<std::string, Layout>> {};
@@ -146,6 +147,7 @@ TEST_P(V41Layouts, GenerateTheReferencesGreedyTokens) {
   p.topology.tp = layout.tp;
   p.topology.dp = layout.dp;
   p.topology.ep = layout.ep;
+  p.flashcomm = {layout.flashcomm, 1};
   auto exec = LocalExecutor::create(dir, {}, p, *cache);
   ASSERT_TRUE(exec.ok()) << exec.status().message();
   ASSERT_EQ((*exec)->num_groups(), layout.dp);
@@ -169,7 +171,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values("v41-tiny", "v41-fp8"),
                        ::testing::Values(Layout{"DP2xEP2", 1, 2, 2, 2048, 0}, Layout{"DP4xEP4Chunks7", 1, 4, 4, 7, 0},
                                          Layout{"DP2xEP2DSpark3", 1, 2, 2, 2048, 3},
-                                         Layout{"TP2xDP2xEP4Chunks7", 2, 2, 4, 7, 0},
+                                         Layout{"TP2xDP2xEP4Chunks7FlashComm1", 2, 2, 4, 7, 0, true},
                                          Layout{"TP4DSpark3", 4, 1, 4, 2048, 3})),
     [](const auto& info) {
       return std::string(std::get<0>(info.param) == "v41-tiny" ? "Tiny_" : "Fp8_") + std::get<1>(info.param).name;

@@ -77,9 +77,10 @@ INSTANTIATE_TEST_SUITE_P(
 // experts, the DSpark stages' too) and tensor-parallel ranks (each also
 // holding its block of the heads and of the dense linears' features, the
 // experts still split over all of them) run the whole protocol together:
-// every tensor bit for bit, on every rank. The forwards' slots travel to
-// their experts' ranks and back (model/expert_dispatch.h); on four
-// tensor-parallel ranks of v41-tiny's two output groups each group spans
+// every tensor bit for bit, on every rank, with FlashComm1 (every prefill
+// forward's residual stream split by rows) too. The forwards' slots travel
+// to their experts' ranks and back (model/expert_dispatch.h); on four
+// tensor-parallel ranks of the cases' two output groups each group spans
 // two ranks.
 TEST(V41Golden, ParallelRanksAreTheReferencesBitForBit) {
   struct Run {
@@ -87,13 +88,15 @@ TEST(V41Golden, ParallelRanksAreTheReferencesBitForBit) {
     int ranks;
     bool tensor_parallel;
     int64_t chunk;
+    bool flashcomm = false;
   };
   for (const Run& run : {Run{"v41-fp8", 2, false, 7}, Run{"v41-tiny", 4, false, 0}, Run{"v41-fp8", 2, true, 7},
-                         Run{"v41-tiny", 4, true, 0}}) {
+                         Run{"v41-tiny", 4, true, 0, true}, Run{"v41-fp8", 4, true, 7, true}}) {
     const char* name = run.name;
     const int ranks = run.ranks;
     const int64_t chunk = run.chunk;
-    SCOPED_TRACE(std::string(name) + (run.tensor_parallel ? " TP" : " EP") + std::to_string(ranks));
+    SCOPED_TRACE(std::string(name) + (run.tensor_parallel ? " TP" : " EP") + std::to_string(ranks) +
+                 (run.flashcomm ? " FlashComm1" : ""));
     auto world = LocalCommunicator::create(ranks);
     std::vector<std::unique_ptr<DeepseekV41>> models;
     for (int r = 0; r < ranks; ++r) {
@@ -101,7 +104,7 @@ TEST(V41Golden, ParallelRanksAreTheReferencesBitForBit) {
       auto model = load_deepseek_v41(golden_v41_dir(name), {}, RankShards{ExpertShard{r, ranks}, tensor});
       ASSERT_TRUE(model.ok()) << model.status().message();
       (*model)->set_expert_group(world[r].get());
-      if (run.tensor_parallel) (*model)->set_tensor_group(world[r].get());
+      if (run.tensor_parallel) (*model)->set_tensor_group(world[r].get(), FlashCommOptions{run.flashcomm, 1});
       models.push_back(std::move(*model));
     }
     const V41VerifyOptions options{golden_v41_dir(name) + "/golden.safetensors", chunk, true};
@@ -119,8 +122,10 @@ TEST(V41Golden, ParallelRanksAreTheReferencesBitForBit) {
       EXPECT_EQ(reports[r]->greedy_match, reports[r]->greedy_total);
       EXPECT_LT(models[r]->weights().resident_bytes(), whole.model->weights().resident_bytes())
           << "rank " << r << " holds only its share";
-      if (run.tensor_parallel)
+      if (run.tensor_parallel) {
         EXPECT_EQ(static_cast<int>(models[r]->weights().blocks[0].attn.attn_sink.size()) * ranks, whole.config.n_heads);
+      }
+      EXPECT_EQ(models[r]->flashcomm_forwards() > 0, run.flashcomm);
     }
   }
 }
@@ -189,9 +194,11 @@ TEST(V41Golden, VerifyCliPassesTheCasesAndRefusesWhatV41DoesNotRun) {
   auto fast = testing::run_dsv4("verify --model " + golden_v41_dir("v41-fp8") + " --numerics fast");
   EXPECT_EQ(fast.code, 2) << fast.output;
   EXPECT_NE(fast.output.find("DeepSeek-V4.1 runs in exact numerics in this build"), std::string::npos) << fast.output;
-  auto tp = testing::run_dsv4("verify --model " + golden_v41_dir("v41-tiny") + " --tp 2 --dp 2 --ep 4 --chunk 7");
+  auto tp = testing::run_dsv4("verify --model " + golden_v41_dir("v41-tiny") +
+                              " --tp 2 --dp 2 --ep 4 --chunk 7 --enable-flashcomm1 --flashcomm1-sp-min-token-num 1");
   EXPECT_EQ(tp.code, 0) << tp.output;
   EXPECT_NE(tp.output.find("4 ranks: TP2 x DP2, EP4"), std::string::npos) << tp.output;
+  EXPECT_TRUE(std::regex_search(tp.output, std::regex("FlashComm1: [1-9][0-9]* forwards"))) << tp.output;
   EXPECT_NE(tp.output.find("PASS"), std::string::npos) << tp.output;
 }
 

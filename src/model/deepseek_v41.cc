@@ -34,13 +34,16 @@ DeepseekV41::DeepseekV41(ModelConfig config, std::unique_ptr<V41Weights> weights
 // per hc copy and one value; each copy gains the value times a gate of how
 // well the copy matches its key.
 void DeepseekV41::engram(const V41Engram& g, int which, const std::vector<int64_t>& row_ids, float* h, int64_t rows,
-                         const ReferenceRows& rr) const {
+                         const TokenSplit* held, const ReferenceRows& rr) const {
   const ModelConfig& c = config_;
   const int hc = c.hc_mult, cols = config_.engram.hash_columns();
   const int64_t dim = c.dim, hd = g.head_dim, flat = hc * dim, layers = config_.engram.layer_ids.size();
   const float dim_scale = static_cast<float>(std::pow(static_cast<double>(dim), -0.5));
-  // In blocks of rows, so a long prefill chunk's buffers stay bounded.
+  // In blocks of rows, so a long prefill chunk's buffers stay bounded. The
+  // projection runs over every row (its features split over the tensor
+  // group); h's rows take the gate.
   constexpr int64_t kBlockRows = 64;
+  const int64_t first = held ? held->begin() : 0, last = held ? first + held->count() : rows;
   for (int64_t b0 = 0; b0 < rows; b0 += kBlockRows) {
     const int64_t n = std::min(kBlockRows, rows - b0);
     Buffer e(n * cols * hd), kv(n * (flat + dim));
@@ -51,9 +54,10 @@ void DeepseekV41::engram(const V41Engram& g, int which, const std::vector<int64_
       Buffer prod(dim);
       for (int64_t i = i0; i < i1; ++i) {
         const int64_t r = b0 + i;
+        if (r < first || r >= last) continue;
         const float* keys = &kv[i * (flat + dim)];
         const float* value = keys + flat;
-        float* hr = h + r * flat;
+        float* hr = h + (r - first) * flat;
         for (int s = 0; s < hc; ++s) {
           const float* hs = hr + s * dim;
           const float* key = &keys[s * dim];
@@ -79,7 +83,7 @@ std::unique_ptr<ContiguousCache> DeepseekV41::new_cache() const {
 }
 
 void DeepseekV41::moe(const V41MoE& w, int top_k, const float* x, int64_t rows, const ReferenceRows& rr,
-                      float* y) const {
+                      const TokenSplit* held, float* y) const {
   const ModelConfig& c = config_;
   const int64_t dim = c.dim, E = w.gate.out, inter = c.moe_inter_dim;
   const int k = top_k;
@@ -110,8 +114,10 @@ void DeepseekV41::moe(const V41MoE& w, int top_k, const float* x, int64_t rows, 
     for (int j = 0; j < k; ++j) wr[j] *= c.route_scale;
   }
   // An expert over its rows: w2(weight * silu(clamped w1 x) * clamped w3 x)
-  // (the shared expert's features split over the tensor group and gathered).
-  auto expert = [&](const V41Expert& e, const float* in, int64_t n, const float* row_weight, float* out) {
+  // (the shared expert's features split over the tensor group and gathered,
+  // or its output rows kept to `keep`'s block).
+  auto expert = [&](const V41Expert& e, const float* in, int64_t n, const float* row_weight, float* out,
+                    const TokenSplit* keep) {
     Buffer gate(n * inter), up(n * inter);
     v41_linear_columns(e.w1, tensor_group_, in, n, gate.data());
     v41_linear_columns(e.w3, tensor_group_, in, n, up.data());
@@ -125,39 +131,52 @@ void DeepseekV41::moe(const V41MoE& w, int top_k, const float* x, int64_t rows, 
       gate[i] = kernels::silu_at(gate[i], i, n * inter) * up[i];
       if (row_weight) gate[i] = row_weight[i / inter] * gate[i];
     }
-    v41_linear_columns(e.w2, tensor_group_, gate.data(), n, out);
+    if (keep) v41_linear_columns_to_rows(e.w2, tensor_group_, *keep, gate.data(), n, out);
+    else v41_linear_columns(e.w2, tensor_group_, gate.data(), n, out);
   };
   // The routed experts (on the ranks holding them), added per row in
   // expert-index order from zero, then the shared expert.
   const ExpertSlots slots{chosen.data(), weights.data(), n, k, static_cast<int>(E)};
-  Buffer slot_out(n * k * dim), routed(n * dim), shared(rows * dim);
+  Buffer slot_out(n * k * dim), routed(n * dim), shared((held ? n : rows) * dim);
   run_expert_slots(
       slots, x + first * dim, dim, expert_group_,
-      [&](int e, const float* in, int64_t m, const float* rw, float* out) { expert(w.experts[e], in, m, rw, out); },
+      [&](int e, const float* in, int64_t m, const float* rw, float* out) {
+        expert(w.experts[e], in, m, rw, out, nullptr);
+      },
       slot_out.data());
   sum_slots_in_expert_order(slots, slot_out.data(), dim, routed.data());
-  gather_rows(tensor_group_, split, routed.data(), dim, y);
-  expert(w.shared, x, rows, nullptr, shared.data());
-  for (int64_t i = 0; i < rows * dim; ++i) y[i] += shared[i];
+  // Under FlashComm1 the routed block is this rank's rows already.
+  if (held) std::copy(routed.begin(), routed.end(), y);
+  else gather_rows(tensor_group_, split, routed.data(), dim, y);
+  expert(w.shared, x, rows, nullptr, shared.data(), held);
+  for (size_t i = 0; i < shared.size(); ++i) y[i] += shared[i];
 }
 
 void DeepseekV41::block(const V41Block& b, const Attend& attend, int top_k, const ReferenceRows& rr,
-                        std::vector<float>* pre, float* h) const {
+                        const TokenSplit* held, std::vector<float>* pre, float* h) const {
   const ModelConfig& c = config_;
   const kernels::Kernels& k = kernels::kernels_for(kernels::Numerics::kExact);
   const int64_t rows = static_cast<int64_t>(pre->size()) / c.hc_mult, dim = c.dim;
-  Buffer x(rows * dim), y(rows * dim);
+  const int64_t all_rows = held ? held->rows : rows;
+  const ReferenceRows held_rr = held ? rr.slice(held->begin(), rows) : rr;
+  Buffer x(rows * dim), y(rows * dim), x_all(held ? all_rows * dim : 0);
+  // A sublayer's input: every row (gathered from the blocks under FlashComm1).
+  auto every_row = [&]() -> const float* {
+    if (!held) return x.data();
+    gather_rows(tensor_group_, *held, x.data(), dim, x_all.data());
+    return x_all.data();
+  };
   // Attention: collapsed with the previous sublayer's pre; its own mixes
   // come from its input, and its pre collapses for the MoE.
-  const HcMix attn = hc_mixes(k, b.hc_attn, c, h, rows, rr, /*divide=*/true);
+  const HcMix attn = hc_mixes(k, b.hc_attn, c, h, rows, held_rr, /*divide=*/true);
   hc_collapse(pre->data(), c, h, rows, x.data());
   rms_norm_rows(b.attn_norm, c.norm_eps, x.data(), rows, dim);
-  attend(x.data(), y.data());
+  attend(every_row(), y.data());
   hc_post(attn, c, y.data(), rows, h);
-  const HcMix ffn = hc_mixes(k, b.hc_ffn, c, h, rows, rr, /*divide=*/true);
+  const HcMix ffn = hc_mixes(k, b.hc_ffn, c, h, rows, held_rr, /*divide=*/true);
   hc_collapse(attn.pre.data(), c, h, rows, x.data());
   rms_norm_rows(b.ffn_norm, c.norm_eps, x.data(), rows, dim);
-  moe(b.ffn, top_k, x.data(), rows, rr, y.data());
+  moe(b.ffn, top_k, every_row(), all_rows, rr, held, y.data());
   hc_post(ffn, c, y.data(), rows, h);
   *pre = ffn.pre;
 }
@@ -311,49 +330,78 @@ Status DeepseekV41::forward_rows(const ForwardBatch& batch, ForwardOutput* out) 
     }
   }
 
+  // FlashComm1: a prefill forward's residual stream held in blocks of rows
+  // over the tensor group (every rank decides alike: the batch is theirs).
+  const TokenSplit split = TokenSplit::of(rows, tensor_group_);
+  const bool prefill = std::any_of(batch.chunks.begin(), batch.chunks.end(),
+                                   [](const SeqChunk& ch) { return ch.start_pos < ch.prefill_len; });
+  const bool flashcomm = flashcomm_.enabled && split.size > 1 && prefill && rows >= flashcomm_.min_tokens;
+  if (flashcomm) ++flashcomm_forwards_;
+  const TokenSplit* held = flashcomm ? &split : nullptr;
+  const int64_t first = flashcomm ? split.begin() : 0, n_held = flashcomm ? split.count() : rows;
+  // Every row of the stream (h_all, pre_all) from the blocks, when a trace
+  // or the head wants them.
+  Buffer h_all, pre_all;
+  auto every_row = [&](const Buffer& mine, int64_t width, Buffer* all) -> const float* {
+    if (!held) return mine.data();
+    all->resize(rows * width);
+    gather_rows(tensor_group_, split, mine.data(), width, all->data());
+    return all->data();
+  };
+
   // The embedding in every copy; layer 0 collapses with copy 0 alone.
-  Buffer h(rows * flat), pre(rows * hc, 0.0f);
-  for (int64_t r = 0; r < rows; ++r) {
-    weights_->embed.row(tokens[r], &h[r * flat]);
-    for (int s = 1; s < hc; ++s) std::copy_n(&h[r * flat], dim, &h[r * flat + s * dim]);
-    pre[r * hc] = 1.0f;
+  Buffer h(n_held * flat), pre(n_held * hc, 0.0f);
+  for (int64_t i = 0; i < n_held; ++i) {
+    weights_->embed.row(tokens[first + i], &h[i * flat]);
+    for (int s = 1; s < hc; ++s) std::copy_n(&h[i * flat], dim, &h[i * flat + s * dim]);
+    pre[i * hc] = 1.0f;
   }
   V41Shared shared;
   shared.topk.resize(rows);
   shared.candidates.resize(rows);
   const int taps = c.dspark_taps();
-  if (batch.want_taps) out->taps.assign(rows * taps * dim, 0.0f);
-  else out->taps.clear();
+  const int64_t tap_width = int64_t{taps} * dim;
+  Buffer held_taps(batch.want_taps ? n_held * tap_width : 0, 0.0f);
   for (int i = 0; i < c.n_layers; ++i) {
     const V41Block& b = weights_->blocks[i];
     if (b.engram) {
       const auto& ids = c.engram.layer_ids;
       engram(*b.engram, static_cast<int>(std::find(ids.begin(), ids.end(), i) - ids.begin()), engram_ids, h.data(),
-             rows, rr);
+             rows, held, rr);
     }
     // A DSpark tap is the block's input, the mean of its copies.
     const auto tap = std::find(c.dspark_target_layer_ids.begin(), c.dspark_target_layer_ids.end(), i);
     if (batch.want_taps && tap != c.dspark_target_layer_ids.end()) {
       const int64_t k = tap - c.dspark_target_layer_ids.begin();
-      for (int64_t r = 0; r < rows; ++r)
+      for (int64_t r = 0; r < n_held; ++r)
         for (int64_t d = 0; d < dim; ++d) {
           float sum = 0.0f;
           for (int s = 0; s < hc; ++s) sum += h[r * flat + s * dim + d];
-          out->taps[(r * taps + k) * dim + d] = sum / static_cast<float>(hc);
+          held_taps[(r * taps + k) * dim + d] = sum / static_cast<float>(hc);
         }
     }
-    const V41LayerContext ctx = layer_context(i, b.attn.ratio);
+    const V41LayerContext ctx = layer_context(i, b.attn.ratio, held);
     const Attend attend = [&](const float* x, float* y) {
       v41_attention(b.attn, ctx, chunks, x, rows, &shared, y);
     };
-    block(b, attend, c.n_activated_experts, rr, &pre, h.data());
-    if (batch.trace) batch.trace->record("layer_out." + std::to_string(i), h.data(), rows, flat);
+    block(b, attend, c.n_activated_experts, rr, held, &pre, h.data());
+    if (batch.trace) batch.trace->record("layer_out." + std::to_string(i), every_row(h, flat, &h_all), rows, flat);
   }
+  if (batch.want_taps) {
+    Buffer taps_all;
+    const float* all = every_row(held_taps, tap_width, &taps_all);
+    out->taps.assign(all, all + rows * tap_width);
+  } else {
+    out->taps.clear();
+  }
+  const float* h_rows = every_row(h, flat, &h_all);
+  const float* pre_rows = every_row(pre, hc, &pre_all);
   // The head: each chunk's logit rows, collapsed with the last FFN's mix.
   const std::vector<int64_t> logit_rows = batch.logit_row_indices();
   const int64_t n = static_cast<int64_t>(logit_rows.size());
   Buffer x(n * dim);
-  for (int64_t i = 0; i < n; ++i) hc_collapse(&pre[logit_rows[i] * hc], c, &h[logit_rows[i] * flat], 1, &x[i * dim]);
+  for (int64_t i = 0; i < n; ++i)
+    hc_collapse(&pre_rows[logit_rows[i] * hc], c, &h_rows[logit_rows[i] * flat], 1, &x[i * dim]);
   rms_norm_rows(weights_->norm, c.norm_eps, x.data(), n, dim);
   out->vocab_begin = 0;
   out->vocab_size = c.vocab_size;

@@ -6,6 +6,7 @@
 // (V41Chunk).
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <random>
@@ -18,6 +19,7 @@
 #include "model/dspark.h"
 #include "model/serving_model.h"
 #include "model/engram_hash.h"
+#include "model/forward_scope.h"
 #include "model/reference_rows.h"
 #include "model/rope.h"
 #include "model/v41_attention.h"
@@ -41,8 +43,16 @@ class DeepseekV41 : public ServingModel {
   // Tensor parallelism: this rank holds its share of the attention heads
   // and of the dense linears' output features (the loader's TensorShard);
   // the group's ranks run every forward together on the same rows, each
-  // routing its block of them, and all get the same whole outputs.
-  void set_tensor_group(Collectives* group) { tensor_group_ = group; }
+  // routing its block of them, and all get the same whole outputs. With
+  // FlashComm1, a prefill forward of at least flashcomm.min_tokens rows
+  // keeps each rank's block of the residual stream only (sequence
+  // parallelism): the sublayers' inputs are gathered, their outputs
+  // scattered by rows.
+  void set_tensor_group(Collectives* group, FlashCommOptions flashcomm = {}) {
+    tensor_group_ = group;
+    flashcomm_ = flashcomm;
+  }
+  int64_t flashcomm_forwards() const { return flashcomm_forwards_.load(); }
   // A sequence's caches in plain vectors (tests, verify).
   std::unique_ptr<ContiguousCache> new_cache() const;
   // Engram look-back: how many tokens before a chunk SeqChunk::history holds.
@@ -74,16 +84,21 @@ class DeepseekV41 : public ServingModel {
   // v41_first_row_after_unwritten_keys runs as two forwards (no trace).
   Status forward_in_two(const ForwardBatch& batch, const std::vector<int64_t>& cut, ForwardOutput* out) const;
   Status forward_rows(const ForwardBatch& batch, ForwardOutput* out) const;
+  // Rows in `held` (null: all of them) are the ones h holds.
   void engram(const V41Engram& g, int which, const std::vector<int64_t>& rows_ids, float* h, int64_t rows,
-              const ReferenceRows& rr) const;
-  void moe(const V41MoE& w, int top_k, const float* x, int64_t rows, const ReferenceRows& rr, float* y) const;
-  // A block over h [rows, hc, dim], its attention `attend`; pre [rows, hc]:
-  // the collapse weights the previous sublayer left, replaced by the FFN's.
-  void block(const V41Block& b, const Attend& attend, int top_k, const ReferenceRows& rr, std::vector<float>* pre,
-             float* h) const;
+              const TokenSplit* held, const ReferenceRows& rr) const;
+  // x [rows, dim] -> y [rows, dim], or this rank's block of them (held).
+  void moe(const V41MoE& w, int top_k, const float* x, int64_t rows, const ReferenceRows& rr, const TokenSplit* held,
+           float* y) const;
+  // A block over h [rows, hc, dim], its attention `attend` (x of every row
+  // -> y of h's rows); pre [rows, hc]: the collapse weights the previous
+  // sublayer left, replaced by the FFN's. Under FlashComm1 h and pre hold
+  // the rows of `held` only.
+  void block(const V41Block& b, const Attend& attend, int top_k, const ReferenceRows& rr, const TokenSplit* held,
+             std::vector<float>* pre, float* h) const;
   const Rope& rope_for(int ratio) const { return ratio ? compress_rope_ : window_rope_; }
-  V41LayerContext layer_context(int layer, int ratio) const {
-    return {config_, rope_for(ratio), layer, tensor_group_};
+  V41LayerContext layer_context(int layer, int ratio, const TokenSplit* held = nullptr) const {
+    return {config_, rope_for(ratio), layer, tensor_group_, held};
   }
 
   ModelConfig config_;
@@ -93,6 +108,8 @@ class DeepseekV41 : public ServingModel {
   Rope window_rope_, compress_rope_;
   Collectives* expert_group_ = nullptr;
   Collectives* tensor_group_ = nullptr;
+  FlashCommOptions flashcomm_;
+  mutable std::atomic<int64_t> flashcomm_forwards_{0};
 };
 
 }  // namespace dsv4

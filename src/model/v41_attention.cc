@@ -280,7 +280,8 @@ void output_projection(const V41Attention& w, const V41LayerContext& ctx, const 
       const int64_t at = G >= T ? g : g * (T / G);
       std::copy_n(&all[(r * T * gl + at) * ol], ol, &full[(r * G + g) * ol]);
     }
-  v41_linear_columns(w.wo_b, tp, full.data(), rows, out);
+  if (ctx.held) v41_linear_columns_to_rows(w.wo_b, tp, *ctx.held, full.data(), rows, out);
+  else v41_linear_columns(w.wo_b, tp, full.data(), rows, out);
 }
 
 }  // namespace

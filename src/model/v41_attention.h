@@ -12,6 +12,7 @@
 #include "model/config.h"
 #include "model/rope.h"
 #include "model/sequence_cache.h"
+#include "model/token_split.h"
 #include "model/v41_weights.h"
 
 namespace dsv4 {
@@ -50,9 +51,12 @@ struct V41LayerContext {
   // the heads (V41Attention as loaded); every rank computes the same whole
   // KV, compressed and index rows, and gets the whole output.
   Collectives* tp = nullptr;
+  // FlashComm1: the output holds only this rank's block of the rows (its
+  // inputs are still every row).
+  const TokenSplit* held = nullptr;
 };
 
-// x [rows, dim] (after attn_norm) -> out [rows, dim].
+// x [rows, dim] (after attn_norm) -> out [rows, dim] (under ctx.held, this rank's block of them).
 void v41_attention(const V41Attention& w, const V41LayerContext& ctx, const std::vector<V41Chunk>& chunks,
                    const float* x, int64_t rows, V41Shared* shared, float* out);
 

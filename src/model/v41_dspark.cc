@@ -108,7 +108,7 @@ Status DeepseekV41::dspark_draft(const std::vector<DSparkCall>& calls, std::vect
     const V41LayerContext ctx = layer_context(c.n_layers + s, 0);
     const Attend attend = [&](const float* x, float* y) { v41_dspark_attention(b.attn, ctx, views, K, x, y); };
     const int top_k = c.dspark_n_activated_experts ? c.dspark_n_activated_experts : c.n_activated_experts;
-    block(b, attend, top_k, rr, &pre, h.data());
+    block(b, attend, top_k, rr, nullptr, &pre, h.data());
   }
 
   std::vector<float> hidden(rows * dim), normed(rows * dim), logits(rows * V);

@@ -204,4 +204,15 @@ void v41_linear_columns(const V41Linear& l, Collectives* group, const float* x, 
   gather_columns(group, TokenSplit::of(m, group), mine.data(), l.out, y);
 }
 
+void v41_linear_columns_to_rows(const V41Linear& l, Collectives* group, const TokenSplit& split, const float* x,
+                                int64_t m, float* y) {
+  if (l.parts == 1) {  // whole on every rank: only this rank's rows
+    v41_linear(l, x + split.begin() * l.in, split.count(), y);
+    return;
+  }
+  std::vector<float> mine(m * l.out);
+  v41_linear(l, x, m, mine.data());
+  columns_to_rows(group, split, mine.data(), l.out, y);
+}
+
 }  // namespace dsv4

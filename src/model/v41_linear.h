@@ -65,6 +65,12 @@ void v41_linear(const V41Linear& l, const float* x, int64_t m, float* y);
 // dot product. y [m, l.out * l.parts].
 void v41_linear_columns(const V41Linear& l, Collectives* group, const float* x, int64_t m, float* y);
 
+// The same for FlashComm1: this rank keeps only its block of rows of
+// `split` (over `group`), whole: y [split.count(), l.out * l.parts].
+struct TokenSplit;
+void v41_linear_columns_to_rows(const V41Linear& l, Collectives* group, const TokenSplit& split, const float* x,
+                                int64_t m, float* y);
+
 // The reference's act_quant(x, 32, "ue8m0"): per 32 values, amax floored
 // at 1e-4, scale 2^ceil(log2(amax / 448)), codes e4m3(clamp(x / scale)).
 // codes [n] e4m3 values, scales [n / 32].

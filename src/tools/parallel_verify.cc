@@ -145,6 +145,7 @@ StatusOr<RankVerify> verify_v41_golden_on_rank(const std::string& dir, const V41
   out.topology = rm.topology;
   DSV4_ASSIGN_OR_RETURN(out.report, verify_v41_golden(*rm.share.v41, options));
   out.weight_bytes = rm.share.resident_bytes();
+  out.flashcomm_forwards = rm.share.v41->flashcomm_forwards();
   return out;
 }
 
