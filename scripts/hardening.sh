@@ -61,7 +61,7 @@ if [[ $what == all || $what == tests ]]; then
     '^Cases/V41Golden[.]PrefillAndDecodeAreTheReferencesBitForBit/(Tiny_(Whole|Chunks1|Chunks64|Whole_Packed|Chunks7_Packed)|Fp8_(Whole|Chunks1|Chunks7|Chunks64|Whole_Packed))$'
     '^Cases/V41Engine[.]GeneratesTheReferencesGreedyTokens/(Tiny_(Packed|Chunks64|DSpark3)|Fp8_(Packed|Chunks7|Chunks64))$'
     '^V41Golden[.]VerifyCliPassesTheCasesAndRefusesWhatV41DoesNotRun$'
-    '^Cases/V41Layouts[.]GenerateTheReferencesGreedyTokens/(Tiny_.*|Fp8_DP2xEP2|Fp8_DP4xEP4Chunks7)$'
+    '^Cases/V41Layouts[.]GenerateTheReferencesGreedyTokens/(Tiny_.*|Fp8_DP2xEP2|Fp8_DP4xEP4Chunks7|Fp8_TP4DSpark3)$'
     '^V41Golden[.]ParallelRanksAreTheReferencesBitForBit$' '^SyntheticV41[.]PrefixCacheHitsGenerateWhatTheComputedPromptDoes$'
     '^DSparkServing[.]RanksAsThreadsGiveTheSameTokens$' '^ParallelCli[.]VerifyOnTheCanonicalLayoutWithFlashComm1$'
   )

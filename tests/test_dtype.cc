@@ -1,6 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
+#include <cstdint>
+#include <vector>
 
 #include "base/dtype.h"
 
@@ -52,6 +55,40 @@ TEST(DType, MinifloatRoundingTiesToEven) {
   EXPECT_EQ(round_to_e2m1(-1.75f), -2.0f);
   // e4m3 subnormals: spacing 2^-9.
   EXPECT_EQ(round_to_e4m3(std::ldexp(3.4f, -9)), std::ldexp(3.0f, -9));
+}
+
+// The encoders are the rounding: over a sweep of float bit patterns (every
+// exponent, both signs, and each code's neighbours and midpoints), the code's
+// value is round_to_e4m3 / round_to_e2m1 of the clamped input, its sign
+// included; NaN encodes as e4m3's NaN and as e2m1's +6 (the clamp's).
+TEST(DType, EncodersAgreeWithTheRoundingEverywhere) {
+  auto same = [](float x, float y) { return std::bit_cast<uint32_t>(x) == std::bit_cast<uint32_t>(y); };
+  std::vector<float> values;
+  for (uint64_t b = 0; b < (uint64_t{1} << 32); b += 65537) values.push_back(std::bit_cast<float>(static_cast<uint32_t>(b)));
+  for (int code = 0; code < 256; ++code) {
+    const float v = e4m3_to_f32(static_cast<uint8_t>(code));
+    const float next = e4m3_to_f32(static_cast<uint8_t>(code + 1));
+    if (std::isnan(v)) continue;
+    values.insert(values.end(), {v, std::nextafter(v, 0.0f), std::nextafter(v, 1e9f), std::nextafter(v, -1e9f)});
+    if (!std::isnan(next) && (code & 0x7F) != 0x7F) {
+      const float mid = (v + next) / 2;
+      values.insert(values.end(), {mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1e9f), -mid});
+    }
+  }
+  for (float g : {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 6.0f, 448.0f, 464.0f})
+    for (float v : {g, std::nextafter(g, 0.0f), std::nextafter(g, 1e9f)}) values.insert(values.end(), {v, -v});
+  values.insert(values.end(), {0.0f, -0.0f, INFINITY, -INFINITY});
+  for (float v : values) {
+    if (std::isnan(v)) {
+      EXPECT_EQ(f32_to_e4m3(v), 0x7F);
+      EXPECT_EQ(f32_to_e2m1(v), 7);
+      continue;
+    }
+    const float e4 = round_to_e4m3(std::fmax(-kE4M3Max, std::fmin(kE4M3Max, v)));
+    ASSERT_TRUE(same(e4m3_to_f32(f32_to_e4m3(v)), e4)) << v;
+    const float e2 = round_to_e2m1(std::fmax(-kE2M1Max, std::fmin(kE2M1Max, v)));
+    ASSERT_TRUE(same(e2m1_to_f32(f32_to_e2m1(v)), e2)) << v;
+  }
 }
 
 TEST(DType, Bf16RoundsToNearestEven) {

@@ -111,19 +111,36 @@ float round_to_minifloat(float x, int mantissa_bits, int min_exponent) {
   return std::nearbyint(x / quantum) * quantum;  // default rounding mode: ties to even
 }
 
+// Both encoders round as round_to_e4m3 / round_to_e2m1 do (ties to even,
+// after clamping to the format's range) with integer and compare steps
+// instead of a division and nearbyint: they run once per weight in
+// mkmodel and the converters and once per cache value (DType tests check
+// them against the rounding over a sweep of floats).
 uint8_t f32_to_e4m3(float v) {
-  if (std::isnan(v)) return 0x7F;
-  const float r = round_to_e4m3(std::fmax(-kE4M3Max, std::fmin(kE4M3Max, v)));
-  // |r| * 2^-120 has the code's exponent and mantissa bits at bit 20 (e4m3's
-  // bias is 7, float's 127; e4m3 subnormals land on float subnormals).
-  return static_cast<uint8_t>((std::bit_cast<uint32_t>(std::fabs(r) * 0x1p-120f) >> 20) | (std::signbit(r) ? 0x80 : 0));
+  const uint32_t bits = std::bit_cast<uint32_t>(v);
+  const uint8_t sign = static_cast<uint8_t>(bits >> 24 & 0x80);
+  const uint32_t a = bits & 0x7FFFFFFF;
+  if (a > 0x7F800000) return 0x7F;                             // NaN
+  if (a >= std::bit_cast<uint32_t>(kE4M3Max)) return sign | 0x7E;  // clamped to 448
+  if (a < 0x3C800000) {  // below 2^-6: subnormal codes, multiples of 2^-9
+    // x + 2^23 - 2^23 rounds x (< 2^22) to an integer, ties to even.
+    const float q = (std::bit_cast<float>(a) * 512.0f + 8388608.0f) - 8388608.0f;
+    return sign | static_cast<uint8_t>(q);  // 8 is the smallest normal's code
+  }
+  // Keep 3 of the 23 mantissa bits, ties to even (a carry moves the
+  // exponent up), then rebias the exponent from 127 to 7.
+  const uint32_t rounded = (a + 0x7FFFF + (a >> 20 & 1)) >> 20;
+  return sign | static_cast<uint8_t>(rounded - ((127 - 7) << 3));
 }
 
 uint8_t f32_to_e2m1(float v) {
-  const float r = round_to_e2m1(std::fmax(-kE2M1Max, std::fmin(kE2M1Max, v)));
-  const float a = std::fabs(r);  // on the grid 0, 0.5, 1, 1.5 | 2, 3, 4, 6
-  const int code = a < 2.0f ? static_cast<int>(a * 2.0f) : 4 + (a >= 3.0f) + (a >= 4.0f) + (a >= 6.0f);
-  return static_cast<uint8_t>((std::signbit(r) ? 8 : 0) | code);
+  if (std::isnan(v)) return 7;  // clamping takes NaN to +6, as fmin / fmax do
+  const float a = std::fabs(v);
+  // The grid 0, 0.5, 1, 1.5, 2, 3, 4, 6 and its midpoints; a tie goes to
+  // the even code (0.25 -> 0, 0.75 -> 1, 1.25 -> 1, 1.75 -> 2, 2.5 -> 2,
+  // 3.5 -> 4, 5 -> 4).
+  const int code = (a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f) + (a > 2.5f) + (a >= 3.5f) + (a > 5.0f);
+  return static_cast<uint8_t>((std::signbit(v) ? 8 : 0) | code);
 }
 
 float pow2_ceil(float x) {
