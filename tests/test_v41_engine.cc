@@ -276,7 +276,8 @@ TEST(V41Engine, RunServesAV41CheckpointOnParallelRanks) {
 // calls, which the golden model's 128 positions leave no room for, are
 // covered by ChatEncodingV41, ChoiceText and ToolCallGrammar); the effort
 // takes a 1-100 budget and refuses what V4.1 does not know; an image part
-// is a 400 naming it.
+// is a 400 naming it and what is missing (the vision tower), in the chat,
+// Responses and Messages APIs.
 TEST(V41Engine, ServeSpeaksV41sChatFormat) {
   testing::ServerProcess server({"--model", golden_v41_dir("v41-fp8"), "--kv-cache-memory", "64M"});
   ASSERT_GT(server.port(), 0) << server.log();
@@ -308,6 +309,18 @@ TEST(V41Engine, ServeSpeaksV41sChatFormat) {
   ASSERT_TRUE(image);
   EXPECT_EQ(image->status, 400) << image->body;
   EXPECT_NE(image->body.find("'image_url' part"), std::string::npos) << image->body;
+  // Every API names what is missing: the vision tower.
+  auto responses = cli.post("/v1/responses", R"({"input": [{"role": "user", "content":
+      [{"type": "input_image", "image_url": "data:image/png;base64,AAAA"}]}], "max_output_tokens": 2})",
+                            "application/json");
+  auto messages = cli.post("/v1/messages", R"({"max_tokens": 2, "messages": [{"role": "user", "content":
+      [{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}]}]})",
+                           "application/json");
+  for (const auto& r : {image, responses, messages}) {
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << r->body;
+    EXPECT_NE(r->body.find("vision tower (image inputs) is not loaded by this build"), std::string::npos) << r->body;
+  }
   EXPECT_EQ(server.stop(), 0) << server.log();
 }
 

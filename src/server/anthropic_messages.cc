@@ -14,7 +14,8 @@ PlanOrError fail(std::string message, std::string param = "") {
 }
 
 // Text of a string or an array of text blocks; other blocks are an error.
-std::optional<std::string> block_text(const ordered_json& content, const std::string& at, std::string* error) {
+std::optional<std::string> block_text(const ordered_json& content, const std::string& at, ChatFormat format,
+                                      std::string* error) {
   if (content.is_string()) return content.get<std::string>();
   if (content.is_null()) return std::string();
   if (!content.is_array()) {
@@ -26,7 +27,7 @@ std::optional<std::string> block_text(const ordered_json& content, const std::st
     const auto& block = content[k];
     const std::string type = string_field(block, "type");
     if (type != "text" || !block.contains("text") || !block["text"].is_string()) {
-      *error = at + "[" + std::to_string(k) + "] is a '" + type + "' block; only text blocks are read here (this model reads text only)";
+      *error = at + "[" + std::to_string(k) + "] is a '" + type + "' block; only text blocks are read here (" + text_only_reason(format) + ")";
       return std::nullopt;
     }
     if (!text.empty()) text += "\n\n";
@@ -36,7 +37,7 @@ std::optional<std::string> block_text(const ordered_json& content, const std::st
 }
 
 // An Anthropic message as OpenAI-style chat messages (what encode_chat reads).
-std::optional<std::string> convert_message(const ordered_json& m, size_t i, ordered_json* out) {
+std::optional<std::string> convert_message(const ordered_json& m, size_t i, ChatFormat format, ordered_json* out) {
   const std::string at = "messages[" + std::to_string(i) + "]";
   if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) return at + " must be an object with a role";
   const std::string role = m["role"].get<std::string>();
@@ -70,12 +71,12 @@ std::optional<std::string> convert_message(const ordered_json& m, size_t i, orde
                        {"function", {{"name", block["name"]}, {"arguments", dump(input)}}}});
     } else if (type == "tool_result" && role == "user") {
       std::string error;
-      auto result = block_text(block.contains("content") ? block["content"] : ordered_json(), where + ".content", &error);
+      auto result = block_text(block.contains("content") ? block["content"] : ordered_json(), where + ".content", format, &error);
       if (!result) return error;
       out->push_back({{"role", "tool"}, {"tool_call_id", string_field(block, "tool_use_id")}, {"content", *result}});
     } else {
       return where + " is a '" + type + "' block, which a " + role + " message cannot carry here" +
-             (type == "image" || type == "document" ? " (this model reads text only)" : "");
+             (type == "image" || type == "document" ? " (" + std::string(text_only_reason(format)) + ")" : "");
     }
   }
   if (role == "assistant") {
@@ -139,12 +140,12 @@ PlanOrError plan_messages(const ordered_json& b, const ServedModel& m) {
   ordered_json& messages = chat["messages"];
   if (given(b, "system")) {
     std::string error;
-    auto system = block_text(b["system"], "system", &error);
+    auto system = block_text(b["system"], "system", m.chat_format, &error);
     if (!system) return fail(error, "system");
     messages.push_back({{"role", "system"}, {"content", *system}});
   }
   for (size_t i = 0; i < b["messages"].size(); ++i)
-    if (auto error = convert_message(b["messages"][i], i, &messages)) return fail(*error, "messages");
+    if (auto error = convert_message(b["messages"][i], i, m.chat_format, &messages)) return fail(*error, "messages");
   if (given(b, "tools")) {
     if (!b["tools"].is_array()) return fail("tools must be an array", "tools");
     ordered_json tools = ordered_json::array();

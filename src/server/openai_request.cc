@@ -219,7 +219,7 @@ std::optional<ApiError> render_chat(const ordered_json& b, ChatFormat format, Ch
       const std::string type = part["type"].get<std::string>();
       if (type != "text")
         return err(at + ".content[" + std::to_string(k) + "] is a '" + type +
-                       "' part; this model reads text only (give text parts)",
+                       "' part; " + text_only_reason(format) + " (give text parts)",
                    "messages");
     }
   }

@@ -19,7 +19,8 @@ ResponsePlanOrError fail(std::string message, std::string param, std::string cod
 
 // The text of a message's content: a string, or text parts (input_text,
 // output_text, text); anything else is named in the error.
-std::optional<std::string> content_text(const ordered_json& content, const std::string& at, std::string* error) {
+std::optional<std::string> content_text(const ordered_json& content, const std::string& at, ChatFormat format,
+                                        std::string* error) {
   if (content.is_string()) return content.get<std::string>();
   if (!content.is_array()) {
     *error = at + ".content must be a string or an array of content parts";
@@ -40,7 +41,7 @@ std::optional<std::string> content_text(const ordered_json& content, const std::
       text += string_field(part, "refusal");
     } else {
       *error = where + (type.empty() ? " must be a content part with a type"
-                                     : " is an '" + type + "' part; this model reads text only (give input_text parts)");
+                                     : " is an '" + type + "' part; " + text_only_reason(format) + " (give input_text parts)");
       return std::nullopt;
     }
   }
@@ -50,7 +51,8 @@ std::optional<std::string> content_text(const ordered_json& content, const std::
 // Input items as chat messages, appended to *messages: an assistant turn
 // gathers the reasoning, message and function calls that follow each other;
 // a function_call_output is a tool message.
-std::optional<std::string> items_to_messages(const ordered_json& items, ordered_json* messages, ordered_json* normalized) {
+std::optional<std::string> items_to_messages(const ordered_json& items, ChatFormat format, ordered_json* messages,
+                                             ordered_json* normalized) {
   long open_assistant = -1;  // index in *messages of the assistant turn being gathered
   auto assistant = [&]() -> ordered_json& {
     if (open_assistant < 0) {
@@ -72,7 +74,7 @@ std::optional<std::string> items_to_messages(const ordered_json& items, ordered_
       if (role != "user" && role != "system" && role != "developer" && role != "assistant")
         return at + ".role must be user, system, developer or assistant, got '" + role + "'";
       if (!item.contains("content")) return at + " needs content";
-      auto text = content_text(item["content"], at, &error);
+      auto text = content_text(item["content"], at, format, &error);
       if (!text) return error;
       if (role == "assistant") {
         ordered_json& a = assistant();
@@ -86,7 +88,7 @@ std::optional<std::string> items_to_messages(const ordered_json& items, ordered_
       std::string text;
       for (const char* key : {"content", "summary"}) {
         if (!item.contains(key) || !item[key].is_array() || !text.empty()) continue;
-        auto t = content_text(item[key], at, &error);
+        auto t = content_text(item[key], at, format, &error);
         if (!t) return error;
         text = *t;
       }
@@ -107,7 +109,7 @@ std::optional<std::string> items_to_messages(const ordered_json& items, ordered_
       if (item["output"].is_string()) {
         output = item["output"].get<std::string>();
       } else {
-        auto t = content_text(item["output"], at + ".output", &error);
+        auto t = content_text(item["output"], at + ".output", format, &error);
         if (!t) return error;
         output = *t;
       }
@@ -264,7 +266,7 @@ ResponsePlanOrError plan_response(const ordered_json& b, const ServedModel& m, c
   if (!items.is_array()) return fail("input must be a string or an array of input items", "input", "invalid_type");
   if (items.empty() && conversation.empty()) return fail("input is empty", "input");
   plan.input_items = ordered_json::array();
-  if (auto e = items_to_messages(items, &conversation, &plan.input_items)) return fail(*e, "input");
+  if (auto e = items_to_messages(items, m.chat_format, &conversation, &plan.input_items)) return fail(*e, "input");
   for (size_t i = 0; i < plan.input_items.size(); ++i)
     if (!plan.input_items[i].contains("id")) plan.input_items[i]["id"] = "item_" + std::to_string(i);
   plan.conversation = conversation;

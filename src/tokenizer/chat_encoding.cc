@@ -471,4 +471,10 @@ StatusOr<ParsedCompletion> parse_completion(const std::string& text, ChatMode mo
   return p;
 }
 
+const char* text_only_reason(ChatFormat format) {
+  return format == ChatFormat::kV41
+             ? "DeepSeek-V4.1's vision tower (image inputs) is not loaded by this build, which reads text only"
+             : "this model reads text only";
+}
+
 }  // namespace dsv4

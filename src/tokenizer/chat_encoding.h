@@ -36,6 +36,11 @@ inline constexpr char kSystem[] = "<｜System｜>";  // DeepSeek-V4.1
 enum class ChatMode { kChat, kThinking };
 enum class ChatFormat { kV4, kV41 };
 
+// Why a content part that is not text (an image) is refused, for a model of
+// the format's family: V4 reads text only; V4.1 has a vision tower this
+// build does not load.
+const char* text_only_reason(ChatFormat format);
+
 // The DSML tag names of a format: the tool-calls block, an invoke, a
 // parameter (V4.1 puts a space before each).
 struct DsmlTags {
