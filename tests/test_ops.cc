@@ -306,6 +306,39 @@ Op silu() {
           nullptr};
 }
 
+// (m, n, scaled): m input rows, a block of n inputs, block-scaled or not;
+// the accumulators start from earlier blocks' sums.
+Op v41_block() {
+  return {"v41_block (m, n, scaled)", 0,
+          {{1, 32, 1}, {5, 32, 1}, {9, 17, 1}, {4, 32, 0}, {7, 3, 0}, {13, 32, 0}, {0, 32, 1}},
+          [](const Kernels& k, const Shape& s) {
+            const int64_t lda = 40;
+            const auto a = normals(std::max<int64_t>(1, s.a) * lda, 21), tile = normals(s.b * kernels::kPanel, 22);
+            const auto sx = normals(std::max<int64_t>(1, s.a), 23), wscale = normals(kernels::kPanel, 24);
+            Output acc = normals(std::max<int64_t>(1, s.a) * kernels::kPanel, 25);
+            k.v41_block(a.data(), lda, s.a, tile.data(), s.b, sx.data(), s.c ? wscale.data() : nullptr, acc.data());
+            return acc;
+          },
+          nullptr};
+}
+
+// (heads, n, dim): n KV rows, every 5th unused, blocks of 64 and a tail;
+// a dim the vector body does not take goes to the generic one.
+Op v41_sparse_attention() {
+  return {"v41_sparse_attention (heads, n, dim)", 0,
+          {{1, 1, 16}, {4, 63, 128}, {3, 64, 32}, {8, 150, 128}, {2, 200, 24}, {5, 0, 16}},
+          [](const Kernels& k, const Shape& s) {
+            const auto rows = normals(std::max<int64_t>(1, s.b) * s.c, 31, 2.0f);
+            const auto q = normals(s.a * s.c, 32), sinks = normals(s.a, 33);
+            std::vector<const float*> kv;
+            for (int64_t j = 0; j < s.b; ++j) kv.push_back(j % 5 == 2 ? nullptr : &rows[j * s.c]);
+            Output out(s.a * s.c);
+            k.v41_sparse_attention(q.data(), s.a, s.c, kv.data(), s.b, sinks.data(), 0.09f, out.data());
+            return out;
+          },
+          nullptr};
+}
+
 std::vector<Op> all_ops() {
   using kernels::PanelFormat;
   return {f32_gemm(),
@@ -321,7 +354,9 @@ std::vector<Op> all_ops() {
           hadamard(),
           store_kv_row(),
           sink_attention(),
-          head_dots()};
+          head_dots(),
+          v41_block(),
+          v41_sparse_attention()};
 }
 
 class Ops : public ::testing::TestWithParam<Op> {};

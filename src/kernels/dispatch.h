@@ -82,6 +82,20 @@ struct Kernels {
   // scratch: head_dots_scratch floats.
   void (*head_dots)(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_keys, int64_t dim,
                     float* scratch, float* dots) = nullptr;
+  // One K block of n <= 32 inputs of DeepSeek-V4.1's linear (model/
+  // v41_linear.h) for kPanel output rows side by side: tile [n][kPanel] the
+  // rows' weights transposed, a the m input rows at the block (row stride
+  // lda), acc [m][kPanel]. Block-scaled (wscale non-null): per row r the
+  // block's products summed in input order, times sx[r], times wscale[j],
+  // added to acc; else each product added to acc in input order.
+  void (*v41_block)(const float* a, int64_t lda, int64_t m, const float* tile, int64_t n, const float* sx,
+                    const float* wscale, float* acc) = nullptr;
+  // DeepSeek-V4.1's sparse_attn for one query row: `heads` heads of q
+  // [heads, dim] over the n KV rows kv[j] (null: an unused index) in blocks
+  // of 64 with an online softmax from -1e30 (every score a left-to-right
+  // dot times scale), the sinks joining the denominator; out [heads, dim].
+  void (*v41_sparse_attention)(const float* q, int64_t heads, int64_t dim, const float* const* kv, int64_t n,
+                               const float* sinks, float scale, float* out) = nullptr;
 };
 
 // The one dispatch point: the kernels for `numerics` on the active ISA.

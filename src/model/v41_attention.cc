@@ -6,6 +6,7 @@
 
 #include "base/thread_pool.h"
 #include "kernels/cache_rows.h"
+#include "kernels/dispatch.h"
 #include "kernels/kernels.h"
 #include "model/token_split.h"
 #include "ops/norm.h"
@@ -15,8 +16,6 @@ namespace dsv4 {
 namespace {
 
 using Buffer = std::vector<float>;
-
-constexpr int64_t kAttnBlock = 64;  // sparse_attn's blocks of indices
 
 
 // One position's RoPE angles, for every vector rotated at it.
@@ -257,14 +256,37 @@ void output_projection(const V41Attention& w, const V41LayerContext& ctx, const 
     first_head = tp->rank() / ranks_per_group * (c.n_heads / G);
   }
   Buffer og(rows * gl * ol);
-  parallel_for(gl * ol, 1, [&](int64_t j0, int64_t j1) {
-    Buffer wrow(group_in);
-    for (int64_t j = j0; j < j1; ++j) {  // j = g * ol + k, g this rank's
-      w.wo_a.row(j, wrow.data());
-      for (int64_t r = 0; r < rows; ++r)
-        og[r * gl * ol + j] = kernels::dot(oin + (r * oheads + first_head) * hd + j / ol * group_in, wrow.data(), group_in);
-    }
-  });
+  // og[r, j] = its group's heads of row r . wo_a row j, added left to right
+  // (j = g * ol + k, g this rank's): sixteen j of one group at a time, a
+  // lane each (kernels' v41_block), or one dot each.
+  const int64_t lanes = kernels::kPanel, row_stride = oheads * hd;
+  const float* first_in = oin + first_head * hd;
+  if (ol % lanes == 0) {
+    const kernels::Kernels& k = kernels::kernels_for(kernels::Numerics::kExact);
+    parallel_for(gl * ol / lanes, 1, [&](int64_t p0, int64_t p1) {
+      Buffer tile(V41Linear::kBlock * lanes), acc(rows * lanes);
+      for (int64_t p = p0; p < p1; ++p) {
+        const int64_t j0 = p * lanes;
+        const float* a = first_in + j0 / ol * group_in;
+        std::fill(acc.begin(), acc.end(), 0.0f);
+        for (int64_t i0 = 0; i0 < group_in; i0 += V41Linear::kBlock) {
+          const int64_t n = std::min(V41Linear::kBlock, group_in - i0);
+          w.wo_a.values_transposed(j0, lanes, i0, n, tile.data(), lanes);
+          k.v41_block(a + i0, row_stride, rows, tile.data(), n, nullptr, nullptr, acc.data());
+        }
+        for (int64_t r = 0; r < rows; ++r) std::copy_n(&acc[r * lanes], lanes, &og[r * gl * ol + j0]);
+      }
+    });
+  } else {
+    parallel_for(gl * ol, 1, [&](int64_t j0, int64_t j1) {
+      Buffer wrow(group_in);
+      for (int64_t j = j0; j < j1; ++j) {
+        w.wo_a.row(j, wrow.data());
+        for (int64_t r = 0; r < rows; ++r)
+          og[r * gl * ol + j] = kernels::dot(first_in + r * row_stride + j / ol * group_in, wrow.data(), group_in);
+      }
+    });
+  }
   if (!tp) {
     v41_linear(w.wo_b, og.data(), rows, out);
     return;
@@ -302,36 +324,8 @@ int64_t v41_first_row_after_unwritten_keys(const ModelConfig& c, int64_t start_p
 
 void v41_sparse_attention(const float* q, int heads, int64_t head_dim, const std::vector<const float*>& kv,
                           const float* sinks, float scale, float* out) {
-  const int64_t n = static_cast<int64_t>(kv.size());
-  Buffer s(kAttnBlock), acc(head_dim);
-  for (int h = 0; h < heads; ++h) {
-    const float* qh = q + h * head_dim;
-    float running_max = -1e30f, sum_exp = 0.0f;
-    std::fill(acc.begin(), acc.end(), 0.0f);
-    for (int64_t b0 = 0; b0 < n; b0 += kAttnBlock) {
-      const int64_t blk = std::min(kAttnBlock, n - b0);
-      float block_max = -INFINITY;
-      for (int64_t j = 0; j < blk; ++j) {
-        const float* k = kv[b0 + j];
-        s[j] = k ? kernels::dot(qh, k, head_dim) * scale : -INFINITY;
-        block_max = std::fmax(block_max, s[j]);
-      }
-      const float new_max = std::fmax(running_max, block_max);
-      // torch.exp runs every element through the vector exp, tails included
-      // (vml::vexp maps partial vectors too), so no element goes to libm.
-      const float rescale = kernels::vexp(running_max - new_max);
-      for (int64_t j = 0; j < blk; ++j) s[j] = kernels::vexp(s[j] - new_max);
-      sum_exp = sum_exp * rescale + kernels::sum(s.data(), blk);
-      for (int64_t d = 0; d < head_dim; ++d) {
-        float pv = 0.0f;
-        for (int64_t j = 0; j < blk; ++j) pv += s[j] * (kv[b0 + j] ? kv[b0 + j][d] : 0.0f);
-        acc[d] = acc[d] * rescale + pv;
-      }
-      running_max = new_max;
-    }
-    sum_exp = sum_exp + kernels::vexp(sinks[h] - running_max);
-    for (int64_t d = 0; d < head_dim; ++d) out[h * head_dim + d] = acc[d] / sum_exp;
-  }
+  kernels::kernels_for(kernels::Numerics::kExact)
+      .v41_sparse_attention(q, heads, head_dim, kv.data(), static_cast<int64_t>(kv.size()), sinks, scale, out);
 }
 
 void v41_window_kv(const V41Attention& w, const V41LayerContext& ctx, const float* x,

@@ -5,6 +5,7 @@
 
 #include "base/dtype.h"
 #include "base/thread_pool.h"
+#include "kernels/dispatch.h"
 #include "kernels/kernels.h"
 #include "model/token_split.h"
 
@@ -142,11 +143,12 @@ int64_t V41Linear::held_bytes(Kind kind, int64_t out, int64_t in) {
 }
 
 // Output rows are computed kRows at a time, one per lane of the
-// accumulator arrays: each lane adds its own products left to right, the
-// order of the reference's scalar loop, so rows side by side give the same
-// bits as one at a time while the adds no longer wait on each other. A
-// tile holds one block of kBlock inputs of the group's rows, transposed.
-constexpr int64_t kRows = 16;
+// accumulator arrays (kernels' v41_block): each lane adds its own products
+// left to right, the order of the reference's scalar loop, so rows side by
+// side give the same bits as one at a time while the adds no longer wait on
+// each other. A tile holds one block of kBlock inputs of the group's rows,
+// transposed.
+constexpr int64_t kRows = kernels::kPanel;
 
 void v41_linear(const V41Linear& l, const float* x, int64_t m, float* y) {
   const int64_t in = l.in, out = l.out, blocks = (in + kBlock - 1) / kBlock;
@@ -159,34 +161,24 @@ void v41_linear(const V41Linear& l, const float* x, int64_t m, float* y) {
   }
   const float* a = scaled ? codes.data() : x;
   const int64_t groups = (out + kRows - 1) / kRows;
+  // The block kernel's bits are the same on every ISA (exact numerics).
+  const kernels::Kernels& k = kernels::kernels_for(kernels::Numerics::kExact);
   parallel_for(groups, 1, [&](int64_t g0, int64_t g1) {
-    std::vector<float> acc(m * kRows), tile(kBlock * kRows);
-    float part[kRows], wscale[kRows];
+    std::vector<float> acc(m * kRows), tile(kBlock * kRows), sx(m);
+    float wscale[kRows];
     for (int64_t g = g0; g < g1; ++g) {
       const int64_t o0 = g * kRows, rows = std::min(kRows, out - o0);
       std::fill(acc.begin(), acc.end(), 0.0f);
       std::fill(tile.begin(), tile.end(), 0.0f);
+      std::fill(wscale, wscale + kRows, 1.0f);  // lanes past the last row compute padding
       for (int64_t b = 0; b < blocks; ++b) {
         const int64_t i0 = b * kBlock, n = std::min(kBlock, in - i0);
         l.values_transposed(o0, rows, i0, n, tile.data(), kRows);
-        if (scaled)
+        if (scaled) {
           for (int64_t j = 0; j < rows; ++j) wscale[j] = l.weight_scale(o0 + j, b);
-        for (int64_t r = 0; r < m; ++r) {
-          const float* ar = a + r * in + i0;
-          float* accr = &acc[r * kRows];
-          if (!scaled) {  // one left-to-right sum over the whole row
-            for (int64_t i = 0; i < n; ++i)
-              for (int64_t j = 0; j < kRows; ++j) accr[j] += ar[i] * tile[i * kRows + j];
-            continue;
-          }
-          // The block's sum of code products, then times the activation's
-          // scale and the weight's, added to the row's total in block order.
-          for (int64_t j = 0; j < kRows; ++j) part[j] = 0.0f;
-          for (int64_t i = 0; i < n; ++i)
-            for (int64_t j = 0; j < kRows; ++j) part[j] += ar[i] * tile[i * kRows + j];
-          const float sx = scales[r * blocks + b];
-          for (int64_t j = 0; j < rows; ++j) accr[j] += part[j] * sx * wscale[j];
+          for (int64_t r = 0; r < m; ++r) sx[r] = scales[r * blocks + b];
         }
+        k.v41_block(a + i0, in, m, tile.data(), n, sx.data(), scaled ? wscale : nullptr, acc.data());
       }
       for (int64_t r = 0; r < m; ++r)
         for (int64_t j = 0; j < rows; ++j) y[r * out + o0 + j] = acc[r * kRows + j];

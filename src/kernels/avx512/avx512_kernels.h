@@ -28,6 +28,10 @@ void silu(float* x, int64_t n, int64_t index0, int64_t total);
 void fp8_round_trip(float* x, int64_t n, int64_t block);
 void hadamard(float* x, int64_t n, float* scratch);
 void store_kv_row(const float* x, const KvRowFormat& f, uint8_t* row);
+void v41_block(const float* a, int64_t lda, int64_t m, const float* tile, int64_t n, const float* sx,
+               const float* wscale, float* acc);
+void v41_sparse_attention(const float* q, int64_t heads, int64_t dim, const float* const* kv, int64_t n,
+                          const float* sinks, float scale, float* out);
 void sink_attention_heads(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_slots,
                           const KvRowFormat& f, const float* sinks, float scale, float* scratch, float* out);
 void head_dots(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_keys, int64_t dim,

@@ -17,6 +17,8 @@ void set_exact(Kernels* k) {
   k->store_kv_row = &store_kv_row;
   k->sink_attention_heads = &sink_attention_heads;
   k->head_dots = &head_dots;
+  k->v41_block = &v41_block;
+  k->v41_sparse_attention = &v41_sparse_attention;
 }
 
 }  // namespace

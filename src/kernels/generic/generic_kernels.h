@@ -27,5 +27,9 @@ void sink_attention_heads(const float* q, int64_t heads, const uint8_t* const* k
                           const KvRowFormat& f, const float* sinks, float scale, float* scratch, float* out);
 void head_dots(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_keys, int64_t dim,
                float* scratch, float* dots);
+void v41_block(const float* a, int64_t lda, int64_t m, const float* tile, int64_t n, const float* sx,
+               const float* wscale, float* acc);
+void v41_sparse_attention(const float* q, int64_t heads, int64_t dim, const float* const* kv, int64_t n,
+                          const float* sinks, float scale, float* out);
 
 }  // namespace dsv4::kernels::generic

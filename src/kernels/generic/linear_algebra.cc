@@ -129,4 +129,21 @@ void generic::sink_attention_heads(const float* q, int64_t heads, const uint8_t*
   }
 }
 
+void generic::v41_block(const float* a, int64_t lda, int64_t m, const float* tile, int64_t n, const float* sx,
+                        const float* wscale, float* acc) {
+  for (int64_t r = 0; r < m; ++r) {
+    const float* ar = a + r * lda;
+    float* accr = acc + r * kPanel;
+    if (!wscale) {  // one left-to-right sum over the whole row
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = 0; j < kPanel; ++j) accr[j] += ar[i] * tile[i * kPanel + j];
+      continue;
+    }
+    float part[kPanel] = {};
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < kPanel; ++j) part[j] += ar[i] * tile[i * kPanel + j];
+    for (int64_t j = 0; j < kPanel; ++j) accr[j] += part[j] * sx[r] * wscale[j];
+  }
+}
+
 }  // namespace dsv4::kernels
