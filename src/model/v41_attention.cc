@@ -260,8 +260,11 @@ void output_projection(const V41Attention& w, const V41LayerContext& ctx, const 
   // (j = g * ol + k, g this rank's): sixteen j of one group at a time, a
   // lane each (kernels' v41_block), or one dot each.
   const int64_t lanes = kernels::kPanel, row_stride = oheads * hd;
-  const float* first_in = oin + first_head * hd;
-  if (ol % lanes == 0) {
+  const float* first_in = rows ? oin + first_head * hd : nullptr;
+  if (rows == 0) {
+    // Nothing of this rank's to compute (its buffers may be null); the
+    // gathers below still run with the group.
+  } else if (ol % lanes == 0) {
     const kernels::Kernels& k = kernels::kernels_for(kernels::Numerics::kExact);
     parallel_for(gl * ol / lanes, 1, [&](int64_t p0, int64_t p1) {
       Buffer tile(V41Linear::kBlock * lanes), acc(rows * lanes);

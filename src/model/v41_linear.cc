@@ -151,6 +151,7 @@ int64_t V41Linear::held_bytes(Kind kind, int64_t out, int64_t in) {
 constexpr int64_t kRows = kernels::kPanel;
 
 void v41_linear(const V41Linear& l, const float* x, int64_t m, float* y) {
+  if (m == 0) return;  // an empty forward (its buffers may be null)
   const int64_t in = l.in, out = l.out, blocks = (in + kBlock - 1) / kBlock;
   const bool scaled = l.block_scaled();
   std::vector<float> codes, scales;
