@@ -75,7 +75,7 @@ const char* kHelp =
     "  --model DIR        checkpoint (default: the embedded default model). A DeepSeek-V4.1 checkpoint, or\n"
     "                     --model given more than once: decode at batch 1 after --ctx prompt tokens (default\n"
     "                     256) for --gen steps (default 8), each model against its memory roofline, side by\n"
-    "                     side in one run (V4 models in exact and fast numerics, V4.1 in exact)\n"
+    "                     side in one run (exact and fast numerics)\n"
     "  --prompt-len N     tokens each data-parallel group prefills in the measured step (default 1024)\n"
     "  --flashcomm1-sp-min-token-num N   FlashComm1 threshold for the 'on' rows (default: the prompt length)\n";
 

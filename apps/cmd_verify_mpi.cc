@@ -34,18 +34,20 @@ int verify_over_mpi(int argc, char** argv, const std::string& dir, const std::st
   if (auto config = load_any_model_config(dir + "/config.json"); config.ok() && config->family == ModelFamily::kV41) {
     // Every data-parallel group runs every prompt; each rank checks its own
     // report, rank 0 prints its.
-    if (parallel.numerics != kernels::Numerics::kExact) {
-      std::fprintf(stderr, "dsv4 verify: DeepSeek-V4.1 runs in exact numerics in this build (no --numerics fast)\n");
+    auto bounds = GoldenBounds::for_run(opt.golden_path, parallel.numerics, /*w8a8=*/false);
+    if (!bounds.ok()) {
+      std::fprintf(stderr, "dsv4 verify: %s\n", bounds.status().message().c_str());
       return finish(2);
     }
-    auto run = verify_v41_golden_on_rank(dir, {opt.golden_path, chunk, false}, parallel, *world);
+    auto run = verify_v41_golden_on_rank(dir, {opt.golden_path, chunk, false, *bounds}, parallel, *world);
     if (!run.ok()) {
       std::fprintf(stderr, "dsv4 verify (rank %d of %d): %s\n", rank, size, run.status().message().c_str());
       return finish(2);
     }
     if (rank == 0)
-      std::printf("dsv4 verify over %d MPI ranks (%s), numerics exact\n  model   %s\n  weights %.2f MiB on rank 0\n%s",
-                  size, run->topology.describe().c_str(), dir.c_str(), run->weight_bytes / 1048576.0,
+      std::printf("dsv4 verify over %d MPI ranks (%s), numerics %s\n  model   %s\n  weights %.2f MiB on rank 0\n%s",
+                  size, run->topology.describe().c_str(), kernels::numerics_name(parallel.numerics), dir.c_str(),
+                  run->weight_bytes / 1048576.0,
                   run->report.format().c_str());
     return finish(run->report.pass() ? 0 : 1);
   }

@@ -114,21 +114,20 @@ StatusOr<std::unique_ptr<DeepseekV4>> load_model(const std::string& dir, kernels
 
 namespace {
 
-// DeepSeek-V4.1 in exact numerics on data- and expert-parallel ranks: its
-// tensor-parallel layouts and fast kernels are not written yet (Topology
-// refuses --tp by name), and saying so beats serving something else.
+// DeepSeek-V4.1 on its ranks, its weights packed for the fast kernels in
+// fast numerics.
 StatusOr<std::unique_ptr<Engine>> load_v41_engine(const std::string& dir, const EngineOptions& engine,
                                                   const ParallelOptions& parallel, kernels::Numerics numerics,
                                                   const KvCacheOptions& cache, LoadMeter& meter, bool progress_bar) {
-  if (numerics == kernels::Numerics::kFast)
-    log_info("DeepSeek-V4.1 runs in exact numerics (the reference's arithmetic); its fast kernels are not written yet");
   ModelOptions options;
+  options.numerics = numerics;
   options.on_progress = meter.progress();
   DSV4_ASSIGN_OR_RETURN(auto executor, LocalExecutor::create(dir, options, parallel, cache));
   int64_t resident = 0;
   for (int r = 0; r < executor->topology().world; ++r) resident += executor->resident_bytes(r);
   if (progress_bar) log_info(meter.summary(resident));
-  log_info("DeepSeek-V4.1 loaded (" + executor->describe() + "): " + std::to_string(resident >> 20) +
+  log_info("DeepSeek-V4.1 loaded (" + executor->describe() + ", " + kernels::numerics_name(numerics) +
+           " numerics): " + std::to_string(resident >> 20) +
            " MiB resident; Engram tables read by row from the checkpoint's files");
   keep_step_memory();
   return Engine::create(std::move(executor), engine.scheduler);

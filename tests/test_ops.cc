@@ -112,8 +112,8 @@ struct QuantizedWeights {
         std::memcpy(&raw[2 * i], &v, 2);
         continue;
       }
-      uint8_t c = static_cast<uint8_t>(rng() % (f == kernels::PanelFormat::kFp8 ? 256 : 16));
-      if (f == kernels::PanelFormat::kFp8 && (c & 0x7F) == 0x7F) c ^= 1;  // no NaN codes
+      uint8_t c = static_cast<uint8_t>(rng() % (kernels::is_fp8(f) ? 256 : 16));
+      if (kernels::is_fp8(f) && (c & 0x7F) == 0x7F) c ^= 1;  // no NaN codes
       raw[i] = c;
     }
     for (auto& s : raw_scales) s = static_cast<uint8_t>(110 + rng() % 20);
@@ -347,6 +347,8 @@ std::vector<Op> all_ops() {
           quantized_gemm(PanelFormat::kFp4, "matmul_quantized FP4 (m, n, k)"),
           pairs_gemm(PanelFormat::kFp8, "matmul_quantized_pairs FP8 (m, n, k)"),
           pairs_gemm(PanelFormat::kFp4, "matmul_quantized_pairs FP4 (m, n, k)"),
+          quantized_gemm(PanelFormat::kFp8Block32, "matmul_quantized FP8, 32 inputs a scale (m, n, k)"),
+          pairs_gemm(PanelFormat::kFp8Block32, "matmul_quantized_pairs FP8, 32 inputs a scale (m, n, k)"),
           int8_gemm(),
           silu(),
           round_trip(true),

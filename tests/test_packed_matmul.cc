@@ -53,15 +53,16 @@ TEST(PackedMatmul, GenericEqualsMatmulNtBitForBit) {
   }
 }
 
-// BF16, FP8 and FP4 panels: the generic body equals matmul_nt on the
-// dequantized weights (code value times scale) bit for bit.
+// BF16, FP8 (scales per 128 or per 32 inputs) and FP4 panels: the generic
+// body equals matmul_nt on the dequantized weights (code value times scale)
+// bit for bit.
 TEST(PackedMatmul, QuantizedPanelsEqualTheDequantizedOracle) {
   struct Shape {
     int64_t m, n, k;
   };
   std::mt19937 rng(5);
   using kernels::PanelFormat;
-  for (PanelFormat f : {PanelFormat::kBf16, PanelFormat::kFp8, PanelFormat::kFp4}) {
+  for (PanelFormat f : {PanelFormat::kBf16, PanelFormat::kFp8, PanelFormat::kFp4, PanelFormat::kFp8Block32}) {
     const bool bf16 = f == PanelFormat::kBf16;
     const int64_t block = bf16 ? 1 : kernels::panel_block(f);
     for (const Shape& s : {Shape{1, 16, 128}, Shape{3, 21, 256}, Shape{6, 70, 384}, Shape{1, 5, 128}, Shape{5, 130, 640}, Shape{0, 16, 128}}) {
@@ -75,15 +76,15 @@ TEST(PackedMatmul, QuantizedPanelsEqualTheDequantizedOracle) {
           w[i] = bf16_to_f32(v);
           continue;
         }
-        uint8_t c = static_cast<uint8_t>(rng() % (f == PanelFormat::kFp8 ? 256 : 16));
-        if (f == PanelFormat::kFp8 && (c & 0x7F) == 0x7F) c ^= 1;  // no NaN codes
+        uint8_t c = static_cast<uint8_t>(rng() % (kernels::is_fp8(f) ? 256 : 16));
+        if (kernels::is_fp8(f) && (c & 0x7F) == 0x7F) c ^= 1;  // no NaN codes
         codes[i] = c;
       }
       for (auto& sc : scales) sc = static_cast<uint8_t>(100 + rng() % 40);
       for (int64_t j = 0; j < s.n && !bf16; ++j)
         for (int64_t t = 0; t < s.k; ++t) {
           const uint8_t c = codes[j * s.k + t];
-          w[j * s.k + t] = (f == PanelFormat::kFp8 ? e4m3_to_f32(c) : e2m1_to_f32(c)) *
+          w[j * s.k + t] = (kernels::is_fp8(f) ? e4m3_to_f32(c) : e2m1_to_f32(c)) *
                            e8m0_to_f32(scales[j * blocks + t / block]);
         }
       const auto x = random_floats(s.m * s.k, 3);
@@ -119,7 +120,7 @@ TEST(PackedMatmul, QuantizedPanelsEqualTheDequantizedOracle) {
 TEST(PackedMatmul, StoredCodesPackLikeThePerCodeOracleInPieces) {
   using kernels::PanelFormat;
   std::mt19937 rng(11);
-  for (PanelFormat f : {PanelFormat::kBf16, PanelFormat::kFp8, PanelFormat::kFp4}) {
+  for (PanelFormat f : {PanelFormat::kBf16, PanelFormat::kFp8, PanelFormat::kFp4, PanelFormat::kFp8Block32}) {
     for (int64_t n : {1, 16, 37, 100}) {
       const int64_t k = 256, blocks = f == PanelFormat::kBf16 ? 0 : k / kernels::panel_block(f);
       const int64_t code_bytes = f == PanelFormat::kBf16 ? 2 : 1;

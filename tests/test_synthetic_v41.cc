@@ -246,9 +246,11 @@ TEST(SyntheticV41, SelfCheckPassesOnTheShrunkPreset) {
   EXPECT_EQ(check.code, 0) << check.output;
   EXPECT_NE(check.output.find("PASS"), std::string::npos) << check.output;
   EXPECT_NE(check.output.find("prefill in chunks of 1 "), std::string::npos) << check.output;
+  // Fast numerics: chunks and batches change no bit either.
   const auto fast = testing::run_dsv4("verify --self-check --model " + dir + " --numerics fast");
-  EXPECT_EQ(fast.code, 2) << fast.output;
-  EXPECT_NE(fast.output.find("exact numerics"), std::string::npos) << fast.output;
+  EXPECT_EQ(fast.code, 0) << fast.output;
+  EXPECT_NE(fast.output.find("numerics fast"), std::string::npos) << fast.output;
+  EXPECT_NE(fast.output.find("PASS"), std::string::npos) << fast.output;
 }
 
 }  // namespace

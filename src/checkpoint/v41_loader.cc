@@ -37,8 +37,10 @@ std::string shape_text(const std::vector<int64_t>& s) {
 // reporting the bytes read against `total`.
 class TensorReader {
  public:
-  TensorReader(const Checkpoint& ckpt, LoadProgress progress, uint64_t total)
-      : ckpt_(ckpt), progress_(std::move(progress)), total_(total) {}
+  // pack: every linear packed for the fast kernels as soon as it is read
+  // (V41Linear::pack_for_fast), so the stored copies never add up.
+  TensorReader(const Checkpoint& ckpt, LoadProgress progress, uint64_t total, bool pack)
+      : ckpt_(ckpt), progress_(std::move(progress)), total_(total), pack_(pack) {}
 
   bool has(const std::string& name) const { return ckpt_.find(name) != nullptr; }
 
@@ -115,11 +117,19 @@ class TensorReader {
     return t->data;
   }
 
-  // A linear stored as `prefix.weight` (+ `prefix.scale`), held as stored:
-  // FP8, FP4, BF16 or F32. Only its output features [first, first + count)
-  // are read (a tensor-parallel rank's block; count -1: all of them).
+  // A linear stored as `prefix.weight` (+ `prefix.scale`), held as stored
+  // (as_stored), or packed for the fast kernels when the reader packs. Only
+  // its output features [first, first + count) are read (a tensor-parallel
+  // rank's block; count -1: all of them).
   StatusOr<V41Linear> linear(const std::string& prefix, int64_t out, int64_t in, int64_t first = 0,
                              int64_t count = -1) {
+    DSV4_ASSIGN_OR_RETURN(V41Linear l, as_stored(prefix, out, in, first, count));
+    if (pack_) l.pack_for_fast();
+    return l;
+  }
+
+  // FP8, FP4, BF16 or F32, as the file stores it.
+  StatusOr<V41Linear> as_stored(const std::string& prefix, int64_t out, int64_t in, int64_t first, int64_t count) {
     if (count < 0) count = out - first;
     V41Linear l;
     l.out = count;
@@ -173,7 +183,7 @@ class TensorReader {
   // A lookup table (read by row): BF16, F16 or F32 only, its rows being
   // the values themselves.
   StatusOr<V41Linear> table(const std::string& prefix, int64_t rows, int64_t dim) {
-    DSV4_ASSIGN_OR_RETURN(V41Linear l, linear(prefix, rows, dim));
+    DSV4_ASSIGN_OR_RETURN(V41Linear l, as_stored(prefix, rows, dim, 0, -1));
     if (l.kind == V41Linear::Kind::kFp8 || l.kind == V41Linear::Kind::kFp4)
       return invalid_argument("tensor " + prefix + ".weight is a lookup table and must be BF16 or F32, not " +
                               std::string(l.kind == V41Linear::Kind::kFp8 ? "FP8" : "FP4"));
@@ -181,11 +191,14 @@ class TensorReader {
   }
 
   // A linear the reference uses dequantized (wo_a): FP8 codes times their
-  // tile's scale in a plain product, or plain.
-  StatusOr<V41Linear> dequantized(const std::string& prefix, int64_t out, int64_t in, int64_t first, int64_t count) {
-    DSV4_ASSIGN_OR_RETURN(V41Linear l, linear(prefix, out, in, first, count));
+  // tile's scale in a plain product, or plain. Packed only when its groups
+  // of group_rows fill whole panels (it is multiplied a group at a time).
+  StatusOr<V41Linear> dequantized(const std::string& prefix, int64_t out, int64_t in, int64_t first, int64_t count,
+                                  int64_t group_rows) {
+    DSV4_ASSIGN_OR_RETURN(V41Linear l, as_stored(prefix, out, in, first, count));
     if (l.kind == V41Linear::Kind::kFp4) return invalid_argument(prefix + " is FP4; the reference dequantizes only FP8 here");
     l.dequantized = l.kind == V41Linear::Kind::kFp8;
+    if (pack_ && group_rows % kernels::kPanel == 0) l.pack_for_fast();
     return l;
   }
 
@@ -198,6 +211,7 @@ class TensorReader {
   const Checkpoint& ckpt_;
   LoadProgress progress_;
   uint64_t total_ = 0, done_ = 0;
+  bool pack_ = false;
 };
 
 #define ASSIGN(lhs, expr) DSV4_ASSIGN_OR_RETURN(lhs, expr)
@@ -221,7 +235,7 @@ Status load_attention(TensorReader& r, const ModelConfig& c, int layer, const st
   ASSIGN(a->wq_b, r.linear(p + "wq_b", H * hd, c.q_lora_rank, h0 * hd, heads * hd));
   ASSIGN(a->wkv, r.columns(p + "wkv", hd, dim, tp));
   ASSIGN(a->kv_norm, r.floats(p + "kv_norm.weight", {hd}));
-  ASSIGN(a->wo_a, r.dequantized(p + "wo_a", G * ol, H * hd / G, g0 * ol, groups * ol));
+  ASSIGN(a->wo_a, r.dequantized(p + "wo_a", G * ol, H * hd / G, g0 * ol, groups * ol, ol));
   ASSIGN(a->wo_b, r.columns(p + "wo_b", dim, G * ol, tp));
   const SharedSources& s = c.shared;
   const bool backbone = layer < c.n_layers;
@@ -348,7 +362,8 @@ void V41Engram::row(int64_t r, float* out) const {
 }
 
 StatusOr<std::unique_ptr<V41Weights>> load_v41_weights(const std::string& dir, const ModelConfig& c,
-                                                       const LoadProgress& progress, RankShards shards) {
+                                                       const LoadProgress& progress, RankShards shards,
+                                                       kernels::Numerics numerics) {
   DSV4_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> opened, Checkpoint::open(dir));
   std::shared_ptr<const Checkpoint> ckpt(std::move(opened));
   // Everything is read but the Engram tables, which stay mapped.
@@ -356,7 +371,7 @@ StatusOr<std::unique_ptr<V41Weights>> load_v41_weights(const std::string& dir, c
   for (int64_t rows : c.engram.num_embeddings)
     mapped += static_cast<uint64_t>(rows) * (c.engram.head_dim + c.engram.head_dim / kBlock);
   const uint64_t total = ckpt->total_bytes();
-  TensorReader r(*ckpt, progress, total > mapped ? total - mapped : total);
+  TensorReader r(*ckpt, progress, total > mapped ? total - mapped : total, numerics == kernels::Numerics::kFast);
   auto w = std::make_unique<V41Weights>();
   w->files = ckpt;
   ASSIGN(w->embed, r.table("embed", c.vocab_size, c.dim));
@@ -370,7 +385,7 @@ StatusOr<std::unique_ptr<V41Weights>> load_v41_weights(const std::string& dir, c
 }
 
 StatusOr<std::unique_ptr<DeepseekV41>> load_deepseek_v41(const std::string& dir, const LoadProgress& progress,
-                                                         RankShards shards) {
+                                                         RankShards shards, kernels::Numerics numerics) {
   DSV4_ASSIGN_OR_RETURN(ModelConfig config, load_any_model_config(dir + "/config.json"));
   if (config.family != ModelFamily::kV41)
     return invalid_argument(dir + "/config.json is not a DeepSeek-V4.1 config (model_type deepseek_v41)");
@@ -399,8 +414,12 @@ StatusOr<std::unique_ptr<DeepseekV41>> load_deepseek_v41(const std::string& dir,
                                 std::to_string(config.engram.num_embeddings[i]));
     }
   }
-  DSV4_ASSIGN_OR_RETURN(std::unique_ptr<V41Weights> weights, load_v41_weights(dir, config, progress, shards));
-  return std::make_unique<DeepseekV41>(std::move(config), std::move(weights), std::move(map.compressed), map.size);
+  DSV4_ASSIGN_OR_RETURN(std::unique_ptr<V41Weights> weights,
+                        load_v41_weights(dir, config, progress, shards, numerics));
+  auto model =
+      std::make_unique<DeepseekV41>(std::move(config), std::move(weights), std::move(map.compressed), map.size);
+  if (numerics == kernels::Numerics::kFast) model->use_fast_numerics();  // packed already: marks the model
+  return model;
 }
 
 #undef ASSIGN

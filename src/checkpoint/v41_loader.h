@@ -27,13 +27,16 @@ struct RankShards {
 
 // progress: bytes read of all but the Engram tables (which stay mapped),
 // those of tensors another rank holds counted as done.
+// Fast numerics: every linear packed for the fast kernels as it is read.
 StatusOr<std::unique_ptr<V41Weights>> load_v41_weights(const std::string& dir, const ModelConfig& config,
-                                                       const LoadProgress& progress = {}, RankShards shards = {});
+                                                       const LoadProgress& progress = {}, RankShards shards = {},
+                                                       kernels::Numerics numerics = kernels::Numerics::kExact);
 
 // The model from a checkpoint directory: its config.json (either form), its
 // tokenizer.json (Engram's token map comes from it, checked against the
 // config's engram_compressed_vocab_size) and its weights.
 StatusOr<std::unique_ptr<DeepseekV41>> load_deepseek_v41(const std::string& dir, const LoadProgress& progress = {},
-                                                         RankShards shards = {});
+                                                         RankShards shards = {},
+                                                         kernels::Numerics numerics = kernels::Numerics::kExact);
 
 }  // namespace dsv4

@@ -77,7 +77,8 @@ void pack_panels(const float* w, int64_t n, int64_t k, float* packed);
 
 // BF16, FP8 e4m3 and FP4 e2m1 weights kept in their formats, FP8/FP4 with an
 // e8m0 scale per row and block of the input (128 values for FP8, 32 for
-// FP4). A weight is its code's value times its scale (one exact multiply, as
+// FP4 and for kFp8Block32, DeepSeek-V4.1's [32, 32] tiles one row at a
+// time). A weight is its code's value times its scale (one exact multiply, as
 // the reference dequantizes), so matmul_quantized equals matmul_nt on the
 // dequantized weights bit for bit in exact numerics.
 //
@@ -87,9 +88,10 @@ void pack_panels(const float* w, int64_t n, int64_t k, float* packed);
 // permute and one byte interleave; FP4: a word permute per nibble): 32
 // words, column c's steps (t, t + 1) in words (2c + 1, 2c) (code_position
 // says where each code lives). Scales [k / block][16] bytes.
-enum class PanelFormat { kF32, kBf16, kFp8, kFp4 };
+enum class PanelFormat { kF32, kBf16, kFp8, kFp4, kFp8Block32 };
+inline constexpr bool is_fp8(PanelFormat f) { return f == PanelFormat::kFp8 || f == PanelFormat::kFp8Block32; }
 inline constexpr int64_t kChunkBytes = 64;
-int64_t panel_block(PanelFormat f);  // input values per scale: 128 (FP8), 32 (FP4)
+int64_t panel_block(PanelFormat f);  // input values per scale: 128 (kFp8), 32 (kFp4, kFp8Block32)
 int64_t chunk_steps(PanelFormat f);  // input steps per 64-byte chunk: 4 (FP8), 8 (FP4); k must be a multiple
 struct CodePosition {
   int64_t byte;  // offset in the panels

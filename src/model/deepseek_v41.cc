@@ -77,6 +77,23 @@ void DeepseekV41::engram(const V41Engram& g, int which, const std::vector<int64_
   }
 }
 
+void DeepseekV41::use_fast_numerics() {
+  if (numerics_ == kernels::Numerics::kFast) return;
+  numerics_ = kernels::Numerics::kFast;
+  // wo_a (the one dequantized linear) is multiplied a group at a time: its
+  // panels must not span two groups.
+  const bool wo_a_in_panels = config_.o_lora_rank % kernels::kPanel == 0;
+  std::vector<V41Linear*> linears;
+  weights_->for_each_product([&](V41Linear& l) {
+    if (!l.dequantized || wo_a_in_panels) linears.push_back(&l);
+  });
+  // One linear a task: packing is a copy, and each linear's stored copy
+  // is released as soon as its panels are made.
+  parallel_for(static_cast<int64_t>(linears.size()), 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) linears[i]->pack_for_fast();
+  });
+}
+
 std::unique_ptr<ContiguousCache> DeepseekV41::new_cache() const {
   const CacheGeometry g = CacheGeometry::of(config_);
   return std::make_unique<ContiguousCache>(g, 0, static_cast<int>(g.layers.size()));

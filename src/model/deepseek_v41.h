@@ -15,6 +15,7 @@
 
 #include "base/status.h"
 #include "model/collectives.h"
+#include "kernels/dispatch.h"
 #include "model/config.h"
 #include "model/dspark.h"
 #include "model/serving_model.h"
@@ -53,6 +54,13 @@ class DeepseekV41 : public ServingModel {
     flashcomm_ = flashcomm;
   }
   int64_t flashcomm_forwards() const { return flashcomm_forwards_.load(); }
+  // Fast numerics from now on, for good: every linear a forward multiplies
+  // by is packed for the fast kernels and its stored copy released (exact
+  // numerics takes a new load). wo_a joins when its groups fill whole
+  // panels; a linear whose scales the kernels cannot take stays exact. The
+  // attention and indexer keep their exact kernels.
+  void use_fast_numerics();
+  kernels::Numerics numerics() const { return numerics_; }
   // A sequence's caches in plain vectors (tests, verify).
   std::unique_ptr<ContiguousCache> new_cache() const;
   // Engram look-back: how many tokens before a chunk SeqChunk::history holds.
@@ -110,6 +118,7 @@ class DeepseekV41 : public ServingModel {
   Collectives* tensor_group_ = nullptr;
   FlashCommOptions flashcomm_;
   mutable std::atomic<int64_t> flashcomm_forwards_{0};
+  kernels::Numerics numerics_ = kernels::Numerics::kExact;
 };
 
 }  // namespace dsv4

@@ -264,6 +264,18 @@ void output_projection(const V41Attention& w, const V41LayerContext& ctx, const 
   if (rows == 0) {
     // Nothing of this rank's to compute (its buffers may be null); the
     // gathers below still run with the group.
+  } else if (w.wo_a.packed()) {
+    // Fast numerics: each group's inputs as rows of their own, then the
+    // group's panels (whole: ol is a multiple of kPanel).
+    const kernels::Kernels& k = kernels::kernels_for(kernels::Numerics::kFast);
+    const int64_t panels = ol / lanes;
+    Buffer a(rows * group_in);
+    for (int64_t g = 0; g < gl; ++g) {
+      for (int64_t r = 0; r < rows; ++r) std::copy_n(first_in + r * row_stride + g * group_in, group_in, &a[r * group_in]);
+      parallel_for(panels, 1, [&](int64_t p0, int64_t p1) {
+        linear_panels(k, w.wo_a.panels, a.data(), rows, g * panels + p0, g * panels + p1, og.data(), gl * ol);
+      });
+    }
   } else if (ol % lanes == 0) {
     const kernels::Kernels& k = kernels::kernels_for(kernels::Numerics::kExact);
     parallel_for(gl * ol / lanes, 1, [&](int64_t p0, int64_t p1) {

@@ -129,7 +129,58 @@ void V41Linear::values_transposed(int64_t o0, int64_t rows, int64_t i0, int64_t 
 float V41Linear::e8m0_value(uint8_t e) { return tables().e8m0[e]; }
 
 int64_t V41Linear::bytes() const {
-  return static_cast<int64_t>(4 * f32.size() + 2 * bf16.size() + codes.size() + scale.size());
+  return static_cast<int64_t>(4 * f32.size() + 2 * bf16.size() + codes.size() + scale.size()) +
+         panels.resident_bytes();
+}
+
+bool V41Linear::pack_for_fast() {
+  if (packed() || out == 0) return packed();
+  for (uint8_t e : scale)
+    if (!kernels::scale_in_kernel_range(e)) return false;
+  Linear& p = panels;
+  p.out = out;
+  p.in = in;
+  const auto pack_codes = [&](kernels::PanelFormat f, const uint8_t* stored, const uint8_t* row_scales) {
+    p.code_panels.resize(kernels::packed_code_bytes(f, out, in));
+    kernels::pack_stored_codes(f, stored, out, in, p.code_panels.data());
+    if (!row_scales) return;
+    p.scale_panels.resize(kernels::packed_scale_bytes(f, out, in));
+    kernels::pack_row_scales(f, row_scales, out, in, p.scale_panels.data());
+  };
+  switch (kind) {
+    case Kind::kF32:
+      p.format = WeightFormat::kDense;
+      p.panels.resize(kernels::packed_floats(out, in));
+      kernels::pack_panels(f32.data(), out, in, p.panels.data());
+      break;
+    case Kind::kBf16:
+      p.format = WeightFormat::kBf16;
+      pack_codes(kernels::PanelFormat::kBf16, reinterpret_cast<const uint8_t*>(bf16.data()), nullptr);
+      break;
+    case Kind::kFp8: {
+      // A tile's scale repeated for each of its rows.
+      const int64_t blocks = in / kBlock;
+      std::vector<uint8_t> row_scales(out * blocks);
+      for (int64_t o = 0; o < out; ++o)
+        std::copy_n(&scale[(o / kBlock) * blocks], blocks, &row_scales[o * blocks]);
+      p.format = WeightFormat::kFp8Block32;
+      pack_codes(kernels::PanelFormat::kFp8Block32, codes.data(), row_scales.data());
+      break;
+    }
+    case Kind::kFp4:
+      p.format = WeightFormat::kFp4Block;
+      pack_codes(kernels::PanelFormat::kFp4, codes.data(), scale.data());
+      break;
+  }
+  // FP8 / FP4 products take the input rounded as the reference's act_quant
+  // does (per 32 inputs); wo_a's dequantized weight takes it as it is.
+  p.round_input = block_scaled();
+  p.input_block = kBlock;
+  std::vector<float>().swap(f32);
+  std::vector<uint16_t>().swap(bf16);
+  std::vector<uint8_t>().swap(codes);
+  std::vector<uint8_t>().swap(scale);
+  return true;
 }
 
 int64_t V41Linear::held_bytes(Kind kind, int64_t out, int64_t in) {
@@ -152,6 +203,10 @@ constexpr int64_t kRows = kernels::kPanel;
 
 void v41_linear(const V41Linear& l, const float* x, int64_t m, float* y) {
   if (m == 0) return;  // an empty forward (its buffers may be null)
+  if (l.packed()) {
+    linear_forward(kernels::kernels_for(kernels::Numerics::kFast), l.panels, x, m, y);
+    return;
+  }
   const int64_t in = l.in, out = l.out, blocks = (in + kBlock - 1) / kBlock;
   const bool scaled = l.block_scaled();
   std::vector<float> codes, scales;

@@ -5,6 +5,10 @@
 // the weight's, added to the output in K order. BF16 and F32 weights are a
 // plain left-to-right dot product. Weights stay in their stored format and
 // are decoded a row at a time (exactly: every code value is a float).
+//
+// Fast numerics packs a linear once at load into the fast kernels' panels
+// (ops/linear.h; FP8 as kFp8Block32), still in its stored format, and
+// computes it in their order: BF16 dot products, a block's sum scaled once.
 #pragma once
 
 #include <cmath>
@@ -12,6 +16,7 @@
 #include <vector>
 
 #include "model/collectives.h"
+#include "ops/linear.h"
 
 namespace dsv4 {
 
@@ -34,7 +39,15 @@ struct V41Linear {
   // block of `parts` of the output features (out of them), which
   // v41_linear_columns gathers back into whole rows.
   int parts = 1;
+  // Fast numerics: the weight as panels, the stored copy released
+  // (pack_for_fast); empty in exact numerics.
+  Linear panels;
 
+  bool packed() const { return panels.out > 0; }
+  // Packs the weight for the fast kernels and releases the stored copy.
+  // False, nothing changed, when a scale is outside the kernels' range
+  // (kernels::scale_in_kernel_range): the linear then stays exact.
+  bool pack_for_fast();
   bool block_scaled() const { return (kind == Kind::kFp8 || kind == Kind::kFp4) && !dequantized; }
   float weight_scale(int64_t row, int64_t block) const {
     const uint8_t e = kind == Kind::kFp8 ? scale[(row / kBlock) * (in / kBlock) + block] : scale[row * (in / kBlock) + block];

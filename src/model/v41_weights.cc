@@ -22,7 +22,34 @@ int64_t block_bytes(const V41Block& b) {
   return n;
 }
 
+void for_each_block_product(V41Block& b, const std::function<void(V41Linear&)>& f) {
+  V41Attention& a = b.attn;
+  for (V41Linear* l : {&a.wq_a, &a.wq_b, &a.wkv, &a.wo_a, &a.wo_b}) f(*l);
+  if (a.compressor) {
+    f(a.compressor->wkv);
+    f(a.compressor->wgate);
+  }
+  if (a.indexer) {
+    f(a.indexer->wq_b);
+    f(a.indexer->weights_proj);
+    f(a.indexer->wk);
+  }
+  f(b.ffn.gate);
+  for (V41Expert& e : b.ffn.experts)
+    for (V41Linear* l : {&e.w1, &e.w2, &e.w3}) f(*l);
+  for (V41Linear* l : {&b.ffn.shared.w1, &b.ffn.shared.w2, &b.ffn.shared.w3}) f(*l);
+  if (b.engram) f(b.engram->wkv);
+}
+
 }  // namespace
+
+void V41Weights::for_each_product(const std::function<void(V41Linear&)>& f) {
+  f(head);
+  for (V41Block& b : blocks) for_each_block_product(b, f);
+  if (!dspark) return;
+  for (V41Linear* l : {&dspark->main_proj, &dspark->markov_head, &dspark->confidence}) f(*l);
+  for (V41Block& b : dspark->stages) for_each_block_product(b, f);
+}
 
 int64_t V41Weights::resident_bytes() const {
   int64_t n = embed.bytes() + floats(norm) + head.bytes();

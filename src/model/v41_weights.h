@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -93,6 +94,9 @@ struct V41Weights {
   std::optional<V41DSpark> dspark;
   std::shared_ptr<const Checkpoint> files;  // the mapping the Engram tables are read from
 
+  // Every linear a forward or draft multiplies by (not embed and
+  // markov_embed, which are read by row), in no particular order.
+  void for_each_product(const std::function<void(V41Linear&)>& f);
   // Resident bytes as loaded, the Engram tables apart (engram_bytes: the
   // bytes of the tables in the files).
   int64_t resident_bytes() const;

@@ -24,6 +24,7 @@ kernels::PanelFormat panel_format(WeightFormat f) {
     case WeightFormat::kBf16: return kernels::PanelFormat::kBf16;
     case WeightFormat::kFp8Block: return kernels::PanelFormat::kFp8;
     case WeightFormat::kFp4Block: return kernels::PanelFormat::kFp4;
+    case WeightFormat::kFp8Block32: return kernels::PanelFormat::kFp8Block32;
     case WeightFormat::kDense:
     case WeightFormat::kInt8Channel: break;
   }
@@ -57,6 +58,13 @@ void Linear::pack() {
   std::vector<float>().swap(w);
 }
 
+void linear_panels(const kernels::Kernels& k, const Linear& l, const float* x, int64_t m, int64_t p_begin,
+                   int64_t p_end, float* y, int64_t ldy) {
+  if (l.code_panels.empty()) return k.matmul_f32(x, m, l.in, l.panels.data(), l.out, p_begin, p_end, y, ldy);
+  const kernels::QuantizedPanels q{panel_format(l.format), l.code_panels.data(), l.scale_panels.data()};
+  k.matmul_quantized(x, m, l.in, q, l.out, p_begin, p_end, y, ldy);
+}
+
 namespace {
 
 // y[m, out] = x W^T on the packed panels, split over the thread pool by
@@ -65,13 +73,10 @@ void matmul_panels(const kernels::Kernels& k, const Linear& l, const float* x, c
                    float* y) {
   const int64_t panels = (l.out + kernels::kPanel - 1) / kernels::kPanel;
   const int64_t grain = std::max<int64_t>(1, 4096 / std::max<int64_t>(1, m * l.in / 16));
-  const bool quantized = !l.code_panels.empty();
-  const kernels::QuantizedPanels q{quantized ? panel_format(l.format) : kernels::PanelFormat::kF32,
-                                   l.code_panels.data(), l.scale_panels.data()};
+  const kernels::QuantizedPanels q{panel_format(l.format), l.code_panels.data(), l.scale_panels.data()};
   parallel_for(panels, grain, [&](int64_t p0, int64_t p1) {
     if (pairs) k.matmul_quantized_pairs(pairs, m, l.in, q, l.out, p0, p1, y, l.out);
-    else if (quantized) k.matmul_quantized(x, m, l.in, q, l.out, p0, p1, y, l.out);
-    else k.matmul_f32(x, m, l.in, l.panels.data(), l.out, p0, p1, y, l.out);
+    else linear_panels(k, l, x, m, p0, p1, y, l.out);
   });
 }
 
@@ -109,15 +114,16 @@ void linear_forward(const kernels::Kernels& k, const Linear& layer, const float*
   // Rounded inputs are e4m3 values times powers of two: exact in BF16, so
   // FP8/FP4 panels take them as BF16 pairs.
   const bool as_pairs = layer.quantizes_input() && (layer.format == WeightFormat::kFp8Block ||
-                                                     layer.format == WeightFormat::kFp4Block) &&
+                                                     layer.format == WeightFormat::kFp4Block ||
+                                                     layer.format == WeightFormat::kFp8Block32) &&
                         !layer.code_panels.empty();
   if (layer.quantizes_input()) {
-    DSV4_CHECK(layer.in % 128 == 0);
+    DSV4_CHECK(layer.in % layer.input_block == 0);
     xq.assign(x, x + m * layer.in);
     if (as_pairs) pairs.resize(m * layer.in / 2);
     parallel_for(m, 8, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
-        k.fp8_round_trip(xq.data() + r * layer.in, layer.in, 128);
+        k.fp8_round_trip(xq.data() + r * layer.in, layer.in, layer.input_block);
         if (as_pairs) kernels::pack_bf16_pairs(xq.data() + r * layer.in, 1, layer.in, pairs.data() + r * layer.in / 2);
       }
     });

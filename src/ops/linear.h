@@ -16,8 +16,9 @@ struct Kernels;
 
 // kDense: f32 (or f16) in the checkpoint, held as f32; kBf16 held as BF16;
 // kInt8Channel: W8A8 (compressed-tensors), int8 with a scale per output
-// channel, its input quantized to int8 per row.
-enum class WeightFormat { kDense, kBf16, kFp8Block, kFp4Block, kInt8Channel };
+// channel, its input quantized to int8 per row; kFp8Block32: DeepSeek-V4.1's
+// FP8 with a scale per [32, 32] tile, held per row and 32 inputs.
+enum class WeightFormat { kDense, kBf16, kFp8Block, kFp4Block, kInt8Channel, kFp8Block32 };
 
 struct Linear {
   int64_t out = 0;
@@ -38,6 +39,7 @@ struct Linear {
   // first, as the reference's act_quant does (a few it uses dequantized);
   // W8A8 linears quantize it to int8 per row.
   bool round_input = false;
+  int64_t input_block = 128;  // inputs per e4m3 scale of that rounding (DeepSeek-V4.1: 32)
   bool quantizes_input() const { return round_input; }
   // Moved, never copied: the loader's pending reads hold pointers into the
   // panel buffers, which a move keeps and a copy would not.
@@ -63,6 +65,13 @@ struct Linear {
 
 // y[m, out] = round(x)[m, in] W^T with kernels k, split over the thread pool.
 void linear_forward(const kernels::Kernels& k, const Linear& layer, const float* x, int64_t m, float* y);
+
+// Output panels [p_begin, p_end) of a packed layer (kernels::kPanel
+// features each) for rows x [m, in] taken as they are (no input rounding):
+// y[i, j] for those j, row stride ldy. One thread; for layers whose parts
+// multiply different inputs.
+void linear_panels(const kernels::Kernels& k, const Linear& layer, const float* x, int64_t m, int64_t p_begin,
+                   int64_t p_end, float* y, int64_t ldy);
 
 // y[m, n] = x[m, k] W[n, k]^T for a raw f32 weight.
 void matmul(const float* x, int64_t m, int64_t k, const float* w, int64_t n, float* y);

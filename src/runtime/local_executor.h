@@ -29,7 +29,7 @@ class LocalExecutor : public StepExecutor {
   // One rank over `model`, which the executor keeps.
   static StatusOr<std::unique_ptr<LocalExecutor>> own(std::unique_ptr<ServingModel> model, const KvCacheOptions& cache);
   // tp x dp ranks as threads, each loading its share of the checkpoint in
-  // `dir` (either family; DeepSeek-V4.1 in exact numerics, tp 1); cache
+  // `dir` (either family); cache
   // sizes each rank's copy of its group's pages.
   static StatusOr<std::unique_ptr<LocalExecutor>> create(const std::string& dir, const ModelOptions& model,
                                                          const ParallelOptions& parallel, const KvCacheOptions& cache);

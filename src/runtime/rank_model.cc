@@ -12,7 +12,8 @@ StatusOr<RankModel> load_rank_model(const std::string& dir, const ModelConfig& c
   RankModel out;
   if (config.family == ModelFamily::kV41) {
     const RankShards shards{experts, {t.tp_rank(rank), t.tp}};
-    DSV4_ASSIGN_OR_RETURN(std::unique_ptr<DeepseekV41> model, load_deepseek_v41(dir, options.on_progress, shards));
+    DSV4_ASSIGN_OR_RETURN(std::unique_ptr<DeepseekV41> model,
+                          load_deepseek_v41(dir, options.on_progress, shards, options.numerics));
     if (t.tp > 1) model->set_tensor_group(groups.tp.get(), flashcomm);
     if (t.ep > 1) model->set_expert_group(groups.ep.get());
     out.v41 = model.get();

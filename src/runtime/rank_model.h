@@ -16,11 +16,11 @@ namespace dsv4 {
 struct RankModel {
   std::unique_ptr<ServingModel> model;
   const DeepseekV4* v4 = nullptr;    // model, when it is DeepSeek-V4
-  const DeepseekV41* v41 = nullptr;  // model, when it is DeepSeek-V4.1 (exact numerics, tp 1)
+  const DeepseekV41* v41 = nullptr;  // model, when it is DeepSeek-V4.1
   int64_t resident_bytes() const { return v41 ? v41->weights().resident_bytes() : v4->weights().resident_bytes(); }
 };
 
-// options: numerics and progress (DeepSeek-V4.1 takes the progress only);
+// options: numerics and progress (DeepSeek-V4.1 takes no other);
 // the shards and FlashComm1 come from t, rank and flashcomm. groups must
 // outlive the model.
 StatusOr<RankModel> load_rank_model(const std::string& dir, const ModelConfig& config, ModelOptions options,

@@ -94,8 +94,9 @@ StatusOr<GoldenBounds> GoldenBounds::other_implementations(const std::string& go
     o = &j["bounds"]["other_correct_implementations"];
   if (!o || !o->is_object()) return invalid_argument(path + ": no bounds.other_correct_implementations object");
   for (const auto& [key, value] : o->items()) {
-    if (value.is_number() && key != "decode_argmax_min") b.tensors[key] = value.get<double>();
-    else if (key == "decode_argmax_min" && value.is_number()) b.decode_argmax_min = value.get<double>();
+    if (key == "decode_argmax_min" && value.is_number()) b.decode_argmax_min = value.get<double>();
+    else if (key == "dspark_ids_min" && value.is_number()) b.dspark_ids_min = value.get<double>();
+    else if (value.is_number()) b.tensors[key] = value.get<double>();
     else if (key == "greedy_identical" && value.is_boolean()) b.greedy_identical = value.get<bool>();
     else if (key == "prefill_greedy_identical" && value.is_boolean()) b.prefill_greedy_identical = value.get<bool>();
   }

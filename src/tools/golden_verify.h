@@ -24,6 +24,7 @@ struct GoldenBounds {
   bool greedy_identical = false;          // every prefill and teacher-forced decode token the reference's
   bool prefill_greedy_identical = false;  // every prompt's next token the reference's
   double decode_argmax_min = 0.0;         // share of decode steps whose argmax agrees with the reference's
+  double dspark_ids_min = 1.0;            // share of DSpark's drafted tokens that are the reference's (V4.1)
   double bound(const std::string& tensor) const;  // < 0: not bounded
 
   // Exact numerics: every tensor bit-identical, every token the reference's.

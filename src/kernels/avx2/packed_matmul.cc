@@ -127,15 +127,15 @@ struct ChunkMap {
 // Panel p's FP8/FP4 weights for steps [t0, t1) into out [t1 - t0][16].
 void decode_panel(const ChunkMap& map, const QuantizedPanels& w, int64_t k, int64_t p, int64_t t0, int64_t t1,
                   float* out) {
-  const bool is_fp8 = w.format == PanelFormat::kFp8;
+  const bool fp8 = is_fp8(w.format);
   const int64_t steps = chunk_steps(w.format), block = panel_block(w.format), blocks = (k + block - 1) / block;
   for (int64_t t = t0; t < t1; t += steps) {
     const uint8_t* chunk = w.codes + (p * k + t) / steps * kChunkBytes;
     const uint8_t* scales = w.scales + (p * blocks + t / block) * kPanel;
     for (int b = 0; b < kChunkBytes; ++b)
-      for (int nib = 0; nib < (is_fp8 ? 1 : 2); ++nib) {
+      for (int nib = 0; nib < (fp8 ? 1 : 2); ++nib) {
         const int c = map.column[b][nib];
-        const float value = is_fp8 ? e4m3_to_f32(chunk[b]) : e2m1_to_f32((chunk[b] >> (4 * nib)) & 0xF);
+        const float value = fp8 ? e4m3_to_f32(chunk[b]) : e2m1_to_f32((chunk[b] >> (4 * nib)) & 0xF);
         out[(t - t0 + map.step[b][nib]) * kPanel + c] = value * e8m0_to_f32(scales[c]);
       }
   }

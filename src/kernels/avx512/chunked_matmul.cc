@@ -139,28 +139,34 @@ void run(const Inputs& in, int64_t m, int64_t k, const QuantizedPanels& w, int64
   }
 }
 
+// The chunk decoder of w's format.
+template <bool kPairs, bool Fused = false>
+void run_format(const Inputs& in, int64_t m, int64_t k, const QuantizedPanels& w, int64_t n, int64_t p_begin,
+                int64_t p_end, float* y, int64_t ldy) {
+  switch (w.format) {
+    case PanelFormat::kFp8: return run<Fp8Chunks, kPairs, Fused>(in, m, k, w, n, p_begin, p_end, y, ldy);
+    case PanelFormat::kFp8Block32:
+      return run<Fp8Block32Chunks, kPairs, Fused>(in, m, k, w, n, p_begin, p_end, y, ldy);
+    default: return run<Fp4Chunks, kPairs, Fused>(in, m, k, w, n, p_begin, p_end, y, ldy);
+  }
+}
+
 }  // namespace
 
 // Fast numerics: each step's product fused into the sum (the same order).
 void matmul_chunked_fast(const float* x, int64_t m, int64_t k, const QuantizedPanels& w, int64_t n, int64_t p_begin,
                          int64_t p_end, float* y, int64_t ldy) {
-  const Inputs in{x, nullptr};
-  if (w.format == PanelFormat::kFp8) run<Fp8Chunks, false, true>(in, m, k, w, n, p_begin, p_end, y, ldy);
-  else run<Fp4Chunks, false, true>(in, m, k, w, n, p_begin, p_end, y, ldy);
+  run_format<false, true>({x, nullptr}, m, k, w, n, p_begin, p_end, y, ldy);
 }
 
 void matmul_chunked(const float* x, int64_t m, int64_t k, const QuantizedPanels& w, int64_t n, int64_t p_begin,
-                           int64_t p_end, float* y, int64_t ldy) {
-  const Inputs in{x, nullptr};
-  if (w.format == PanelFormat::kFp8) run<Fp8Chunks, false>(in, m, k, w, n, p_begin, p_end, y, ldy);
-  else run<Fp4Chunks, false>(in, m, k, w, n, p_begin, p_end, y, ldy);
+                    int64_t p_end, float* y, int64_t ldy) {
+  run_format<false>({x, nullptr}, m, k, w, n, p_begin, p_end, y, ldy);
 }
 
 void matmul_quantized_pairs(const uint32_t* pairs, int64_t m, int64_t k, const QuantizedPanels& w, int64_t n,
-                                   int64_t p_begin, int64_t p_end, float* y, int64_t ldy) {
-  const Inputs in{nullptr, pairs};
-  if (w.format == PanelFormat::kFp8) run<Fp8Chunks, true>(in, m, k, w, n, p_begin, p_end, y, ldy);
-  else run<Fp4Chunks, true>(in, m, k, w, n, p_begin, p_end, y, ldy);
+                            int64_t p_begin, int64_t p_end, float* y, int64_t ldy) {
+  run_format<true>({nullptr, pairs}, m, k, w, n, p_begin, p_end, y, ldy);
 }
 
 }  // namespace dsv4::kernels::avx512

@@ -35,11 +35,13 @@ const ByteTables& tables() {
   return t;
 }
 
-struct Fp8Chunks {
+// Block: the inputs per scale (128: PanelFormat::kFp8, 32: kFp8Block32).
+template <int64_t Block>
+struct Fp8ChunksOf {
   static constexpr int kGroups = 2;
-  static constexpr int64_t kSteps = 4, kBlock = 128;
+  static constexpr int64_t kSteps = 4, kBlock = Block;
   __m512i high_a, high_b, low_a, low_b;  // BF16 bytes of magnitudes 0..63 and 64..127
-  explicit Fp8Chunks(const ByteTables& t)
+  explicit Fp8ChunksOf(const ByteTables& t)
       : high_a(_mm512_load_si512(t.fp8_high)),
         high_b(_mm512_load_si512(t.fp8_high + 64)),
         low_a(_mm512_load_si512(t.fp8_low)),
@@ -55,6 +57,9 @@ struct Fp8Chunks {
     groups[1] = _mm512_unpackhi_epi8(low, high);
   }
 };
+
+using Fp8Chunks = Fp8ChunksOf<128>;
+using Fp8Block32Chunks = Fp8ChunksOf<32>;
 
 struct Fp4Chunks {
   static constexpr int kGroups = 4;

@@ -117,6 +117,7 @@ void run(const uint32_t* pairs, int64_t m, int64_t k, const QuantizedPanels& w, 
 void matmul_quantized_pairs_fast(const uint32_t* pairs, int64_t m, int64_t k, const QuantizedPanels& w, int64_t n,
                                  int64_t p_begin, int64_t p_end, float* y, int64_t ldy) {
   if (w.format == PanelFormat::kFp8) return run<Fp8Chunks>(pairs, m, k, w, n, p_begin, p_end, y, ldy);
+  if (w.format == PanelFormat::kFp8Block32) return run<Fp8Block32Chunks>(pairs, m, k, w, n, p_begin, p_end, y, ldy);
   if (w.format == PanelFormat::kFp4) return run<Fp4Chunks>(pairs, m, k, w, n, p_begin, p_end, y, ldy);
   matmul_quantized_pairs(pairs, m, k, w, n, p_begin, p_end, y, ldy);
 }

@@ -45,9 +45,9 @@ void generic::matmul_f32(const float* x, int64_t m, int64_t k, const float* pack
   for (int64_t p = p_begin; p < p_end; ++p) panel_product(x, m, k, packed + p * k * kPanel, n, p, y, ldy);
 }
 
-int64_t panel_block(PanelFormat f) { return f == PanelFormat::kFp8 ? 128 : 32; }
+int64_t panel_block(PanelFormat f) { return f == PanelFormat::kFp8 ? 128 : 32; }  // FP4 and kFp8Block32: 32
 
-int64_t chunk_steps(PanelFormat f) { return f == PanelFormat::kFp8 ? 4 : f == PanelFormat::kFp4 ? 8 : 1; }
+int64_t chunk_steps(PanelFormat f) { return is_fp8(f) ? 4 : f == PanelFormat::kFp4 ? 8 : 1; }
 
 CodePosition code_position(PanelFormat f, int64_t k, int64_t p, int64_t t, int64_t c) {
   if (f == PanelFormat::kBf16) return {((p * k + t) * kPanel + c) * 2, 0};
@@ -83,12 +83,12 @@ float panel_weight(const QuantizedPanels& w, int64_t k, int64_t p, int64_t t, in
     return bf16_to_f32(v);
   }
   const uint8_t scale = w.scales[(p * scale_blocks(w.format, k) + t / panel_block(w.format)) * kPanel + c];
-  if (w.format == PanelFormat::kFp8) return e4m3_to_f32(w.codes[at.byte]) * e8m0_to_f32(scale);
+  if (is_fp8(w.format)) return e4m3_to_f32(w.codes[at.byte]) * e8m0_to_f32(scale);
   return e2m1_to_f32((w.codes[at.byte] >> (4 * at.nibble)) & 0xF) * e8m0_to_f32(scale);
 }
 
 int64_t packed_code_bytes(PanelFormat f, int64_t n, int64_t k) {
-  const int64_t per_step = f == PanelFormat::kBf16 ? 2 * kPanel : f == PanelFormat::kFp8 ? kPanel : kPanel / 2;
+  const int64_t per_step = f == PanelFormat::kBf16 ? 2 * kPanel : is_fp8(f) ? kPanel : kPanel / 2;
   return panel_count(n) * k * per_step;
 }
 
@@ -111,7 +111,7 @@ void pack_quantized_panels(PanelFormat f, const uint8_t* codes, const uint8_t* s
       for (int64_t t = 0; t < k; ++t) {
         const CodePosition at = code_position(f, k, p, t, c);
         if (f == PanelFormat::kBf16) std::memcpy(packed_codes + at.byte, codes + (j * k + t) * 2, 2);
-        else if (f == PanelFormat::kFp8) packed_codes[at.byte] = codes[j * k + t];
+        else if (is_fp8(f)) packed_codes[at.byte] = codes[j * k + t];
         else packed_codes[at.byte] |= static_cast<uint8_t>((codes[j * k + t] & 0xF) << (4 * at.nibble));
       }
     }
@@ -152,7 +152,7 @@ void pack_stored_codes(PanelFormat f, const uint8_t* stored, int64_t n, int64_t 
         const uint8_t* row = stored + (p * kPanel + c) * k * 2;
         for (int64_t t = 0; t < k; ++t) std::memcpy(dst + (t * kPanel + c) * 2, row + 2 * t, 2);
       }
-    } else if (f == PanelFormat::kFp8) {
+    } else if (is_fp8(f)) {
       // Column c's steps (s0..s3) of a chunk: words (s1, s0) and (s3, s2) of
       // lane c / 4 (code_position).
       for (int64_t t = 0; t < k; t += 4) {
