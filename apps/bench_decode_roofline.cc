@@ -75,6 +75,7 @@ Status run_model(const std::string& dir, const DecodeRooflineOptions& o, std::ve
     row.family = "V4.1";
     for (kernels::Numerics n : o.numerics) {  // a load each: fast packs the weights for good
       DSV4_ASSIGN_OR_RETURN(std::unique_ptr<DeepseekV41> m, load_deepseek_v41(source.path(), {}, {}, n));
+      keep_step_memory();  // as serving does: a step's buffers reuse the last one's pages
       row.resident = static_cast<double>(m->weights().resident_bytes());
       row.numerics = kernels::numerics_name(n);
       auto cache = m->new_cache();
@@ -84,6 +85,7 @@ Status run_model(const std::string& dir, const DecodeRooflineOptions& o, std::ve
     return Status::Ok();
   }
   DSV4_ASSIGN_OR_RETURN(std::unique_ptr<DeepseekV4> m, load_deepseek_v4(source.path(), ModelOptions{}));
+  keep_step_memory();
   row.family = "V4";
   row.resident = static_cast<double>(m->weights().resident_bytes());
   row.per_token = decode_bytes_per_token(*m);
