@@ -79,8 +79,7 @@ int cmd_run(int argc, char** argv) {
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
   std::fprintf(stderr, "model: %s (%s), loaded in %.2fs on %s, numerics %s\n", model_name(dir).c_str(),
                (*engine)->config().summary().c_str(), load_s, (*engine)->executor().describe().c_str(),
-               kernels::numerics_name((*engine)->config().family == ModelFamily::kV41 ? kernels::Numerics::kExact
-                                                                                       : numerics));
+               kernels::numerics_name(numerics));
   std::fprintf(stderr, "%s\n", (*engine)->capacity_summary().c_str());
 
   ByteTokenizer tokenizer((*engine)->config().vocab_size);

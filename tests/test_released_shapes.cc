@@ -208,6 +208,19 @@ TEST(ReleasedShapes, V41FlashShapedLoadStaysWithinItsWeightsAndThePlannerAgrees)
 
   expect_load_within_weights(dir, "--max-tokens 2 --kv-cache-memory 256M", 1.0);
 
+  // Two tensor-parallel ranks at these shapes (32 heads, 8 output groups,
+  // half of every split linear each) greedy-decode what one rank does.
+  std::string prompt;
+  for (int i = 0; i < 40; ++i) prompt += " w" + std::to_string(i);
+  const std::string greedy = "run --model " + dir + " --max-tokens 4 --temperature 0 --kv-cache-memory 256M --prompt '" +
+                             prompt + "' --prompt 'Good day'";
+  const auto one = run_dsv4(greedy);
+  const auto two = run_dsv4(greedy + " --tp 2");
+  ASSERT_EQ(two.code, 0) << two.output;
+  EXPECT_NE(two.output.find("TP2 x DP1"), std::string::npos) << two.output;
+  EXPECT_NE(testing::generated_texts(one.output).find("[1] "), std::string::npos) << one.output;
+  EXPECT_EQ(testing::generated_texts(two.output), testing::generated_texts(one.output));
+
   auto weights = load_v41_weights(dir, *config);
   ASSERT_TRUE(weights.ok()) << weights.status().message();
   PlanOptions o;

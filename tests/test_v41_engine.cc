@@ -253,9 +253,13 @@ TEST(V41Engine, APreemptedRequestGoesOnWithTheSameTokens) {
 // allow.
 TEST(V41Engine, RunServesAV41CheckpointOnParallelRanks) {
   const std::string dir = golden_v41_dir("v41-fp8");
-  auto run = testing::run_dsv4("run --model " + dir + " --prompt 'Hello there' --max-tokens 4 --temperature 0");
+  auto run = testing::run_dsv4("run --model " + dir + " --prompt 'Hello there' --max-tokens 4 --temperature 0 --numerics exact");
   EXPECT_EQ(run.code, 0) << run.output;
   EXPECT_NE(run.output.find("numerics exact"), std::string::npos) << run.output;
+  auto fast = testing::run_dsv4("run --model " + dir + " --prompt 'Hello there' --max-tokens 4 --temperature 0");
+  EXPECT_EQ(fast.code, 0) << fast.output;
+  EXPECT_NE(fast.output.find("fast numerics"), std::string::npos) << fast.output;
+  EXPECT_NE(fast.output.find("numerics fast"), std::string::npos) << "fast by default\n" << fast.output;
   EXPECT_NE(run.output.find("4 generated tokens"), std::string::npos) << run.output;
   auto dp = testing::run_dsv4("run --model " + dir + " --prompt 'Hello there' --max-tokens 4 --temperature 0 --dp 2");
   EXPECT_EQ(dp.code, 0) << dp.output;

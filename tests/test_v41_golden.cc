@@ -6,6 +6,8 @@
 // one forward. Bad inputs are refused and change nothing.
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <map>
 #include <thread>
 
 #include "checkpoint/config_json.h"
@@ -14,6 +16,8 @@
 #include "dist/local_communicator.h"
 #include "golden_v41_case.h"
 #include "model/deepseek_v41.h"
+#include "runtime/engine.h"
+#include "runtime/local_executor.h"
 #include "test_util.h"
 #include "tools/v41_golden_verify.h"
 
@@ -134,6 +138,97 @@ TEST(V41Golden, FastNumericsStayWithinTheBoundsAndChangeWithNoLayout) {
                                                                               << reports[0].tensors[i].name;
     }
   }
+}
+
+// A prefix-cache hit against the reference (v41-prefix: two 300-token
+// prompts, the second starting with the first's 256 tokens). Served one
+// after the other through the engine's paged caches, the second takes two
+// 128-token blocks from the cache, with their KV and index sources, the
+// candidate blocks and Engram's look-back, and computes only the rest: its
+// prompt's logits and every decode step's are the reference's bit for bit,
+// on one rank and on data-parallel ranks (where the second request may land
+// on the group without the blocks); in fast numerics the hit changes no bit
+// of a cold fast run.
+TEST(V41Golden, APrefixCacheHitIsTheReferencesBitForBit) {
+  const std::string dir = golden_v41_dir("v41-prefix");
+  auto file = SafetensorsFile::open(dir + "/golden.safetensors");
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  const auto prompts = read_tensor<int64_t>(**file, "prompt_ids");
+  const auto decode_ids = read_tensor<int64_t>(**file, "decode_ids");
+  const auto prefill_logits = read_tensor<float>(**file, "prefill_logits");
+  const auto decode_logits = read_tensor<float>(**file, "decode_logits");
+  auto config = load_any_model_config(dir + "/config.json");
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  const int64_t V = config->vocab_size, B = 2, S = static_cast<int64_t>(prompts.size()) / B;
+  const int64_t T = static_cast<int64_t>(decode_ids.size()) / B;
+  ASSERT_EQ(S, 300);
+  ASSERT_TRUE(std::equal(prompts.begin(), prompts.begin() + 256, prompts.begin() + S)) << "the prompts share 256 tokens";
+  struct Served {
+    std::vector<int32_t> tokens;
+    std::map<int64_t, std::vector<float>> logits;  // position -> logits
+    int64_t cached = 0;
+  };
+  auto serve = [&](int dp, kernels::Numerics numerics, const std::vector<int64_t>& order) {
+    EngineOptions options;
+    options.scheduler.max_model_len = config->max_position_embeddings;
+    options.cache.enable_prefix_caching = true;
+    auto cache = Engine::cache_options(*config, options);
+    EXPECT_TRUE(cache.ok()) << cache.status().message();
+    ModelOptions model;
+    model.numerics = numerics;
+    ParallelOptions p;
+    p.topology.dp = dp;
+    auto exec = LocalExecutor::create(dir, model, p, *cache);
+    EXPECT_TRUE(exec.ok()) << exec.status().message();
+    auto engine = Engine::create(std::move(*exec), options.scheduler);
+    EXPECT_TRUE(engine.ok()) << engine.status().message();
+    std::map<int64_t, Served> runs;
+    (*engine)->set_logits_observer([&](int64_t id, int64_t pos, const float* l) { runs[id].logits[pos].assign(l, l + V); });
+    std::vector<Served> out;
+    for (int64_t b : order) {  // one request after the other
+      std::vector<int32_t> prompt(prompts.begin() + b * S, prompts.begin() + (b + 1) * S);
+      auto id = (*engine)->add_request(prompt, testing::greedy(T));
+      EXPECT_TRUE(id.ok()) << id.status().message();
+      while ((*engine)->has_unfinished())
+        for (const RequestOutput& o : (*engine)->step()) {
+          EXPECT_TRUE(o.error.empty()) << o.error;
+          runs[o.id].tokens.insert(runs[o.id].tokens.end(), o.new_tokens.begin(), o.new_tokens.end());
+          runs[o.id].cached = o.cached_tokens;
+        }
+      out.push_back(runs[*id]);
+    }
+    return out;
+  };
+  // Prompt b's logits: the prompt's, then decode step t's (the reference's tokens being the greedy ones).
+  auto expect_reference = [&](const Served& got, int64_t b, const std::string& what) {
+    ASSERT_EQ(got.tokens.size(), static_cast<size_t>(T)) << what;
+    for (int64_t t = 0; t < T; ++t) EXPECT_EQ(got.tokens[t], decode_ids[t * B + b]) << what << " token " << t;
+    ASSERT_TRUE(got.logits.count(S - 1)) << what;
+    EXPECT_EQ(0, std::memcmp(got.logits.at(S - 1).data(), &prefill_logits[b * V], sizeof(float) * V)) << what;
+    for (int64_t t = 0; t + 1 < T; ++t) {
+      ASSERT_TRUE(got.logits.count(S + t)) << what << " step " << t;
+      EXPECT_EQ(0, std::memcmp(got.logits.at(S + t).data(), &decode_logits[(t * B + b) * V], sizeof(float) * V))
+          << what << ": decode step " << t << " differs from the reference";
+    }
+  };
+  for (int dp : {1, 2}) {
+    const std::string layout = "DP" + std::to_string(dp);
+    const auto served = serve(dp, kernels::Numerics::kExact, {0, 1, 1});
+    EXPECT_EQ(served[0].cached, 0) << layout;
+    if (dp == 1) {
+      EXPECT_EQ(served[1].cached, 256) << layout << ": two whole blocks of the first prompt";
+      EXPECT_EQ(served[2].cached, 256) << layout;
+    }
+    expect_reference(served[0], 0, layout + " the first prompt, computed");
+    expect_reference(served[1], 1, layout + " the second, after a hit");
+    expect_reference(served[2], 1, layout + " the second again");
+  }
+  const auto cold = serve(1, kernels::Numerics::kFast, {1});
+  const auto hit = serve(1, kernels::Numerics::kFast, {0, 1});
+  EXPECT_EQ(hit[1].cached, 256);
+  EXPECT_EQ(hit[1].tokens, cold[0].tokens);
+  for (const auto& [pos, row] : cold[0].logits)
+    EXPECT_EQ(0, std::memcmp(hit[1].logits.at(pos).data(), row.data(), sizeof(float) * V)) << "fast, position " << pos;
 }
 
 // Expert-parallel ranks (threads, each holding its block of the routed

@@ -58,6 +58,10 @@ CASES = {
     # the released formats: FP8 e4m3 in 32x32 blocks, FP4 routed experts, E8M0 scales; odd prompt
     # so the ratio-2 compressors carry half a group into decode
     "v41-fp8": dict(weights="fp8", seed=37, batch=2, prompt_len=81, decode_steps=16),
+    # prompts past two of the engine's 128-token prefix-cache blocks, the second starting with the
+    # first's 256 tokens: served one after the other, the second takes them from the cache
+    "v41-prefix": dict(weights="fp8", seed=41, batch=2, prompt_len=300, decode_steps=8, max_seq_len=320,
+                       shared_prefix=256),
 }
 # Bounds for another correct implementation (the engine's fast numerics), set from this case's
 # --drift measurement (tests/golden_v41/README.md): about twice the drift for the streams and
@@ -70,6 +74,9 @@ OTHER_IMPLEMENTATION_BOUNDS = {
     "v41-fp8": {"layer_out.0": 1e-6, "layer_out.*": 0.15, "main_hidden": 0.1, "prefill_logits": 0.25,
                 "decode_logits": 0.25, "dspark_logits": 0.6, "dspark_confidence": 0.4,
                 "decode_argmax_min": 0.85, "dspark_ids_min": 0.65},
+    "v41-prefix": {"layer_out.0": 1e-6, "layer_out.*": 0.15, "main_hidden": 0.1, "prefill_logits": 0.25,
+                   "decode_logits": 0.25, "dspark_logits": 0.6, "dspark_confidence": 0.4,
+                   "decode_argmax_min": 0.85, "dspark_ids_min": 0.65},
 }
 
 
@@ -465,7 +472,8 @@ def main():
     tok_obj, tokens, specials = tokenizer_json.build(MODEL["vocab_size"])
     tokenizer = tokenizer_json.Tokenizer(tokens, specials)
     _, compressed_vocab = ref_engram.build_compressed_token_map(tokenizer)
-    args_dict = dict(MODEL, dtype=case["weights"], expert_dtype="fp4" if case["weights"] == "fp8" else None,
+    args_dict = dict(MODEL, max_seq_len=case.get("max_seq_len", MODEL["max_seq_len"]), dtype=case["weights"],
+                     expert_dtype="fp4" if case["weights"] == "fp8" else None,
                      engram_compressed_vocab_size=compressed_vocab, engram_num_embeddings=[0, 0])
     layout = ref_engram.EngramLayout.from_args(ref.ModelArgs(**args_dict))
     args_dict["engram_num_embeddings"] = [sum(p for per in layer for p in per) for layer in layout.primes]
@@ -488,6 +496,8 @@ def main():
     regular = MODEL["vocab_size"] - tokenizer_json.RESERVED
     prompt = torch.randint(3, regular, (b, s), generator=g)
     prompt[:, s // 2 : s // 2 + 8] = prompt[:, 4:12]
+    shared = case.get("shared_prefix", 0)
+    prompt[1:, :shared] = prompt[0, :shared]
 
     if drift_of is not None:
         use_float64_products(ref)
