@@ -68,12 +68,13 @@ TEST_P(V41Golden, PrefillAndDecodeAreTheReferencesBitForBit) {
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, V41Golden,
-    ::testing::Combine(::testing::Values("v41-tiny", "v41-fp8"),
+    ::testing::Combine(::testing::Values("v41-tiny", "v41-fp8", "v41-prefix"),
                        ::testing::Values(Split{0, false}, Split{1, false}, Split{7, false}, Split{64, false},
                                          Split{0, true}, Split{7, true})),
     [](const auto& info) {
       const Split& s = std::get<1>(info.param);
-      return std::string(std::get<0>(info.param) == "v41-tiny" ? "Tiny" : "Fp8") + "_" +
+      const std::string& name = std::get<0>(info.param);
+      return std::string(name == "v41-tiny" ? "Tiny" : name == "v41-fp8" ? "Fp8" : "Prefix") + "_" +
              (s.chunk ? "Chunks" + std::to_string(s.chunk) : std::string("Whole")) + (s.packed ? "_Packed" : "");
     });
 
@@ -84,7 +85,7 @@ INSTANTIATE_TEST_SUITE_P(
 // give the same bits as whole; so do tensor-parallel ranks, each computing
 // its block of the features.
 TEST(V41Golden, FastNumericsStayWithinTheBoundsAndChangeWithNoLayout) {
-  for (const char* name : {"v41-tiny", "v41-fp8"}) {
+  for (const char* name : {"v41-tiny", "v41-fp8", "v41-prefix"}) {
     SCOPED_TRACE(name);
     Case c = load_case(name);
     ASSERT_TRUE(c.model);
@@ -249,7 +250,8 @@ TEST(V41Golden, ParallelRanksAreTheReferencesBitForBit) {
     bool flashcomm = false;
   };
   for (const Run& run : {Run{"v41-fp8", 2, false, 7}, Run{"v41-tiny", 4, false, 0}, Run{"v41-fp8", 2, true, 7},
-                         Run{"v41-tiny", 4, true, 0, true}, Run{"v41-fp8", 4, true, 7, true}}) {
+                         Run{"v41-tiny", 4, true, 0, true}, Run{"v41-fp8", 4, true, 7, true},
+                         Run{"v41-prefix", 4, true, 64, true}}) {
     const char* name = run.name;
     const int ranks = run.ranks;
     const int64_t chunk = run.chunk;

@@ -146,7 +146,7 @@ std::string VerifyReport::format() const {
   s << line;
   for (const auto& t : tensors) {
     char bound[32] = "-";
-    if (t.bound >= 0) std::snprintf(bound, sizeof bound, "%.0e", t.bound);
+    if (t.bound >= 0) std::snprintf(bound, sizeof bound, "%.2g", t.bound);  // 0.45, not 5e-01
     if (!t.problem.empty())
       std::snprintf(line, sizeof line, "  %-20s %12s %10s  FAIL (%s)\n", t.name.c_str(), "-", bound, t.problem.c_str());
     else
