@@ -50,10 +50,12 @@ StatusOr<double> decode_tok_s(const ServingModel& m, ContiguousCache* cache, int
   return gen / seconds;
 }
 
-// What dsv4 plan says a V4.1 decode token reads on one rank: every dense
-// weight, the routed experts' top-k share, the head, the Engram rows.
-StatusOr<double> planned_bytes_per_token(const ModelConfig& c) {
+// What dsv4 plan says a V4.1 decode token reads on one rank in `numerics`:
+// every dense weight, the routed experts' top-k share, the head, the
+// Engram rows.
+StatusOr<double> planned_bytes_per_token(const ModelConfig& c, kernels::Numerics numerics) {
   PlanOptions o;
+  o.numerics = numerics;
   o.max_model_len = std::min(c.max_position_embeddings, 8192);
   o.kv_cache_bytes = int64_t{1} << 30;
   o.cache.max_num_seqs = 1;
@@ -69,11 +71,9 @@ Status run_model(const std::string& dir, const DecodeRooflineOptions& o, std::ve
                             " positions, fewer than --ctx + --gen");
   Row row{model_name(dir), "", "", 0, 0, 0};
   if (config.family == ModelFamily::kV41) {
-    // The bytes a token reads as stored (fast numerics' panels repeat each
-    // FP8 tile's scale per row: 3% more); what the loaded model holds.
-    DSV4_ASSIGN_OR_RETURN(row.per_token, planned_bytes_per_token(config));
     row.family = "V4.1";
     for (kernels::Numerics n : o.numerics) {  // a load each: fast packs the weights for good
+      DSV4_ASSIGN_OR_RETURN(row.per_token, planned_bytes_per_token(config, n));
       DSV4_ASSIGN_OR_RETURN(std::unique_ptr<DeepseekV41> m, load_deepseek_v41(source.path(), {}, {}, n));
       keep_step_memory();  // as serving does: a step's buffers reuse the last one's pages
       row.resident = static_cast<double>(m->weights().resident_bytes());

@@ -54,6 +54,7 @@ int cmd_plan(int argc, char** argv) {
   const ParallelOptions parallel = parallel_options(args);
   PlanOptions o;
   o.topology = parallel.topology;
+  o.numerics = numerics_option(args, kernels::Numerics::kFast);  // as dsv4 serve loads it
   const std::string weights = args.get("weights", "released");
   if (weights != "released" && weights != "bf16") args.set_error("--weights must be released or bf16");
   o.weights = weights == "bf16" ? PlanWeights::kBf16 : PlanWeights::kReleased;

@@ -160,19 +160,32 @@ TEST(V41Plan, CountsWhatTheLoaderHolds) {
   // On expert-parallel ranks, what each rank's share of the experts holds,
   // and on tensor-parallel ones its share of the rest too (at TP4 the FP8
   // shared expert's 32 features stay whole: a rank's 8 would split a tile).
-  for (const auto& [tp, dp] : {std::pair{1, 2}, std::pair{1, 4}, std::pair{2, 1}, std::pair{2, 2}, std::pair{4, 1}}) {
-    const int ranks = tp * dp;
-    o.topology.tp = tp;
-    o.topology.dp = dp;
-    o.kv_cache_bytes = (int64_t{64} << 20) * ranks;  // each rank its own 64 MiB
-    auto sharded = plan_capacity(*config, o);
-    ASSERT_TRUE(sharded.ok()) << sharded.status().message();
-    for (int r = 0; r < ranks; ++r) {
-      auto share = load_v41_weights(dir, *config, {}, RankShards{ExpertShard{r, ranks}, TensorShard{r % tp, tp}});
-      ASSERT_TRUE(share.ok()) << share.status().message();
-      EXPECT_EQ(sharded->rank_weight_bytes, (*share)->resident_bytes()) << "TP" << tp << " DP" << dp << " rank " << r;
+  // In fast numerics, what the packed linears hold (an FP8 tile's scale
+  // once per row, panels padded to 16 rows), on one rank and on shares.
+  for (const auto& [tp, dp] : {std::pair{1, 2}, std::pair{1, 4}, std::pair{2, 1}, std::pair{2, 2}, std::pair{4, 1}})
+    for (kernels::Numerics numerics : {kernels::Numerics::kExact, kernels::Numerics::kFast}) {
+      const int ranks = tp * dp;
+      o.topology.tp = tp;
+      o.topology.dp = dp;
+      o.numerics = numerics;
+      o.kv_cache_bytes = (int64_t{64} << 20) * ranks;  // each rank its own 64 MiB
+      auto sharded = plan_capacity(*config, o);
+      ASSERT_TRUE(sharded.ok()) << sharded.status().message();
+      for (int r = 0; r < ranks; ++r) {
+        auto share =
+            load_v41_weights(dir, *config, {}, RankShards{ExpertShard{r, ranks}, TensorShard{r % tp, tp}}, numerics);
+        ASSERT_TRUE(share.ok()) << share.status().message();
+        EXPECT_EQ(sharded->rank_weight_bytes, (*share)->resident_bytes())
+            << "TP" << tp << " DP" << dp << " rank " << r << " " << kernels::numerics_name(numerics);
+      }
     }
-  }
+  o.topology = {};
+  auto fast = plan_capacity(*config, o);
+  ASSERT_TRUE(fast.ok()) << fast.status().message();
+  auto packed = load_v41_weights(dir, *config, {}, {}, kernels::Numerics::kFast);
+  ASSERT_TRUE(packed.ok()) << packed.status().message();
+  EXPECT_EQ(fast->rank_weight_bytes, (*packed)->resident_bytes());
+  EXPECT_GT(fast->rank_weight_bytes, plan->rank_weight_bytes) << "the scales repeat per row";
 }
 
 TEST(V41Plan, TheReleasedConfigPlansWithItsEngramTables) {

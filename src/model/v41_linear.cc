@@ -183,7 +183,19 @@ bool V41Linear::pack_for_fast() {
   return true;
 }
 
-int64_t V41Linear::held_bytes(Kind kind, int64_t out, int64_t in) {
+int64_t V41Linear::held_bytes(Kind kind, int64_t out, int64_t in, bool packed) {
+  if (packed) {
+    using kernels::PanelFormat;
+    const auto panels = [&](PanelFormat f) {
+      return kernels::packed_code_bytes(f, out, in) + kernels::packed_scale_bytes(f, out, in);
+    };
+    switch (kind) {
+      case Kind::kF32: return 4 * kernels::packed_floats(out, in);
+      case Kind::kBf16: return panels(PanelFormat::kBf16);
+      case Kind::kFp8: return panels(PanelFormat::kFp8Block32);
+      case Kind::kFp4: return panels(PanelFormat::kFp4);
+    }
+  }
   switch (kind) {
     case Kind::kF32: return 4 * out * in;
     case Kind::kBf16: return 2 * out * in;

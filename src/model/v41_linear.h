@@ -64,8 +64,9 @@ struct V41Linear {
   // input i0 + i of row o0 + j.
   void values_transposed(int64_t o0, int64_t rows, int64_t i0, int64_t n, float* tile, int64_t stride) const;
   int64_t bytes() const;  // resident
-  // What a linear of this kind and shape holds (bytes() once loaded).
-  static int64_t held_bytes(Kind kind, int64_t out, int64_t in);
+  // What a linear of this kind and shape holds (bytes() once loaded), as
+  // stored or packed for fast numerics (pack_for_fast).
+  static int64_t held_bytes(Kind kind, int64_t out, int64_t in, bool packed = false);
   static constexpr int64_t kBlock = 32;
 };
 

@@ -132,8 +132,10 @@ class V41WeightWalk {
  public:
   using Visit = WeightWalk::Visit;
   using Kind = V41Linear::Kind;
-  V41WeightWalk(const ModelConfig& c, PlanWeights weights, int tp, int ep, const Visit& visit)
-      : c_(c), weights_(weights), tp_(tp), ep_(ep), visit_(visit) {}
+  // packed: fast numerics (V41Linear::pack_for_fast), every linear a
+  // forward multiplies by in panels.
+  V41WeightWalk(const ModelConfig& c, PlanWeights weights, int tp, int ep, bool packed, const Visit& visit)
+      : c_(c), weights_(weights), tp_(tp), ep_(ep), packed_(packed), visit_(visit) {}
 
   void run() {
     const int64_t dim = c_.dim, V = c_.vocab_size;
@@ -146,7 +148,7 @@ class V41WeightWalk {
     columns(Kind::kFp8, dim, int64_t{c_.dspark_taps()} * dim, LinearKind::kMtp);  // main_proj
     vec(2 * dim);                                                                // main_norm, norm
     for (int s = 0; s < c_.dspark_stages; ++s) block(c_.n_layers + s, LinearKind::kMtp, LinearKind::kMtp);
-    linear(Kind::kBf16, V, R, LinearKind::kMtp);        // markov_head.embed (read by row)
+    linear(Kind::kBf16, V, R, LinearKind::kMtp, false);  // markov_head.embed (read by row)
     linear(Kind::kBf16, V, R, LinearKind::kMtp);        // markov_head.head
     linear(Kind::kBf16, 1, dim + R, LinearKind::kMtp);  // confidence_head.proj
   }
@@ -170,9 +172,10 @@ class V41WeightWalk {
     }
     return HeldAs::kF32;
   }
-  void linear(Kind k, int64_t out, int64_t in, LinearKind kind) {
+  // packable: not read by row, and multiplied by whole panels.
+  void linear(Kind k, int64_t out, int64_t in, LinearKind kind, bool packable = true) {
     if (weights_ == PlanWeights::kBf16 && k != Kind::kF32) k = Kind::kBf16;
-    visit_(held_as(k), V41Linear::held_bytes(k, out, in), kind, true);
+    visit_(held_as(k), V41Linear::held_bytes(k, out, in, packed_ && packable), kind, true);
   }
   // A linear the loader splits by output features when they divide
   // (TensorReader::columns).
@@ -192,7 +195,8 @@ class V41WeightWalk {
     linear(Kind::kFp8, share(heads * hd), c_.q_lora_rank, kind);
     columns(Kind::kFp8, hd, dim, kind);
     const int64_t groups = std::max<int64_t>(1, G / tp_);
-    linear(Kind::kFp8, groups * olr, heads * hd / G, kind);  // wo_a, FP8 dequantized per row
+    // wo_a, FP8 dequantized per row; in panels when a group fills whole ones
+    linear(Kind::kFp8, groups * olr, heads * hd / G, kind, olr % kernels::kPanel == 0);
     columns(Kind::kFp8, dim, G * olr, kind);                // wo_b
     const int ratio = c_.compress_ratio(layer);
     const bool kv_source = backbone && has(c_.shared.kv_source_layers, layer);
@@ -235,12 +239,15 @@ class V41WeightWalk {
   const ModelConfig& c_;
   const PlanWeights weights_;
   const int tp_, ep_;
+  const bool packed_;
   const Visit& visit_;
 };
 
 // The walk of the config's family.
-void walk_weights(const ModelConfig& c, PlanWeights weights, int tp, int ep, const WeightWalk::Visit& visit) {
-  if (c.family == ModelFamily::kV41) V41WeightWalk(c, weights, tp, ep, visit).run();
+void walk_weights(const ModelConfig& c, const PlanOptions& o, int tp, int ep, const WeightWalk::Visit& visit) {
+  const PlanWeights weights = o.weights;
+  if (c.family == ModelFamily::kV41)
+    V41WeightWalk(c, weights, tp, ep, o.numerics == kernels::Numerics::kFast, visit).run();
   else WeightWalk(c, weights, tp, ep, visit).run();
 }
 
@@ -278,7 +285,7 @@ StatusOr<CapacityPlan> plan_capacity(const ModelConfig& c, const PlanOptions& o)
     p.rank_weights[static_cast<int>(h)] += bytes;
     p.rank_weight_bytes += bytes;
   };
-  walk_weights(c, o.weights, t.tp, t.ep, by_format);
+  walk_weights(c, o, t.tp, t.ep, by_format);
   p.total_weight_bytes = p.rank_weight_bytes * t.world;
   if (c.family == ModelFamily::kV41) p.engram_bytes = V41WeightWalk::engram_bytes(c);
   // What a batch-1 decode token reads: one copy of the main model, the
@@ -290,7 +297,7 @@ StatusOr<CapacityPlan> plan_capacity(const ModelConfig& c, const PlanOptions& o)
     if (kind == LinearKind::kRoutedExpert)
       p.decode_bytes_per_token += static_cast<double>(bytes) * c.n_activated_experts / c.n_routed_experts;
   };
-  walk_weights(c, o.weights, 1, 1, decode);
+  walk_weights(c, o, 1, 1, decode);
   // V4.1: and its Engram rows (hash columns per Engram layer).
   for (size_t i = 0; i < c.engram.layer_ids.size(); ++i)
     p.decode_bytes_per_token += static_cast<double>(c.engram.hash_columns()) * (c.engram.head_dim + c.engram.head_dim / 32);

@@ -13,6 +13,7 @@
 
 #include "base/status.h"
 #include "dist/topology.h"
+#include "kernels/dispatch.h"
 #include "kv/kv_cache_manager.h"
 #include "model/config.h"
 
@@ -31,6 +32,9 @@ struct PlanOptions {
   int64_t max_model_len = 0;       // 0: the model's max_position_embeddings
   double bandwidth = 0;            // memory read bandwidth in bytes/s (0: no roofline)
   KvCacheOptions cache;            // max_num_seqs, batched tokens, prefix caching, block size
+  // DeepSeek-V4.1 holds its linears packed for the fast kernels in fast
+  // numerics (a [32, 32] tile's scale once per row); V4's are the same in both.
+  kernels::Numerics numerics = kernels::Numerics::kExact;
 };
 
 // Resident weight bytes of one rank, by how they are held.
