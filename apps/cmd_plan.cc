@@ -5,6 +5,7 @@
 #include "args.h"
 #include "checkpoint/config_json.h"
 #include "checkpoint/released_configs.h"
+#include "dist/numa_placement.h"
 #include "engine_args.h"
 #include "tools/capacity_plan.h"
 
@@ -13,7 +14,8 @@ namespace {
 
 const char* kHelp =
     "usage: dsv4 plan --config PATH_OR_DIR|flash|pro|v41-flash [--tp N --dp N --ep N] [--memory 512G]\n"
-    "                 [--max-model-len N] [--bandwidth 400G] [--weights released|bf16] [engine options]\n"
+    "                 [--max-model-len N] [--bandwidth 400G] [--weights released|bf16]\n"
+    "                 [--sockets S --numa-nodes N --cores C [--numa auto|off]] [engine options]\n"
     "Prints, before anything is downloaded, what the model needs on a layout: per-rank resident\n"
     "weights by format (as dsv4 loads them), the KV cache's bytes per token, how many tokens of\n"
     "history and how many requests of max-model-len fit in the memory left, and the batch-1\n"
@@ -27,6 +29,11 @@ const char* kHelp =
     "  --bandwidth       memory read bandwidth, bytes/s (G = 10^9: 400G is 400 GB/s)\n"
     "  --weights         released (FP8 blocks, FP4 experts, BF16 embedding and head; default) or\n"
     "                    bf16 (every linear in BF16, as dsv4 mkmodel writes by default)\n"
+    "  --sockets, --numa-nodes, --cores   a machine to place the ranks on (counts in all: 2, 2,\n"
+    "                    128 is two sockets of 64 cores): with --numa auto (default) one rank a\n"
+    "                    NUMA node, tensor parallel across them unless --tp/--dp say otherwise,\n"
+    "                    each on its node's cores; the plan is then per rank of that layout\n"
+    "  --numa            auto or off (off: the layout asked, unplaced)\n"
     "  --max-num-seqs, --max-num-batched-tokens, --max-model-len, --block-size,\n"
     "  --kv-cache-memory, --[no-]enable-prefix-caching, --speculative-config: as dsv4 serve\n";
 
@@ -42,7 +49,8 @@ StatusOr<ModelConfig> config_from(const std::string& where) {
 int cmd_plan(int argc, char** argv) {
   std::set<std::string> valued = engine_option_names();
   for (const auto& n : parallel_option_names()) valued.insert(n);
-  for (const char* n : {"config", "memory", "bandwidth", "weights"}) valued.insert(n);
+  for (const char* n : {"config", "memory", "bandwidth", "weights", "sockets", "numa-nodes", "cores", "numa"})
+    valued.insert(n);
   std::set<std::string> flags = engine_flag_names();
   flags.insert("help");
   Args args(argc, argv, 2, valued, flags);
@@ -74,6 +82,25 @@ int cmd_plan(int argc, char** argv) {
   o.memory_bytes = size("memory", false);
   o.bandwidth = static_cast<double>(size("bandwidth", true));
   if (o.memory_bytes < 0 || o.bandwidth < 0) return 2;
+  // A machine given by its counts: the ranks placed on its NUMA nodes.
+  std::string placement;
+  if (args.has("sockets") || args.has("numa-nodes") || args.has("cores")) {
+    const int sockets = args.get_int("sockets", 1), nodes = args.get_int("numa-nodes", sockets);
+    NumaMode mode = NumaMode::kAuto;
+    if (!parse_numa_mode(args.get("numa", "auto"), &mode)) {
+      std::fprintf(stderr, "dsv4 plan: --numa must be auto or off, got '%s'\n", args.get("numa").c_str());
+      return 2;
+    }
+    auto machine = MachineTopology::description_of(sockets, nodes, args.get_int("cores", nodes));
+    auto m = machine.ok() ? MachineTopology::synthetic(*machine) : StatusOr<MachineTopology>(machine.status());
+    auto placed = m.ok() ? place_ranks(*m, mode, o.topology) : StatusOr<NumaPlacement>(m.status());
+    if (!placed.ok()) {
+      std::fprintf(stderr, "dsv4 plan: %s\n", placed.status().message().c_str());
+      return 2;
+    }
+    o.topology = placed->layout;
+    placement = "machine: " + m->describe() + "\nplacement: " + placed->describe() + "\n";
+  }
   auto config = config_from(args.get("config"));
   if (!config.ok()) {
     std::fprintf(stderr, "dsv4 plan: %s\n", config.status().message().c_str());
@@ -94,6 +121,7 @@ int cmd_plan(int argc, char** argv) {
   }
   std::printf("dsv4 plan: %s%s\n", args.get("config").c_str(),
               o.memory_bytes ? (" on " + std::to_string(o.memory_bytes >> 30) + " GiB").c_str() : "");
+  std::fputs(placement.c_str(), stdout);
   std::fputs(plan->report().c_str(), stdout);
   return plan->fits ? 0 : 1;
 }

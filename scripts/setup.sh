@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(cmake g++ make pkg-config libgtest-dev libbenchmark-dev nlohmann-json3-dev libpcre2-dev libicu-dev libboost-dev libopenmpi-dev openmpi-bin
+packages=(cmake g++ make pkg-config libgtest-dev libbenchmark-dev nlohmann-json3-dev libpcre2-dev libicu-dev libhwloc-dev libboost-dev libopenmpi-dev openmpi-bin
           clang libclang-rt-dev  # clang: the sanitizer and fuzzer build (scripts/hardening.sh)
           chromium)              # the chat page's browser test (puppeteer-core drives it)
 missing=()
