@@ -70,6 +70,10 @@ int cmd_run(int argc, char** argv) {
   }
 
   const std::string dir = args.get("model");
+  if (Status placed = place_on_this_machine(args, &popt); !placed.ok()) {
+    std::fprintf(stderr, "dsv4 run: %s\n", placed.message().c_str());
+    return 2;
+  }
   const auto t_load = std::chrono::steady_clock::now();
   auto engine = load_engine(dir, eopt, popt, numerics, /*progress_bar=*/true);
   if (!engine.ok()) {

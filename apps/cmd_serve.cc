@@ -284,6 +284,10 @@ int cmd_serve(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &s.signals, nullptr);
 
   if (dist == "mpi") return serve_over_mpi(argc, argv, eopt, popt, timeout_ms, s);
+  if (Status placed = place_on_this_machine(args, &popt); !placed.ok()) {
+    std::fprintf(stderr, "dsv4 serve: %s\n", placed.message().c_str());
+    return 2;
+  }
   auto engine = load_engine(s.dir, eopt, popt, s.numerics, /*progress_bar=*/true);
   if (!engine.ok()) {
     std::fprintf(stderr, "dsv4 serve: %s\n", engine.status().message().c_str());

@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/logging.h"
+#include "dist/numa_placement.h"
 #include "tools/capacity_plan.h"
 
 namespace dsv4::app {
@@ -95,7 +97,9 @@ const char* kParallelHelp =
     "                               each TP group, one cache partition per DP group, the routed experts\n"
     "                               over EP ranks (default: every rank). Canonical: --tp 4 --dp 4 --ep 16\n"
     "  --enable-flashcomm1          sequence-parallel prefill (the residual stream split over TP)\n"
-    "  --flashcomm1-sp-min-token-num N  in steps of at least N tokens (default 1000)\n";
+    "  --flashcomm1-sp-min-token-num N  in steps of at least N tokens (default 1000)\n"
+    "  --numa auto|off              auto (default): on several NUMA nodes, one rank a node (TP across\n"
+    "                               them unless --tp/--dp say otherwise), pinned to its cores\n";
 
 const char* kSamplingHelp =
     "sampling:\n"
@@ -117,7 +121,7 @@ kernels::Numerics numerics_option(Args& args, kernels::Numerics fallback) {
 
 std::set<std::string> engine_flag_names() { return {"enable-prefix-caching", "no-enable-prefix-caching"}; }
 
-std::set<std::string> parallel_option_names() { return {"tp", "dp", "ep", "flashcomm1-sp-min-token-num"}; }
+std::set<std::string> parallel_option_names() { return {"tp", "dp", "ep", "flashcomm1-sp-min-token-num", "numa"}; }
 std::set<std::string> parallel_flag_names() { return {"enable-flashcomm1"}; }
 
 ParallelOptions parallel_options(Args& args) {
@@ -129,6 +133,19 @@ ParallelOptions parallel_options(Args& args) {
   p.flashcomm.min_tokens = args.get_int("flashcomm1-sp-min-token-num", p.flashcomm.min_tokens);
   if (p.flashcomm.min_tokens < 1) args.set_error("--flashcomm1-sp-min-token-num must be at least 1");
   return p;
+}
+
+Status place_on_this_machine(Args& args, ParallelOptions* p) {
+  NumaMode mode = NumaMode::kAuto;
+  if (!parse_numa_mode(args.get("numa", "auto"), &mode))
+    return invalid_argument("--numa must be auto or off, got '" + args.get("numa") + "'");
+  DSV4_ASSIGN_OR_RETURN(MachineTopology machine, MachineTopology::detect());
+  DSV4_ASSIGN_OR_RETURN(NumaPlacement placed, place_ranks(machine, mode, p->topology));
+  log_info("machine: " + machine.describe() + "; placement: " + placed.describe());
+  if (!placed.pinned()) return Status::Ok();
+  p->topology = placed.layout;
+  p->placement = placed.ranks;
+  return Status::Ok();
 }
 
 std::set<std::string> sampling_option_names() {

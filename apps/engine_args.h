@@ -30,6 +30,12 @@ EngineOptions engine_options(Args& args);
 kernels::Numerics numerics_option(Args& args, kernels::Numerics fallback);
 extern const char* kNumericsHelp;
 ParallelOptions parallel_options(Args& args);
+// --numa auto|off for ranks as threads of this process: on a machine with
+// several NUMA nodes (auto), the ranks placed on them (numa_placement.h:
+// one a node, tensor parallel across them unless --tp/--dp say otherwise)
+// and each pinned there with its own pool; on one node nothing changes.
+// Logs the machine and the placement.
+Status place_on_this_machine(Args& args, ParallelOptions* p);
 SamplingParams sampling_params(Args& args, const SamplingParams& defaults);
 
 }  // namespace dsv4::app

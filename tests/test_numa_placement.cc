@@ -5,11 +5,18 @@
 // nothing placed on a one-node machine.
 #include <gtest/gtest.h>
 
+#include <sched.h>
+
+#include <algorithm>
+#include <mutex>
 #include <set>
 #include <thread>
 
+#include "checkpoint/config_json.h"
 #include "dist/machine_topology.h"
 #include "dist/numa_placement.h"
+#include "runtime/engine.h"
+#include "runtime/local_executor.h"
 #include "test_util.h"
 
 namespace dsv4 {
@@ -114,6 +121,92 @@ TEST(NumaPlacement, ThisMachine) {
   ASSERT_TRUE(p.ok()) << p.status().message();
   EXPECT_EQ(p->pinned(), m->nodes.size() > 1);
   EXPECT_EQ(p->layout.tp, static_cast<int>(m->nodes.size()));
+}
+
+std::vector<int> affinity_of_this_thread() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  EXPECT_EQ(sched_getaffinity(0, sizeof set, &set), 0);
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  return cpus;
+}
+
+// A rank's pool on this machine's cores: a thread a core, each pinned to
+// its own; parallel_for in the pool's scope runs on them, outside it on the
+// process's pool.
+TEST(NumaPlacement, ARankPoolRunsEachThreadOnItsOwnCore) {
+  auto m = MachineTopology::detect();
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  const RankPlacement rank{m->nodes[0].os_index, m->nodes[0].cpus};
+  auto pool = rank_pool(rank);
+  ASSERT_EQ(pool->num_threads(), static_cast<int>(rank.cpus.size()));
+  std::mutex mu;
+  std::set<std::vector<int>> masks;
+  std::thread caller([&] {
+    ASSERT_TRUE(pin_thread_to(rank.cpus.front()).ok());
+    ThreadPool::Scope scope(pool.get());
+    EXPECT_EQ(&ThreadPool::current(), pool.get());
+    for (int round = 0; round < 20; ++round)
+      parallel_for(64, 1, [&](int64_t, int64_t) {
+        const std::vector<int> mask = affinity_of_this_thread();
+        volatile double x = 0;
+        for (int i = 0; i < 20000; ++i) x = x + i;  // long enough for every worker to take some
+        std::lock_guard<std::mutex> lock(mu);
+        masks.insert(mask);
+      });
+  });
+  caller.join();
+  EXPECT_EQ(&ThreadPool::current(), &ThreadPool::global());
+  for (const auto& mask : masks) {
+    ASSERT_EQ(mask.size(), 1u) << "a pool thread not pinned to one core";
+    EXPECT_NE(std::find(rank.cpus.begin(), rank.cpus.end(), mask[0]), rank.cpus.end());
+  }
+  EXPECT_EQ(masks.size(), rank.cpus.size()) << "every pool thread took chunks, each on its own core";
+  EXPECT_FALSE(pin_thread_to(-1).ok());
+}
+
+// Ranks as threads, each pinned with its own pool (two ranks on this
+// machine's two cores stand for two nodes' ranks), load their shares and
+// greedy-decode exactly what unplaced ranks do.
+TEST(NumaPlacement, PlacedRanksGenerateWhatUnplacedRanksDo) {
+  auto m = MachineTopology::detect();
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  const std::vector<int>& cpus = m->nodes[0].cpus;
+  const std::string dir = testing::golden_dir() + "/small-real";
+  auto config = load_any_model_config(dir + "/config.json");
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  auto generate = [&](const ParallelOptions& p) {
+    EngineOptions options;
+    auto cache = Engine::cache_options(*config, options);
+    EXPECT_TRUE(cache.ok()) << cache.status().message();
+    auto exec = LocalExecutor::create(dir, {}, p, *cache);
+    EXPECT_TRUE(exec.ok()) << exec.status().message();
+    auto engine = Engine::create(std::move(*exec), options.scheduler);
+    EXPECT_TRUE(engine.ok()) << engine.status().message();
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 40; ++i) prompt.push_back(5 + i * 13 % 200);
+    EXPECT_TRUE((*engine)->add_request(prompt, testing::greedy(8)).ok());
+    std::vector<int32_t> out;
+    while ((*engine)->has_unfinished())
+      for (const RequestOutput& o : (*engine)->step()) out.insert(out.end(), o.new_tokens.begin(), o.new_tokens.end());
+    return out;
+  };
+  ParallelOptions unplaced;
+  unplaced.topology.tp = 2;
+  const auto want = generate(unplaced);
+  ASSERT_EQ(want.size(), 8u);
+  ParallelOptions placed = unplaced;
+  placed.placement = {{m->nodes[0].os_index, {cpus.front()}}, {m->nodes[0].os_index, {cpus.back()}}};
+  EXPECT_EQ(generate(placed), want);
+  placed.placement.pop_back();
+  EngineOptions options;
+  auto cache = Engine::cache_options(*config, options);
+  ASSERT_TRUE(cache.ok());
+  auto bad = LocalExecutor::create(dir, {}, placed, *cache);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("a placement of 1 ranks for 2"), std::string::npos) << bad.status().message();
 }
 
 // dsv4 plan places the ranks of a machine it is given and plans per rank of

@@ -9,6 +9,7 @@ namespace dsv4 {
 namespace {
 
 thread_local bool t_inside_pool = false;
+thread_local ThreadPool* t_current = nullptr;
 
 // A forward step runs hundreds of parallel_for calls microseconds apart.
 // Sleeping on the condition variable between them costs a futex wait and
@@ -23,9 +24,19 @@ void spin_until(Ready ready) {
 
 }  // namespace
 
-ThreadPool::ThreadPool(int num_threads) {
-  for (int i = 1; i < num_threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+ThreadPool::ThreadPool(int num_threads, std::function<void(int)> on_start) {
+  for (int i = 1; i < num_threads; ++i)
+    workers_.emplace_back([this, i, on_start] {
+      if (on_start) on_start(i);
+      worker_loop(i);
+    });
 }
+
+ThreadPool& ThreadPool::current() { return t_current ? *t_current : global(); }
+
+ThreadPool::Scope::Scope(ThreadPool* pool) : previous_(t_current) { t_current = pool; }
+
+ThreadPool::Scope::~Scope() { t_current = previous_; }
 
 ThreadPool::~ThreadPool() {
   {

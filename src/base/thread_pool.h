@@ -14,7 +14,9 @@ namespace dsv4 {
 
 class ThreadPool {
  public:
-  explicit ThreadPool(int num_threads);
+  // on_start(i) runs first in worker thread i (1 .. num_threads - 1; the
+  // caller is thread 0), e.g. to pin it to a core.
+  explicit ThreadPool(int num_threads, std::function<void(int)> on_start = nullptr);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
@@ -27,6 +29,20 @@ class ThreadPool {
 
   // The process-wide pool (DSV4_NUM_THREADS or the hardware count).
   static ThreadPool& global();
+  // The pool parallel_for uses on this thread: the one a Scope installed
+  // (a rank's own, on its NUMA node's cores), else global().
+  static ThreadPool& current();
+  // Installs `pool` for this thread until the scope ends.
+  class Scope {
+   public:
+    explicit Scope(ThreadPool* pool);
+    ~Scope();
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    ThreadPool* previous_;
+  };
 
  private:
   void worker_loop(int index);
@@ -46,7 +62,7 @@ class ThreadPool {
 };
 
 inline void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
-  ThreadPool::global().parallel_for(n, grain, fn);
+  ThreadPool::current().parallel_for(n, grain, fn);
 }
 
 }  // namespace dsv4

@@ -35,7 +35,7 @@ Status LoadTasks::run(const LoadProgress& progress) {
     if (tasks_[i].source) tasks_[i].source->prefetch(tasks_[i].offset, tasks_[i].bytes);
   // Each thread claims the next task in file order, so the reads of all
   // threads together move through the files front to back.
-  parallel_for(ThreadPool::global().num_threads(), 1, [&](int64_t w0, int64_t w1) {
+  parallel_for(ThreadPool::current().num_threads(), 1, [&](int64_t w0, int64_t w1) {
     for (int64_t w = w0; w < w1; ++w) {
       std::unique_ptr<LoadScratch> scratch;
       {

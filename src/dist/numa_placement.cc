@@ -1,6 +1,11 @@
 #include "dist/numa_placement.h"
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <algorithm>
+
+#include "base/logging.h"
 
 namespace dsv4 {
 namespace {
@@ -61,6 +66,23 @@ std::string NumaPlacement::describe() const {
     s += "\n  rank " + std::to_string(r) + ": NUMA node " + std::to_string(ranks[r].node) + ", cores " +
          cpu_list(ranks[r].cpus) + " (" + std::to_string(ranks[r].cpus.size()) + " threads)";
   return s;
+}
+
+Status pin_thread_to(int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (cpu < 0 || cpu >= CPU_SETSIZE) return invalid_argument("core " + std::to_string(cpu) + " is out of range");
+  CPU_SET(cpu, &set);
+  if (pthread_setaffinity_np(pthread_self(), sizeof set, &set) != 0)
+    return internal_error("cannot pin a thread to core " + std::to_string(cpu));
+  return Status::Ok();
+}
+
+std::unique_ptr<ThreadPool> rank_pool(const RankPlacement& rank) {
+  std::vector<int> cpus = rank.cpus;
+  return std::make_unique<ThreadPool>(static_cast<int>(cpus.size()), [cpus](int i) {
+    if (Status s = pin_thread_to(cpus[i]); !s.ok()) log_warn(s.message());
+  });
 }
 
 }  // namespace dsv4

@@ -6,10 +6,12 @@
 // several ranks a node its collectives stay on the node.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "base/status.h"
+#include "base/thread_pool.h"
 #include "dist/machine_topology.h"
 #include "dist/topology.h"
 
@@ -36,5 +38,13 @@ struct NumaPlacement {
 // disjoint slices. kOff, or one node: `asked` as it is, unpinned, every rank
 // sharing all cores.
 StatusOr<NumaPlacement> place_ranks(const MachineTopology& m, NumaMode mode, const TopologyOptions& asked);
+
+// Pins the calling thread to one core (OS numbering).
+Status pin_thread_to(int cpu);
+// A rank's own pool: a thread on each of its cores, worker i pinned to
+// cpus[i] (the rank's thread, thread 0, pins itself to cpus[0]). What its
+// threads first touch (weights as they load, scratch, KV pages) lands on
+// the rank's node.
+std::unique_ptr<ThreadPool> rank_pool(const RankPlacement& rank);
 
 }  // namespace dsv4

@@ -78,7 +78,7 @@ void run_expert_slots(const ExpertSlots& s, const float* x, int64_t dim, Collect
     run(e, xin.data(), n, wts[e].data(), yout.data());
     for (int64_t i = 0; i < n; ++i) std::copy_n(&yout[i * dim], dim, &results[mine[e][i] * dim]);
   };
-  if (static_cast<int64_t>(active.size()) >= 2 * ThreadPool::global().num_threads()) {
+  if (static_cast<int64_t>(active.size()) >= 2 * ThreadPool::current().num_threads()) {
     parallel_for(static_cast<int64_t>(active.size()), 1, [&](int64_t a, int64_t b) {
       for (int64_t i = a; i < b; ++i) run_one(active[i]);
     });

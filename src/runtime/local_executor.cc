@@ -1,6 +1,7 @@
 #include "checkpoint/model_loader.h"
 #include "runtime/local_executor.h"
 
+#include "base/logging.h"
 #include "dist/local_communicator.h"
 #include "checkpoint/config_json.h"
 
@@ -48,17 +49,43 @@ StatusOr<std::unique_ptr<LocalExecutor>> LocalExecutor::create(const std::string
       split.emplace_back([&, r] { e->ranks_[r].groups = RankGroups::split(*worlds[r], t); });
     for (auto& th : split) th.join();
   }
+  if (!p.placement.empty() && static_cast<int>(p.placement.size()) != t.world)
+    return invalid_argument("a placement of " + std::to_string(p.placement.size()) + " ranks for " +
+                            std::to_string(t.world));
   for (int r = 0; r < t.world; ++r) {
     Rank& rank = e->ranks_[r];
     rank.world = std::move(worlds[r]);
-    DSV4_ASSIGN_OR_RETURN(rank.share, load_rank_model(dir, e->config_, base, p.flashcomm, t, r, rank.groups));
+    if (!p.placement.empty() && p.placement[r].node >= 0 && !p.placement[r].cpus.empty()) {
+      rank.pool = rank_pool(p.placement[r]);
+      rank.first_cpu = p.placement[r].cpus.front();
+    }
+    // Loaded on the rank's cores: the pages its loader threads first touch
+    // are on its node.
+    Status loaded = Status::Ok();
+    e->on_rank(r, [&] {
+      auto share = load_rank_model(dir, e->config_, base, p.flashcomm, t, r, rank.groups);
+      if (share.ok()) rank.share = std::move(*share);
+      else loaded = share.status();
+    });
+    DSV4_RETURN_IF_ERROR(loaded);
     const int g = t.dp_rank(r);
     e->workers_.push_back(std::make_unique<RankWorker>(rank.share.model.get(), &e->caches_[g]->store(t.tp_rank(r)),
                                                        t.tp > 1 ? rank.groups.tp.get() : nullptr, g));
   }
   e->results_.resize(t.world, Status(StatusCode::kInternal, "not run"));
-  if (t.world > 1) e->start_threads();
+  if (t.world > 1 || e->ranks_[0].pool) e->start_threads();
   return e;
+}
+
+void LocalExecutor::on_rank(int r, const std::function<void()>& fn) {
+  const Rank& rank = ranks_[r];
+  if (!rank.pool) return fn();
+  std::thread th([&] {
+    if (Status s = pin_thread_to(rank.first_cpu); !s.ok()) log_warn(s.message());
+    ThreadPool::Scope scope(rank.pool.get());
+    fn();
+  });
+  th.join();
 }
 
 LocalExecutor::~LocalExecutor() {
@@ -75,6 +102,11 @@ void LocalExecutor::start_threads() {
 }
 
 void LocalExecutor::rank_loop(int rank) {
+  // A placed rank steps on its node's cores, with its own pool.
+  const Rank* placed = rank < static_cast<int>(ranks_.size()) && ranks_[rank].pool ? &ranks_[rank] : nullptr;
+  if (placed)
+    if (Status s = pin_thread_to(placed->first_cpu); !s.ok()) log_warn(s.message());
+  ThreadPool::Scope scope(placed ? placed->pool.get() : &ThreadPool::current());
   int64_t seen = 0;
   for (;;) {
     const StepPlan* plan = nullptr;

@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "dist/numa_placement.h"
 #include "dist/topology.h"
 #include "runtime/rank_model.h"
 #include "runtime/rank_worker.h"
@@ -20,6 +21,10 @@ namespace dsv4 {
 struct ParallelOptions {
   TopologyOptions topology;
   FlashCommOptions flashcomm;
+  // By rank, when the ranks are pinned to NUMA nodes (numa_placement.h):
+  // each runs on its own pool of its node's cores and loads its share from
+  // there. Empty: every rank on the process's pool.
+  std::vector<RankPlacement> placement;
 };
 
 class LocalExecutor : public StepExecutor {
@@ -54,10 +59,15 @@ class LocalExecutor : public StepExecutor {
     RankModel share;
     std::unique_ptr<Communicator> world;
     RankGroups groups;
+    std::unique_ptr<ThreadPool> pool;  // its node's cores, when placed
+    int first_cpu = -1;
   };
   LocalExecutor() = default;
   void start_threads();
   void rank_loop(int rank);
+  // Runs fn on rank r's cores with its pool (a thread pinned there), or
+  // here when the ranks are not placed.
+  void on_rank(int r, const std::function<void()>& fn);
 
   ModelConfig config_;
   std::unique_ptr<ServingModel> owned_;  // own()'s model
