@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "bench_throughput.h"
+#include "base/thread_pool.h"
 #include "checkpoint/config_json.h"
 #include "checkpoint/model_loader.h"
 #include "checkpoint/v41_loader.h"
@@ -22,11 +23,13 @@ struct Row {
   std::string model, family, numerics;
   double resident = 0, per_token = 0;  // bytes: weights held, weights a decode token reads
   double tok_s = 0;
+  double jobs = 0, calls = 0;  // the pool's jobs (wake-up and join each) and parallel_for calls a token
+  int layers = 1;
 };
 
 // Prefills `ctx` tokens in chunks of 256, then times `gen` greedy decode
 // steps; each chunk carries the tokens V4.1's Engram reaches back to.
-StatusOr<double> decode_tok_s(const ServingModel& m, ContiguousCache* cache, int64_t ctx, int64_t gen) {
+Status time_decode(const ServingModel& m, ContiguousCache* cache, int64_t ctx, int64_t gen, Row* row) {
   const ModelConfig& c = m.config();
   const int64_t back = c.engram.enabled() ? c.engram.max_ngram_size - 1 : 0;
   std::vector<int32_t> tokens;
@@ -40,14 +43,24 @@ StatusOr<double> decode_tok_s(const ServingModel& m, ContiguousCache* cache, int
   ForwardOutput out;
   for (int64_t at = 0; at < ctx; at += 256) DSV4_RETURN_IF_ERROR(step(at, std::min<int64_t>(256, ctx - at), ctx, &out));
   double seconds = 0;
+  const ThreadPool& pool = ThreadPool::current();
+  int64_t jobs = 0, calls = 0;
   for (int64_t s = -1; s < gen; ++s) {  // step -1: warm-up, not timed
     const float* l = &out.logits[out.logits.size() - c.vocab_size];
     tokens.push_back(static_cast<int32_t>(std::max_element(l, l + c.vocab_size) - l));
+    const int64_t jobs0 = pool.jobs(), calls0 = pool.calls();
     const auto t0 = Clock::now();
     DSV4_RETURN_IF_ERROR(step(static_cast<int64_t>(tokens.size()) - 1, 1, 0, &out));
-    if (s >= 0) seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+    if (s < 0) continue;
+    seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+    jobs += pool.jobs() - jobs0;
+    calls += pool.calls() - calls0;
   }
-  return gen / seconds;
+  row->tok_s = gen / seconds;
+  row->jobs = static_cast<double>(jobs) / gen;
+  row->calls = static_cast<double>(calls) / gen;
+  row->layers = c.n_layers;
+  return Status::Ok();
 }
 
 // What dsv4 plan says a V4.1 decode token reads on one rank in `numerics`:
@@ -79,7 +92,7 @@ Status run_model(const std::string& dir, const DecodeRooflineOptions& o, std::ve
       row.resident = static_cast<double>(m->weights().resident_bytes());
       row.numerics = kernels::numerics_name(n);
       auto cache = m->new_cache();
-      DSV4_ASSIGN_OR_RETURN(row.tok_s, decode_tok_s(*m, cache.get(), o.ctx, o.gen));
+      DSV4_RETURN_IF_ERROR(time_decode(*m, cache.get(), o.ctx, o.gen, &row));
       rows->push_back(row);
     }
     return Status::Ok();
@@ -93,7 +106,7 @@ Status run_model(const std::string& dir, const DecodeRooflineOptions& o, std::ve
     m->set_numerics(n);
     row.numerics = kernels::numerics_name(n);
     ContiguousCache cache = m->new_sequence();
-    DSV4_ASSIGN_OR_RETURN(row.tok_s, decode_tok_s(*m, &cache, o.ctx, o.gen));
+    DSV4_RETURN_IF_ERROR(time_decode(*m, &cache, o.ctx, o.gen, &row));
     rows->push_back(row);
   }
   return Status::Ok();
@@ -119,14 +132,19 @@ int bench_decode_roofline(const DecodeRooflineOptions& o) {
               "token reads the dense weights, the routed experts' top-k share and the head (V4.1: as dsv4 plan "
               "counts them, Engram rows included)\n\n",
               bandwidth / 1e9);
-  std::printf("%-40s %-6s %-8s %12s %14s %14s %10s %12s\n", "model", "family", "numerics", "weights MiB",
-              "MiB per token", "roofline tok/s", "tok/s", "of roofline");
+  std::printf("%-40s %-6s %-8s %12s %14s %14s %10s %12s %20s\n", "model", "family", "numerics", "weights MiB",
+              "MiB per token", "roofline tok/s", "tok/s", "of roofline", "pool jobs/token");
   for (const Row& r : rows) {
     const double roofline = bandwidth / r.per_token;
-    std::printf("%-40s %-6s %-8s %12.1f %14.1f %14.2f %10.2f %11.1f%%\n", r.model.c_str(), r.family.c_str(),
+    char jobs[64];
+    std::snprintf(jobs, sizeof jobs, "%.0f (%.1f a layer)", r.jobs, r.jobs / r.layers);
+    std::printf("%-40s %-6s %-8s %12.1f %14.1f %14.2f %10.2f %11.1f%% %20s\n", r.model.c_str(), r.family.c_str(),
                 r.numerics.c_str(), r.resident / 1048576.0, r.per_token / 1048576.0, roofline, r.tok_s,
-                100.0 * r.tok_s / roofline);
+                100.0 * r.tok_s / roofline, jobs);
   }
+  std::printf("\npool jobs: parallel_for calls handed to the pool's %d threads in a decode token (each a wake-up "
+              "and a join; the rest of the calls ran inline)\n",
+              ThreadPool::current().num_threads());
   return 0;
 }
 

@@ -167,6 +167,21 @@ TEST(NumaPlacement, ARankPoolRunsEachThreadOnItsOwnCore) {
   EXPECT_FALSE(pin_thread_to(-1).ok());
 }
 
+// The pool counts its calls and the jobs it hands its workers (the bench's
+// pool jobs per decode token): a call too small to split, or nested in a
+// job, runs inline and is no job.
+TEST(NumaPlacement, APoolCountsItsJobs) {
+  ThreadPool pool(2);
+  ThreadPool::Scope scope(&pool);
+  parallel_for(1, 1, [](int64_t, int64_t) {});    // one chunk: inline
+  parallel_for(100, 1, [](int64_t, int64_t) {});  // a job
+  parallel_for(100, 1, [](int64_t b, int64_t) {
+    if (b == 0) parallel_for(100, 1, [](int64_t, int64_t) {});  // nested: inline
+  });
+  EXPECT_EQ(pool.calls(), 4);
+  EXPECT_EQ(pool.jobs(), 2);
+}
+
 // Ranks as threads, each pinned with its own pool (two ranks on this
 // machine's two cores stand for two nodes' ranks), load their shares and
 // greedy-decode exactly what unplaced ranks do.

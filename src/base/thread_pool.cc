@@ -58,6 +58,7 @@ ThreadPool& ThreadPool::global() {
 
 void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;
+  calls_.fetch_add(1, std::memory_order_relaxed);
   grain = std::max<int64_t>(1, grain);
   int64_t max_chunks = (n + grain - 1) / grain;
   int64_t chunks = std::min<int64_t>(max_chunks, static_cast<int64_t>(num_threads()) * 4);
@@ -68,6 +69,7 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
     fn(0, n);
     return;
   }
+  jobs_.fetch_add(1, std::memory_order_relaxed);
   std::unique_lock<std::mutex> lock(mu_);
   job_ = &fn;
   job_n_ = n;

@@ -22,6 +22,10 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int num_threads() const { return static_cast<int>(workers_.size()) + 1; }
+  // Jobs this pool has handed its workers so far (each a wake-up and a
+  // join), and parallel_for calls in all (the rest ran inline).
+  int64_t jobs() const { return jobs_.load(std::memory_order_relaxed); }
+  int64_t calls() const { return calls_.load(std::memory_order_relaxed); }
 
   // Calls fn(begin, end) on disjoint ranges covering [0, n), at least `grain`
   // items per call; the calling thread takes part. Nested calls run inline.
@@ -59,6 +63,7 @@ class ThreadPool {
   std::atomic<int64_t> chunks_done_{0};
   std::atomic<uint64_t> generation_{0};
   std::atomic<bool> stop_{false};
+  std::atomic<int64_t> jobs_{0}, calls_{0};
 };
 
 inline void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
