@@ -34,6 +34,8 @@ const char* kHelp =
     "                    NUMA node, tensor parallel across them unless --tp/--dp say otherwise,\n"
     "                    each on its node's cores; the plan is then per rank of that layout\n"
     "  --numa            auto or off (off: the layout asked, unplaced)\n"
+    "  --node-bandwidth  with a machine: each NUMA node's memory bandwidth (G = 10^9); the roofline\n"
+    "                    takes all the nodes' (each rank reads its share from its own node)\n"
     "  --max-num-seqs, --max-num-batched-tokens, --max-model-len, --block-size,\n"
     "  --kv-cache-memory, --[no-]enable-prefix-caching, --speculative-config: as dsv4 serve\n";
 
@@ -49,7 +51,8 @@ StatusOr<ModelConfig> config_from(const std::string& where) {
 int cmd_plan(int argc, char** argv) {
   std::set<std::string> valued = engine_option_names();
   for (const auto& n : parallel_option_names()) valued.insert(n);
-  for (const char* n : {"config", "memory", "bandwidth", "weights", "sockets", "numa-nodes", "cores", "numa"})
+  for (const char* n :
+       {"config", "memory", "bandwidth", "weights", "sockets", "numa-nodes", "cores", "numa", "node-bandwidth"})
     valued.insert(n);
   std::set<std::string> flags = engine_flag_names();
   flags.insert("help");
@@ -100,6 +103,12 @@ int cmd_plan(int argc, char** argv) {
     }
     o.topology = placed->layout;
     placement = "machine: " + m->describe() + "\nplacement: " + placed->describe() + "\n";
+    const int64_t per_node = size("node-bandwidth", true);
+    if (per_node < 0) return 2;
+    if (per_node > 0) o.bandwidth = static_cast<double>(per_node) * nodes;
+  } else if (args.has("node-bandwidth")) {
+    std::fprintf(stderr, "dsv4 plan: --node-bandwidth goes with a machine (--sockets, --numa-nodes, --cores)\n");
+    return 2;
   }
   auto config = config_from(args.get("config"));
   if (!config.ok()) {

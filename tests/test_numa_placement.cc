@@ -232,6 +232,13 @@ TEST(NumaPlacement, PlanPlacesTheRanksOfAGivenMachine) {
   EXPECT_NE(two.output.find("machine: 2 NUMA nodes x 64 cores (2 packages)"), std::string::npos) << two.output;
   EXPECT_NE(two.output.find("placement: 2 ranks: TP2 x DP1"), std::string::npos) << two.output;
   EXPECT_NE(two.output.find("rank 1: NUMA node 1, cores 64-127 (64 threads)"), std::string::npos) << two.output;
+  // Each node's bandwidth: the roofline reads from both.
+  const auto fed = testing::run_dsv4("plan --config flash --memory 768G --sockets 2 --cores 128 --node-bandwidth 400G");
+  EXPECT_EQ(fed.code, 0) << fed.output;
+  EXPECT_NE(fed.output.find("at 800 GB/s"), std::string::npos) << fed.output;
+  const auto alone = testing::run_dsv4("plan --config flash --node-bandwidth 400G");
+  EXPECT_EQ(alone.code, 2) << alone.output;
+  EXPECT_NE(alone.output.find("--node-bandwidth goes with a machine"), std::string::npos) << alone.output;
   const auto one = testing::run_dsv4("plan --config flash --memory 768G");
   EXPECT_EQ(one.output.find("placement:"), std::string::npos) << one.output;
   const auto bad = testing::run_dsv4("plan --config flash --sockets 2 --numa-nodes 3 --cores 128");
