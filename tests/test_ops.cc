@@ -325,7 +325,7 @@ Op v41_block() {
 // (heads, n, dim): n KV rows, every 5th unused, blocks of 64 and a tail;
 // a dim the vector body does not take goes to the generic one.
 Op v41_sparse_attention() {
-  return {"v41_sparse_attention (heads, n, dim)", 0,
+  return {"v41_sparse_attention (heads, n, dim)", 1e-5,
           {{1, 1, 16}, {4, 63, 128}, {3, 64, 32}, {8, 150, 128}, {2, 200, 24}, {5, 0, 16}, {3, 70, 80}},
           [](const Kernels& k, const Shape& s) {
             const auto rows = normals(std::max<int64_t>(1, s.b) * s.c, 31, 2.0f);

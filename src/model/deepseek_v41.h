@@ -106,7 +106,7 @@ class DeepseekV41 : public ServingModel {
              std::vector<float>* pre, float* h) const;
   const Rope& rope_for(int ratio) const { return ratio ? compress_rope_ : window_rope_; }
   V41LayerContext layer_context(int layer, int ratio, const TokenSplit* held = nullptr) const {
-    return {config_, rope_for(ratio), layer, tensor_group_, held};
+    return {config_, rope_for(ratio), layer, tensor_group_, held, numerics_};
   }
 
   ModelConfig config_;

@@ -337,9 +337,9 @@ int64_t v41_first_row_after_unwritten_keys(const ModelConfig& c, int64_t start_p
   return num_tokens;
 }
 
-void v41_sparse_attention(const float* q, int heads, int64_t head_dim, const std::vector<const float*>& kv,
-                          const float* sinks, float scale, float* out) {
-  kernels::kernels_for(kernels::Numerics::kExact)
+void v41_sparse_attention(kernels::Numerics numerics, const float* q, int heads, int64_t head_dim,
+                          const std::vector<const float*>& kv, const float* sinks, float scale, float* out) {
+  kernels::kernels_for(numerics)
       .v41_sparse_attention(q, heads, head_dim, kv.data(), static_cast<int64_t>(kv.size()), sinks, scale, out);
 }
 
@@ -368,7 +368,8 @@ void v41_dspark_attention(const V41Attention& w, const V41LayerContext& ctx, con
       const int64_t call = r / block;
       std::vector<const float*> slots = views[call].ring;
       for (int64_t j = 0; j < block; ++j) slots.push_back(&kv[(call * block + j) * hd]);
-      v41_sparse_attention(&q[r * heads * hd], heads, hd, slots, w.attn_sink.data(), scale, &o[r * heads * hd]);
+      v41_sparse_attention(ctx.numerics, &q[r * heads * hd], heads, hd, slots, w.attn_sink.data(), scale,
+                             &o[r * heads * hd]);
     }
   });
   output_projection(w, ctx, angles, o.data(), rows, out);
@@ -469,7 +470,8 @@ void v41_attention(const V41Attention& w, const V41LayerContext& ctx, const std:
         }
         if (compressed)
           for (int32_t j : shared->topk[r]) slots.push_back(j >= 0 ? &comp[static_cast<size_t>(where[j]) * hd] : nullptr);
-        v41_sparse_attention(&q[r * heads * hd], heads, hd, slots, w.attn_sink.data(), scale, &o[r * heads * hd]);
+        v41_sparse_attention(ctx.numerics, &q[r * heads * hd], heads, hd, slots, w.attn_sink.data(), scale,
+                             &o[r * heads * hd]);
       }
     });
     // The chunk's window rows (its last window's, or all when a prefix

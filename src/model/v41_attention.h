@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/dispatch.h"
 #include "model/collectives.h"
 #include "model/config.h"
 #include "model/rope.h"
@@ -54,6 +55,9 @@ struct V41LayerContext {
   // FlashComm1: the output holds only this rank's block of the rows (its
   // inputs are still every row).
   const TokenSplit* held = nullptr;
+  // Fast: the attention's products fused into its sums (its linears are
+  // packed, V41Linear::packed).
+  kernels::Numerics numerics = kernels::Numerics::kExact;
 };
 
 // x [rows, dim] (after attn_norm) -> out [rows, dim] (under ctx.held, this rank's block of them).
@@ -91,7 +95,7 @@ void v41_dspark_attention(const V41Attention& w, const V41LayerContext& ctx, con
 // The reference's sparse_attn for one query row: `heads` heads of q
 // [heads, head_dim] over the KV rows kv[j] (nullptr: an unused index) in
 // blocks of 64 with an online softmax from -1e30; out [heads, head_dim].
-void v41_sparse_attention(const float* q, int heads, int64_t head_dim, const std::vector<const float*>& kv,
-                          const float* sinks, float scale, float* out);
+void v41_sparse_attention(kernels::Numerics numerics, const float* q, int heads, int64_t head_dim,
+                          const std::vector<const float*>& kv, const float* sinks, float scale, float* out);
 
 }  // namespace dsv4

@@ -32,6 +32,8 @@ void v41_block(const float* a, int64_t lda, int64_t m, const float* tile, int64_
                const float* wscale, float* acc);
 void v41_sparse_attention(const float* q, int64_t heads, int64_t dim, const float* const* kv, int64_t n,
                           const float* sinks, float scale, float* out);
+void v41_sparse_attention_fast(const float* q, int64_t heads, int64_t dim, const float* const* kv, int64_t n,
+                               const float* sinks, float scale, float* out);
 void sink_attention_heads(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_slots,
                           const KvRowFormat& f, const float* sinks, float scale, float* scratch, float* out);
 void head_dots(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_keys, int64_t dim,

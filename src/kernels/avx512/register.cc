@@ -31,6 +31,7 @@ void register_kernels(Kernels* exact, Kernels* fast) {
   fast->matmul_quantized_pairs = &matmul_quantized_pairs_fast;
   fast->sink_attention_heads = &sink_attention_heads_fast;
   fast->head_dots = &head_dots_fast;
+  fast->v41_sparse_attention = &v41_sparse_attention_fast;
 }
 
 }  // namespace dsv4::kernels::avx512

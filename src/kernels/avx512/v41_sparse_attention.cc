@@ -21,7 +21,14 @@ constexpr int64_t kLanes = 16;
 // dots[h][j] for heads [h0, h0 + H) and the block's four groups of 16 keys:
 // 4 H independent sums side by side (a lane's adds still in dimension
 // order), so the adds do not wait on each other.
-template <int H>
+// a + b * c: two roundings (exact numerics) or one (fast).
+template <bool Fused>
+inline __m512 multiply_add(__m512 a, __m512 b, __m512 c) {
+  if constexpr (Fused) return _mm512_fmadd_ps(b, c, a);
+  else return _mm512_add_ps(a, _mm512_mul_ps(b, c));
+}
+
+template <int H, bool Fused>
 void head_dots(const float* q, int64_t h0, int64_t dim, const float* keys, float* dots) {
   __m512 sum[H][4];
   for (int i = 0; i < H; ++i)
@@ -32,24 +39,19 @@ void head_dots(const float* q, int64_t h0, int64_t dim, const float* keys, float
                  k3 = _mm512_loadu_ps(kd + 48);
     for (int i = 0; i < H; ++i) {
       const __m512 qd = _mm512_set1_ps(q[(h0 + i) * dim + d]);
-      sum[i][0] = _mm512_add_ps(sum[i][0], _mm512_mul_ps(qd, k0));
-      sum[i][1] = _mm512_add_ps(sum[i][1], _mm512_mul_ps(qd, k1));
-      sum[i][2] = _mm512_add_ps(sum[i][2], _mm512_mul_ps(qd, k2));
-      sum[i][3] = _mm512_add_ps(sum[i][3], _mm512_mul_ps(qd, k3));
+      sum[i][0] = multiply_add<Fused>(sum[i][0], qd, k0);
+      sum[i][1] = multiply_add<Fused>(sum[i][1], qd, k1);
+      sum[i][2] = multiply_add<Fused>(sum[i][2], qd, k2);
+      sum[i][3] = multiply_add<Fused>(sum[i][3], qd, k3);
     }
   }
   for (int i = 0; i < H; ++i)
     for (int g = 0; g < 4; ++g) _mm512_storeu_ps(dots + i * kAttnBlock + g * kLanes, sum[i][g]);
 }
 
-}  // namespace
-
-void v41_sparse_attention(const float* q, int64_t heads, int64_t dim, const float* const* kv, int64_t n,
-                          const float* sinks, float scale, float* out) {
-  if (dim % kLanes) {
-    generic::v41_sparse_attention(q, heads, dim, kv, n, sinks, scale, out);
-    return;
-  }
+template <bool Fused>
+void attend(const float* q, int64_t heads, int64_t dim, const float* const* kv, int64_t n, const float* sinks,
+            float scale, float* out) {
   std::vector<float> keys(dim * kAttnBlock), dots(heads * kAttnBlock), s(kAttnBlock), acc(heads * dim, 0.0f);
   std::vector<float> running_max(heads, -1e30f), sum_exp(heads, 0.0f);
   const __m512 zero = _mm512_setzero_ps();
@@ -61,8 +63,8 @@ void v41_sparse_attention(const float* q, int64_t heads, int64_t dim, const floa
       if (const float* k = kv[b0 + j])
         for (int64_t d = 0; d < dim; ++d) keys[d * kAttnBlock + j] = k[d];
     int64_t h = 0;
-    for (; h + 2 <= heads; h += 2) head_dots<2>(q, h, dim, keys.data(), &dots[h * kAttnBlock]);
-    if (h < heads) head_dots<1>(q, h, dim, keys.data(), &dots[h * kAttnBlock]);
+    for (; h + 2 <= heads; h += 2) head_dots<2, Fused>(q, h, dim, keys.data(), &dots[h * kAttnBlock]);
+    if (h < heads) head_dots<1, Fused>(q, h, dim, keys.data(), &dots[h * kAttnBlock]);
     for (h = 0; h < heads; ++h) {
       float block_max = -INFINITY;
       for (int64_t j = 0; j < blk; ++j) {
@@ -83,20 +85,20 @@ void v41_sparse_attention(const float* q, int64_t heads, int64_t dim, const floa
           const float* k = kv[b0 + j];
           const __m512 sj = _mm512_set1_ps(s[j]);
           for (int i = 0; i < 4; ++i)
-            pv[i] = _mm512_add_ps(pv[i], _mm512_mul_ps(sj, k ? _mm512_loadu_ps(k + d0 + i * kLanes) : zero));
+            pv[i] = multiply_add<Fused>(pv[i], sj, k ? _mm512_loadu_ps(k + d0 + i * kLanes) : zero);
         }
         for (int i = 0; i < 4; ++i) {
           float* a = acc_h + d0 + i * kLanes;
-          _mm512_storeu_ps(a, _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(a), r), pv[i]));
+          _mm512_storeu_ps(a, multiply_add<Fused>(pv[i], _mm512_loadu_ps(a), r));
         }
       }
       for (; d0 < dim; d0 += kLanes) {
         __m512 pv = zero;
         for (int64_t j = 0; j < blk; ++j) {
           const float* k = kv[b0 + j];
-          pv = _mm512_add_ps(pv, _mm512_mul_ps(_mm512_set1_ps(s[j]), k ? _mm512_loadu_ps(k + d0) : zero));
+          pv = multiply_add<Fused>(pv, _mm512_set1_ps(s[j]), k ? _mm512_loadu_ps(k + d0) : zero);
         }
-        _mm512_storeu_ps(acc_h + d0, _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(acc_h + d0), r), pv));
+        _mm512_storeu_ps(acc_h + d0, multiply_add<Fused>(pv, _mm512_loadu_ps(acc_h + d0), r));
       }
       running_max[h] = new_max;
     }
@@ -107,6 +109,21 @@ void v41_sparse_attention(const float* q, int64_t heads, int64_t dim, const floa
     for (int64_t d0 = 0; d0 < dim; d0 += kLanes)
       _mm512_storeu_ps(out + h * dim + d0, _mm512_div_ps(_mm512_loadu_ps(&acc[h * dim + d0]), t));
   }
+}
+
+}  // namespace
+
+void v41_sparse_attention(const float* q, int64_t heads, int64_t dim, const float* const* kv, int64_t n,
+                          const float* sinks, float scale, float* out) {
+  if (dim % kLanes) return generic::v41_sparse_attention(q, heads, dim, kv, n, sinks, scale, out);
+  attend<false>(q, heads, dim, kv, n, sinks, scale, out);
+}
+
+// Fast numerics: every product fused into its sum (the same order).
+void v41_sparse_attention_fast(const float* q, int64_t heads, int64_t dim, const float* const* kv, int64_t n,
+                               const float* sinks, float scale, float* out) {
+  if (dim % kLanes) return generic::v41_sparse_attention(q, heads, dim, kv, n, sinks, scale, out);
+  attend<true>(q, heads, dim, kv, n, sinks, scale, out);
 }
 
 }  // namespace dsv4::kernels::avx512
