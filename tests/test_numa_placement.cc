@@ -100,6 +100,15 @@ TEST(NumaPlacement, UnevenLayoutsAndBadMachinesAreRefusedByName) {
   ASSERT_FALSE(crowded.ok());
   EXPECT_NE(crowded.status().message().find("4 ranks a NUMA node, more than node 0's 2 cores"), std::string::npos)
       << crowded.status().message();
+  for (const MachineTopology& m : {machine("core:4 pu:1"), machine("numa:2 core:2 pu:1")}) {
+    auto zero = place_ranks(m, NumaMode::kAuto, {0, 1, 0});
+    ASSERT_FALSE(zero.ok());
+    EXPECT_NE(zero.status().message().find("--tp and --dp must be at least 1, got --tp 0"), std::string::npos)
+        << zero.status().message();
+  }
+  const auto run = testing::run_dsv4("run --prompt hi --tp 0");
+  EXPECT_EQ(run.code, 2) << run.output;
+  EXPECT_NE(run.output.find("--tp and --dp must be at least 1"), std::string::npos) << run.output;
   EXPECT_FALSE(MachineTopology::synthetic("sockets:two").ok());
   auto d = MachineTopology::description_of(2, 2, 128);
   ASSERT_TRUE(d.ok());

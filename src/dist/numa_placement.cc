@@ -31,6 +31,9 @@ bool parse_numa_mode(const std::string& name, NumaMode* out) {
 }
 
 StatusOr<NumaPlacement> place_ranks(const MachineTopology& m, NumaMode mode, const TopologyOptions& asked) {
+  if (asked.tp < 1 || asked.dp < 1)
+    return invalid_argument("--tp and --dp must be at least 1, got --tp " + std::to_string(asked.tp) + " --dp " +
+                            std::to_string(asked.dp));
   NumaPlacement p;
   p.layout = asked;
   const int nodes = static_cast<int>(m.nodes.size());
