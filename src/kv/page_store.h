@@ -21,6 +21,12 @@ class PageStore {
   uint8_t* page(CacheFamily f, int32_t id);
   const PageLayout& layout() const { return layout_; }
   int64_t bytes() const;
+  // Each family's memory, [at, at + bytes).
+  template <class Fn>
+  void for_each_region(Fn&& fn) const {
+    for (int f = 0; f < kNumCacheFamilies; ++f)
+      if (storage_[f]) fn(static_cast<const void*>(storage_[f].get()), num_pages_[f] * layout_.families[f].page_bytes);
+  }
 
  private:
   PageLayout layout_;

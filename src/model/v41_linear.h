@@ -44,6 +44,15 @@ struct V41Linear {
   Linear panels;
 
   bool packed() const { return panels.out > 0; }
+  // Each buffer holding the weight (for binding it to a node).
+  template <class Fn>
+  void for_each_buffer(Fn&& fn) const {
+    fn(static_cast<const void*>(f32.data()), sizeof(float) * f32.size());
+    fn(static_cast<const void*>(bf16.data()), sizeof(uint16_t) * bf16.size());
+    fn(static_cast<const void*>(codes.data()), codes.size());
+    fn(static_cast<const void*>(scale.data()), scale.size());
+    panels.for_each_buffer(fn);
+  }
   // Packs the weight for the fast kernels and releases the stored copy.
   // False, nothing changed, when a scale is outside the kernels' range
   // (kernels::scale_in_kernel_range): the linear then stays exact.

@@ -22,9 +22,11 @@ int64_t block_bytes(const V41Block& b) {
   return n;
 }
 
-void for_each_block_product(V41Block& b, const std::function<void(V41Linear&)>& f) {
-  V41Attention& a = b.attn;
-  for (V41Linear* l : {&a.wq_a, &a.wq_b, &a.wkv, &a.wo_a, &a.wo_b}) f(*l);
+// Every product linear of a block, const or not.
+template <class Block, class Fn>
+void for_each_block_product(Block& b, Fn&& f) {
+  auto& a = b.attn;
+  for (auto* l : {&a.wq_a, &a.wq_b, &a.wkv, &a.wo_a, &a.wo_b}) f(*l);
   if (a.compressor) {
     f(a.compressor->wkv);
     f(a.compressor->wgate);
@@ -35,20 +37,27 @@ void for_each_block_product(V41Block& b, const std::function<void(V41Linear&)>& 
     f(a.indexer->wk);
   }
   f(b.ffn.gate);
-  for (V41Expert& e : b.ffn.experts)
-    for (V41Linear* l : {&e.w1, &e.w2, &e.w3}) f(*l);
-  for (V41Linear* l : {&b.ffn.shared.w1, &b.ffn.shared.w2, &b.ffn.shared.w3}) f(*l);
+  for (auto& e : b.ffn.experts)
+    for (auto* l : {&e.w1, &e.w2, &e.w3}) f(*l);
+  for (auto* l : {&b.ffn.shared.w1, &b.ffn.shared.w2, &b.ffn.shared.w3}) f(*l);
   if (b.engram) f(b.engram->wkv);
+}
+
+template <class Weights, class Fn>
+void for_each_weights_product(Weights& w, Fn&& f) {
+  f(w.head);
+  for (auto& b : w.blocks) for_each_block_product(b, f);
+  if (!w.dspark) return;
+  for (auto* l : {&w.dspark->main_proj, &w.dspark->markov_head, &w.dspark->confidence}) f(*l);
+  for (auto& b : w.dspark->stages) for_each_block_product(b, f);
 }
 
 }  // namespace
 
-void V41Weights::for_each_product(const std::function<void(V41Linear&)>& f) {
-  f(head);
-  for (V41Block& b : blocks) for_each_block_product(b, f);
-  if (!dspark) return;
-  for (V41Linear* l : {&dspark->main_proj, &dspark->markov_head, &dspark->confidence}) f(*l);
-  for (V41Block& b : dspark->stages) for_each_block_product(b, f);
+void V41Weights::for_each_product(const std::function<void(V41Linear&)>& f) { for_each_weights_product(*this, f); }
+
+void V41Weights::for_each_product(const std::function<void(const V41Linear&)>& f) const {
+  for_each_weights_product(*this, f);
 }
 
 int64_t V41Weights::resident_bytes() const {

@@ -97,6 +97,7 @@ struct V41Weights {
   // Every linear a forward or draft multiplies by (not embed and
   // markov_embed, which are read by row), in no particular order.
   void for_each_product(const std::function<void(V41Linear&)>& f);
+  void for_each_product(const std::function<void(const V41Linear&)>& f) const;
   // Resident bytes as loaded, the Engram tables apart (engram_bytes: the
   // bytes of the tables in the files).
   int64_t resident_bytes() const;

@@ -107,10 +107,9 @@ int64_t ModelWeights::routed_expert_bytes() const {
   return n;
 }
 
-int64_t ModelWeights::resident_bytes() const {
-  int64_t n = 0;
-  auto lin = [&](const Linear& l) { n += l.resident_bytes(); };
-  auto vec = [&](const std::vector<float>& v) { n += 4 * static_cast<int64_t>(v.size()); };
+void ModelWeights::for_each_buffer(const std::function<void(const void*, size_t)>& fn) const {
+  auto lin = [&](const Linear& l) { l.for_each_buffer(fn); };
+  auto vec = [&](const std::vector<float>& v) { fn(v.data(), sizeof(float) * v.size()); };
   auto comp = [&](const CompressorWeights& c) {
     lin(c.wkv);
     lin(c.wgate);
@@ -145,7 +144,7 @@ int64_t ModelWeights::resident_bytes() const {
     lin(b.ffn.shared.w3);
     vec(b.attn_norm);
     vec(b.ffn_norm);
-    n += 4 * static_cast<int64_t>(b.ffn.tid2eid.size());
+    fn(b.ffn.tid2eid.data(), sizeof(b.ffn.tid2eid[0]) * b.ffn.tid2eid.size());
     for (const HyperConnWeights* h : {&b.hc_attn, &b.hc_ffn}) {
       lin(h->fn);
       vec(h->base);
@@ -158,7 +157,8 @@ int64_t ModelWeights::resident_bytes() const {
     vec(h.scale);
   };
   const ModelWeights& w = *this;
-  n += w.embed.resident_bytes();
+  fn(w.embed.f32.data(), sizeof(float) * w.embed.f32.size());
+  fn(w.embed.bf16.data(), sizeof(uint16_t) * w.embed.bf16.size());
   vec(w.norm);
   lin(w.head);
   hc_head(w.hc_head);
@@ -183,6 +183,11 @@ int64_t ModelWeights::resident_bytes() const {
     lin(d.markov_w2);
     lin(d.confidence);
   }
+}
+
+int64_t ModelWeights::resident_bytes() const {
+  int64_t n = 0;
+  for_each_buffer([&](const void*, size_t bytes) { n += static_cast<int64_t>(bytes); });
   return n;
 }
 

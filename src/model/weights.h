@@ -141,6 +141,8 @@ struct ModelWeights {
   // Bytes of f32 weights held: all of them, and the routed experts' part.
   int64_t resident_bytes() const;
   int64_t routed_expert_bytes() const;
+  // Every buffer of weights held, [at, at + bytes) (empty ones too).
+  void for_each_buffer(const std::function<void(const void*, size_t)>& fn) const;
 };
 
 }  // namespace dsv4

@@ -57,6 +57,17 @@ struct Linear {
     l.w = std::move(weights);
     return l;
   }
+  // Each buffer holding this layer's weights (for binding it to a node).
+  template <class Fn>
+  void for_each_buffer(Fn&& fn) const {
+    fn(static_cast<const void*>(w.data()), sizeof(float) * w.size());
+    fn(static_cast<const void*>(codes.data()), codes.size());
+    fn(static_cast<const void*>(scales.data()), scales.size());
+    fn(static_cast<const void*>(channel_scales.data()), sizeof(float) * channel_scales.size());
+    fn(static_cast<const void*>(panels.data()), sizeof(float) * panels.size());
+    fn(static_cast<const void*>(code_panels.data()), code_panels.size());
+    fn(static_cast<const void*>(scale_panels.data()), scale_panels.size());
+  }
   int64_t resident_bytes() const {
     return static_cast<int64_t>(4 * (w.size() + panels.size() + channel_scales.size()) + codes.size() +
                                 scales.size() + code_panels.size() + scale_panels.size());

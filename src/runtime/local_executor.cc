@@ -56,8 +56,8 @@ StatusOr<std::unique_ptr<LocalExecutor>> LocalExecutor::create(const std::string
     Rank& rank = e->ranks_[r];
     rank.world = std::move(worlds[r]);
     if (!p.placement.empty() && p.placement[r].node >= 0 && !p.placement[r].cpus.empty()) {
-      rank.pool = rank_pool(p.placement[r]);
-      rank.first_cpu = p.placement[r].cpus.front();
+      rank.pool = p.rank_pools ? p.rank_pools(r) : rank_pool(p.placement[r]);
+      rank.first_cpu = p.rank_pools ? -1 : p.placement[r].cpus.front();
     }
     // Loaded on the rank's cores: the pages its loader threads first touch
     // are on its node.
@@ -69,6 +69,7 @@ StatusOr<std::unique_ptr<LocalExecutor>> LocalExecutor::create(const std::string
     });
     DSV4_RETURN_IF_ERROR(loaded);
     const int g = t.dp_rank(r);
+    if (rank.pool) e->bind_to_node(p, r, &e->caches_[g]->store(t.tp_rank(r)));
     e->workers_.push_back(std::make_unique<RankWorker>(rank.share.model.get(), &e->caches_[g]->store(t.tp_rank(r)),
                                                        t.tp > 1 ? rank.groups.tp.get() : nullptr, g));
   }
@@ -77,11 +78,31 @@ StatusOr<std::unique_ptr<LocalExecutor>> LocalExecutor::create(const std::string
   return e;
 }
 
+void LocalExecutor::bind_to_node(const ParallelOptions& p, int r, const PageStore* pages) {
+  const int node = p.placement[r].node;
+  MemoryBinding* binding = p.memory;
+  if (!binding) {
+    if (!hwloc_binding_) {
+      auto made = HwlocMemoryBinding::create();
+      if (!made.ok()) return log_warn("ranks' memory is not bound to their nodes: " + made.status().message());
+      hwloc_binding_ = std::move(*made);
+    }
+    binding = hwloc_binding_.get();
+  }
+  // What cannot be bound stays where the rank's threads first touched it.
+  Status s = bind_rank_weights(ranks_[r].share, *binding, node);
+  pages->for_each_region([&](const void* at, int64_t bytes) {
+    if (s.ok()) s = binding->bind(at, static_cast<size_t>(bytes), node);
+  });
+  if (!s.ok()) log_warn("rank " + std::to_string(r) + ": " + s.message());
+}
+
 void LocalExecutor::on_rank(int r, const std::function<void()>& fn) {
   const Rank& rank = ranks_[r];
   if (!rank.pool) return fn();
   std::thread th([&] {
-    if (Status s = pin_thread_to(rank.first_cpu); !s.ok()) log_warn(s.message());
+    if (rank.first_cpu >= 0)
+      if (Status s = pin_thread_to(rank.first_cpu); !s.ok()) log_warn(s.message());
     ThreadPool::Scope scope(rank.pool.get());
     fn();
   });
@@ -104,7 +125,7 @@ void LocalExecutor::start_threads() {
 void LocalExecutor::rank_loop(int rank) {
   // A placed rank steps on its node's cores, with its own pool.
   const Rank* placed = rank < static_cast<int>(ranks_.size()) && ranks_[rank].pool ? &ranks_[rank] : nullptr;
-  if (placed)
+  if (placed && placed->first_cpu >= 0)
     if (Status s = pin_thread_to(placed->first_cpu); !s.ok()) log_warn(s.message());
   ThreadPool::Scope scope(placed ? placed->pool.get() : &ThreadPool::current());
   int64_t seen = 0;

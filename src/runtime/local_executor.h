@@ -5,11 +5,13 @@
 #pragma once
 
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
 
+#include "dist/memory_binding.h"
 #include "dist/numa_placement.h"
 #include "dist/topology.h"
 #include "runtime/rank_model.h"
@@ -25,6 +27,12 @@ struct ParallelOptions {
   // each runs on its own pool of its node's cores and loads its share from
   // there. Empty: every rank on the process's pool.
   std::vector<RankPlacement> placement;
+  // Where placed ranks' weights and KV pages are bound to their nodes (not
+  // owned); null: hwloc, on this machine.
+  MemoryBinding* memory = nullptr;
+  // Placed ranks' pools; null: rank_pool's, a thread pinned to each core.
+  // The machine simulator gives each rank a simulated pool (not pinned).
+  std::function<std::unique_ptr<ThreadPool>(int rank)> rank_pools;
 };
 
 class LocalExecutor : public StepExecutor {
@@ -60,7 +68,7 @@ class LocalExecutor : public StepExecutor {
     std::unique_ptr<Communicator> world;
     RankGroups groups;
     std::unique_ptr<ThreadPool> pool;  // its node's cores, when placed
-    int first_cpu = -1;
+    int first_cpu = -1;  // -1: not pinned
   };
   LocalExecutor() = default;
   void start_threads();
@@ -68,6 +76,8 @@ class LocalExecutor : public StepExecutor {
   // Runs fn on rank r's cores with its pool (a thread pinned there), or
   // here when the ranks are not placed.
   void on_rank(int r, const std::function<void()>& fn);
+  // Binds placed rank r's weights and its KV pages to its node.
+  void bind_to_node(const ParallelOptions& p, int r, const PageStore* pages);
 
   ModelConfig config_;
   std::unique_ptr<ServingModel> owned_;  // own()'s model
@@ -75,6 +85,7 @@ class LocalExecutor : public StepExecutor {
   std::vector<Rank> ranks_;
   std::vector<std::unique_ptr<KvCacheManager>> caches_;  // per group, one page store per TP rank
   std::vector<std::unique_ptr<RankWorker>> workers_;
+  std::unique_ptr<MemoryBinding> hwloc_binding_;  // when ParallelOptions.memory is null
 
   // Lockstep: the driver publishes a plan and a generation; each rank runs
   // it and reports.

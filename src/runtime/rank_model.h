@@ -7,6 +7,7 @@
 #include <string>
 
 #include "base/status.h"
+#include "dist/memory_binding.h"
 #include "dist/topology.h"
 #include "model/deepseek_v4.h"
 #include "model/deepseek_v41.h"
@@ -26,5 +27,9 @@ struct RankModel {
 StatusOr<RankModel> load_rank_model(const std::string& dir, const ModelConfig& config, ModelOptions options,
                                     const FlashCommOptions& flashcomm, const Topology& t, int rank,
                                     const RankGroups& groups);
+
+// Binds the weights `m` holds in memory to NUMA node `node` (V4.1's Engram
+// tables stay in the checkpoint's mapping, shared by the ranks).
+Status bind_rank_weights(const RankModel& m, MemoryBinding& binding, int node);
 
 }  // namespace dsv4
