@@ -1,0 +1,37 @@
+// What a tile of parallel work reads, for the machine simulator (`dsv4
+// bench --simulate`): the callers of the weight kernels report the bytes of
+// weights each call streams and where they are. Nothing is counted unless a
+// simulated pool installed a meter on this thread; then one thread-local
+// load and a branch per kernel call.
+#pragma once
+
+#include <cstdint>
+
+namespace dsv4 {
+
+class WorkMeter {
+ public:
+  virtual ~WorkMeter() = default;
+  // `bytes` of weights read starting at `at`.
+  virtual void read(const void* at, int64_t bytes) = 0;
+
+  // The meter of the tile running on this thread, or null.
+  static WorkMeter* current();
+  // Installs `meter` for this thread until the scope ends.
+  class Scope {
+   public:
+    explicit Scope(WorkMeter* meter);
+    ~Scope();
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    WorkMeter* previous_;
+  };
+};
+
+inline void meter_read(const void* at, int64_t bytes) {
+  if (WorkMeter* m = WorkMeter::current()) m->read(at, bytes);
+}
+
+}  // namespace dsv4
