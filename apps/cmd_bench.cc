@@ -14,6 +14,7 @@
 #include "args.h"
 #include "bench_front_end.h"
 #include "bench_decode_roofline.h"
+#include "bench_simulate.h"
 #include "bench_throughput.h"
 #include "engine_args.h"
 #include "model_source.h"
@@ -30,6 +31,8 @@ const char* kHelp =
     "       dsv4 bench --topology [--model DIR] [--tp N --dp N --ep N] [--prompt-len N]\n"
     "                  [--flashcomm1-sp-min-token-num N]\n"
     "       dsv4 bench --serving [--model DIR] [--ctx 4096] [--gen N] [--k 1,3,7] [--csv FILE]\n"
+    "       dsv4 bench --simulate cores=N[,nodes=N,bandwidth=GBPS,job-us=US] [--model DIR] [--tp N --dp N]\n"
+    "                  [--ctx N] [--gen N] [--batch 1,16] [--prompt-len N] [--numerics M]\n"
     "       dsv4 bench --soak [--host H] [--port P] [--duration S] [--clients N] [--seed S]\n"
     "       dsv4 bench --structured [--model DIR] [--tokenizer DIR] [--cases FILE] [--batch 16] [--gen 32]\n"
     "       dsv4 bench --front-end [--host H] [--port P] [--compare-port P2] [--parts LIST] [--idle N]\n"
@@ -52,6 +55,13 @@ const char* kHelp =
     "                     same greedy tokens) and time to first token at --ctx cold and after a\n"
     "                     prefix-cache hit on all but the last 64 tokens (--gen default 64)\n"
     "  --k K1,K2,...      draft tokens per step for --serving (default 1,3,7)\n"
+    "  --simulate SPEC    the real forward on a simulated server (e.g. cores=128,nodes=2,bandwidth=400:\n"
+    "                     2 NUMA nodes of 64 cores, 400 GB/s each): ranks placed as serve places them,\n"
+    "                     each with a logical worker per core of its node; per phase of decode (each\n"
+    "                     --batch after --ctx tokens, default 256) and of a --prompt-len prefill chunk\n"
+    "                     (default 4096; 0: none): pool jobs, tiles, balance, weight bytes from each\n"
+    "                     node and a projected tok/s against the roofline; checks the tokens against\n"
+    "                     an unsimulated run (docs/simulation.md)\n"
     "  --soak             a mixed load against a running dsv4 serve (default 127.0.0.1:8000) for\n"
     "                     --duration seconds (default 180) from --clients threads (default 16): short\n"
     "                     and long prompts, streaming and not, chat, n=2, shared prefixes, abandoned\n"
@@ -163,7 +173,7 @@ int cmd_bench(int argc, char** argv) {
   std::set<std::string> valued = {"model", "prompt-len", "ctx", "batch", "gen", "csv", "k",
                                   "host", "port", "duration", "clients", "seed", "numerics",
                                   "peer-gguf", "peer-harness", "tokenizer", "cases", "compare-port", "parts",
-                                  "idle", "slowloris", "samples", "streams", "stalled"};
+                                  "idle", "slowloris", "samples", "streams", "stalled", "simulate"};
   for (const auto& k : parallel_option_names()) valued.insert(k);
   Args args(argc, argv, 2, valued, {"help", "topology", "serving", "soak", "structured", "front-end"});
   if (args.has("help")) {
@@ -208,6 +218,24 @@ int cmd_bench(int argc, char** argv) {
     return bench_front_end(f);
   }
   ParallelOptions p = parallel_options(args);
+  if (args.has("simulate")) {
+    SimulateOptions s;
+    s.model = args.get("model");
+    s.asked = p.topology;
+    s.numerics = numerics_option(args, kernels::Numerics::kFast);
+    s.ctx = args.get_int("ctx", s.ctx);
+    s.gen = args.get_int("gen", s.gen);
+    s.chunk = args.get_int("prompt-len", s.chunk);
+    if (args.has("batch")) s.batches = int_list(args.get("batch"));
+    if (Status st = parse_simulated_machine(args.get("simulate"), &s); args.ok() && !st.ok()) args.set_error(st.message());
+    if (args.ok() && (s.ctx < 1 || s.gen < 1 || s.chunk < 0 || s.batches.empty()))
+      args.set_error("--simulate needs --ctx and --gen of at least 1, --prompt-len of at least 0 and --batch sizes");
+    if (!args.ok()) {
+      std::fprintf(stderr, "dsv4 bench: %s\n%s", args.error().c_str(), kHelp);
+      return 2;
+    }
+    return bench_simulate(s);
+  }
   // Throughput rows run exact and fast side by side unless --numerics (or
   // DSV4_NUMERICS) names one; the other modes run fast by default.
   const bool both = !args.has("numerics") && !std::getenv("DSV4_NUMERICS");

@@ -8,7 +8,9 @@ namespace {
 
 std::atomic<bool> g_enabled{false};
 std::array<std::atomic<int64_t>, kNumPhases> g_ns{};
-thread_local int64_t t_child_ns = 0;  // time of the scopes inside the current one
+thread_local int64_t t_child_ns = 0;
+thread_local Phase t_phase = Phase::kOther;
+thread_local PhaseListener* t_listener = nullptr;  // time of the scopes inside the current one
 
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
@@ -47,7 +49,17 @@ void PhaseTimer::reset() {
   for (auto& n : g_ns) n.store(0);
 }
 
-PhaseTimer::Scope::Scope(Phase phase) : phase_(phase), on_(enabled()) {
+Phase PhaseTimer::current() { return t_phase; }
+
+PhaseListener* PhaseTimer::listen(PhaseListener* listener) {
+  PhaseListener* previous = t_listener;
+  t_listener = listener;
+  return previous;
+}
+
+PhaseTimer::Scope::Scope(Phase phase) : phase_(phase), previous_(t_phase), on_(enabled()) {
+  if (t_listener && phase != t_phase) t_listener->phase_changes(t_phase, phase);
+  t_phase = phase;
   if (!on_) return;
   start_ns_ = now_ns();
   saved_child_ns_ = t_child_ns;
@@ -55,6 +67,8 @@ PhaseTimer::Scope::Scope(Phase phase) : phase_(phase), on_(enabled()) {
 }
 
 PhaseTimer::Scope::~Scope() {
+  if (t_listener && phase_ != previous_) t_listener->phase_changes(phase_, previous_);
+  t_phase = previous_;
   if (!on_) return;
   const int64_t total = now_ns() - start_ns_;
   g_ns[static_cast<int>(phase_)].fetch_add(total - t_child_ns, std::memory_order_relaxed);

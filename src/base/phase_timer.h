@@ -25,6 +25,14 @@ enum class Phase {
 inline constexpr int kNumPhases = static_cast<int>(Phase::kOther) + 1;
 const char* phase_name(Phase p);
 
+// Told on this thread when the phase changes (the machine simulator's
+// ranks, to charge the time between events to the phase it was spent in).
+class PhaseListener {
+ public:
+  virtual ~PhaseListener() = default;
+  virtual void phase_changes(Phase from, Phase to) = 0;
+};
+
 class PhaseTimer {
  public:
   static void enable(bool on);
@@ -32,6 +40,11 @@ class PhaseTimer {
   // Seconds per phase since the last reset.
   static std::array<double, kNumPhases> totals();
   static void reset();
+  // The phase of the innermost scope on this thread (kOther outside any),
+  // tracked whether or not timing is enabled.
+  static Phase current();
+  // Installs `listener` for this thread (null: none); returns the last one.
+  static PhaseListener* listen(PhaseListener* listener);
 
   // Adds its time (less nested scopes') to `phase` when enabled.
   class Scope {
@@ -42,7 +55,7 @@ class PhaseTimer {
     Scope& operator=(const Scope&) = delete;
 
    private:
-    Phase phase_;
+    Phase phase_, previous_;
     bool on_;
     int64_t start_ns_ = 0, saved_child_ns_ = 0;
   };

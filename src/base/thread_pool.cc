@@ -2,6 +2,8 @@
 
 #include <immintrin.h>
 
+#include <time.h>
+
 #include <algorithm>
 #include <cstdlib>
 
@@ -22,7 +24,35 @@ void spin_until(Ready ready) {
   for (int i = 0; i < kSpins && !ready(); ++i) _mm_pause();
 }
 
+double thread_cpu_seconds() {
+  timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
 }  // namespace
+
+std::unique_ptr<ThreadPool> ThreadPool::simulated(int logical_workers, JobObserver* observer) {
+  auto pool = std::make_unique<ThreadPool>(1);
+  pool->observer_ = observer;
+  pool->logical_workers_ = std::max(1, logical_workers);
+  return pool;
+}
+
+void ThreadPool::run_simulated(int64_t n, int64_t chunks, const std::function<void(int64_t, int64_t)>& fn) {
+  const int64_t chunk = (n + chunks - 1) / chunks, tiles = (n + chunk - 1) / chunk;
+  WorkMeter::Scope metered(observer_);
+  observer_->job_begins(tiles);
+  t_inside_pool = true;  // nested calls run inside their tile, as on a worker
+  for (int64_t c = 0; c < tiles; ++c) {
+    observer_->tile_begins(c);
+    const double t0 = thread_cpu_seconds();
+    fn(c * chunk, std::min(n, (c + 1) * chunk));
+    observer_->tile_ends(thread_cpu_seconds() - t0);
+  }
+  t_inside_pool = false;
+  observer_->job_ends();
+}
 
 ThreadPool::ThreadPool(int num_threads, std::function<void(int)> on_start) {
   for (int i = 1; i < num_threads; ++i)
@@ -34,9 +64,17 @@ ThreadPool::ThreadPool(int num_threads, std::function<void(int)> on_start) {
 
 ThreadPool& ThreadPool::current() { return t_current ? *t_current : global(); }
 
-ThreadPool::Scope::Scope(ThreadPool* pool) : previous_(t_current) { t_current = pool; }
+// A simulated pool's observer hears this thread's phase changes too.
+ThreadPool::Scope::Scope(ThreadPool* pool)
+    : previous_(t_current),
+      previous_listener_(PhaseTimer::listen(pool && pool->observer_ ? pool->observer_ : nullptr)) {
+  t_current = pool;
+}
 
-ThreadPool::Scope::~Scope() { t_current = previous_; }
+ThreadPool::Scope::~Scope() {
+  t_current = previous_;
+  PhaseTimer::listen(previous_listener_);
+}
 
 ThreadPool::~ThreadPool() {
   {
@@ -64,6 +102,15 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
   int64_t chunks = std::min<int64_t>(max_chunks, static_cast<int64_t>(num_threads()) * 4);
   // Nested calls, and callers that find the pool busy with another thread's
   // job (ranks as threads), run their range themselves.
+  if (observer_) {
+    if (t_inside_pool) return fn(0, n);
+    if (chunks <= 1) {
+      WorkMeter::Scope metered(observer_);
+      return fn(0, n);
+    }
+    jobs_.fetch_add(1, std::memory_order_relaxed);
+    return run_simulated(n, chunks, fn);
+  }
   std::unique_lock<std::mutex> submit(submit_mu_, std::defer_lock);
   if (chunks <= 1 || workers_.empty() || t_inside_pool || !submit.try_lock()) {
     fn(0, n);

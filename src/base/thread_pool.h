@@ -6,11 +6,28 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
 
+#include "base/phase_timer.h"
+#include "base/work_meter.h"
+
 namespace dsv4 {
+
+// What a simulated pool (ThreadPool::simulated) reports of each job: its
+// tiles, in order, each with the thread CPU time it took here. Calls come
+// from the one thread that runs the job. It meters the weights read in its
+// jobs' tiles and in the pool's calls that ran inline.
+class JobObserver : public WorkMeter, public PhaseListener {
+ public:
+  virtual ~JobObserver() = default;
+  virtual void job_begins(int64_t tiles) = 0;
+  virtual void tile_begins(int64_t index) = 0;
+  virtual void tile_ends(double cpu_seconds) = 0;
+  virtual void job_ends() = 0;
+};
 
 class ThreadPool {
  public:
@@ -21,7 +38,14 @@ class ThreadPool {
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
-  int num_threads() const { return static_cast<int>(workers_.size()) + 1; }
+  // A pool of `logical_workers` that exist only in a simulation of a bigger
+  // machine: parallel_for splits work into the tiles that many threads
+  // would get, runs them one after another on the calling thread and tells
+  // `observer` (not owned) what each cost. The numbers are the same as on
+  // a real pool: tiles only choose who computes what.
+  static std::unique_ptr<ThreadPool> simulated(int logical_workers, JobObserver* observer);
+
+  int num_threads() const { return observer_ ? logical_workers_ : static_cast<int>(workers_.size()) + 1; }
   // Jobs this pool has handed its workers so far (each a wake-up and a
   // join), and parallel_for calls in all (the rest ran inline).
   int64_t jobs() const { return jobs_.load(std::memory_order_relaxed); }
@@ -46,10 +70,15 @@ class ThreadPool {
 
    private:
     ThreadPool* previous_;
+    PhaseListener* previous_listener_;
   };
 
  private:
   void worker_loop(int index);
+  void run_simulated(int64_t n, int64_t chunks, const std::function<void(int64_t, int64_t)>& fn);
+
+  JobObserver* observer_ = nullptr;
+  int logical_workers_ = 1;
 
   std::vector<std::thread> workers_;
   std::mutex mu_;

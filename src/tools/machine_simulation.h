@@ -1,0 +1,112 @@
+// A big CPU server simulated on this one by running the real code (issue:
+// "proven by simulation, never by a model of it"). Each rank gets a
+// simulated pool of as many logical workers as its node has cores: every
+// parallel_for is split into the tiles those workers would get, the tiles
+// run here one after another, and a SimulatedRank records what each cost:
+// the thread CPU time it took here, and the weight bytes it streamed
+// (WorkMeter) from the node they are bound to (RecordedMemoryBinding). It
+// then hands a job's tiles to its logical workers in order, each to the
+// worker that frees up first, as the real pool's workers take the next
+// tile when they finish one.
+//
+// A tile's projected time on the big machine is
+//   max(its CPU time here, its weight bytes / (node bandwidth / node cores))
+// (a core's share of its node's bandwidth when every core streams); a
+// job's is its busiest worker's total plus a job's wake-up and join cost;
+// a step's is the sum of its jobs plus the rank thread's time outside jobs
+// (measured here, collectives included). docs/simulation.md has the rest.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "base/phase_timer.h"
+#include "base/thread_pool.h"
+#include "dist/memory_binding.h"
+
+namespace dsv4 {
+
+struct SimulatedMachine {
+  int nodes = 2;
+  int cores = 128;                 // in all, cores / nodes a node
+  double node_bandwidth = 400e9;   // bytes/s one node's memory streams
+  double job_seconds = 0;          // one pool job's wake-up and join (measured on this machine)
+  int cores_per_node() const { return cores / nodes; }
+  double core_bandwidth() const { return node_bandwidth / cores_per_node(); }
+};
+
+// One phase's parallel work and serial time over a span of steps.
+struct PhaseLoad {
+  int64_t jobs = 0, tiles = 0;
+  double work = 0;     // projected seconds of all tiles
+  double busiest = 0;  // projected seconds of each job's busiest worker, summed over jobs
+  double serial = 0;   // seconds the rank's thread spent outside jobs (measured here)
+  // Weight bytes read, by where they live against the reading worker.
+  double local = 0, remote = 0, unplaced = 0;
+
+  // Ideal over busiest: 1 when every worker of every job is equally busy.
+  double balance(int workers) const { return busiest > 0 ? work / workers / busiest : 1.0; }
+  double seconds(double job_seconds) const { return busiest + static_cast<double>(jobs) * job_seconds + serial; }
+  double bytes() const { return local + remote + unplaced; }
+  PhaseLoad& operator+=(const PhaseLoad& o);
+};
+
+using PhaseLoads = std::array<PhaseLoad, kNumPhases>;
+PhaseLoad total_of(const PhaseLoads& loads);
+
+// A rank's collectives over a span of steps (Communicator::traffic).
+struct CollectiveLoad {
+  int64_t collectives = 0;
+  double bytes = 0;  // sent; a rank reads about as many from its peers
+};
+
+// Projected seconds of phase p on the machine: its jobs and serial time,
+// except communication, whose time here is mostly waiting for the other
+// ranks (which run their tiles one by one here); it is priced instead as
+// two barriers a collective (each a pool job's join) and its bytes read by
+// one core.
+double projected_seconds(const PhaseLoads& loads, Phase p, const SimulatedMachine& m, const CollectiveLoad& comm);
+double projected_step_seconds(const PhaseLoads& loads, const SimulatedMachine& m, const CollectiveLoad& comm);
+
+class SimulatedRank : public JobObserver {
+ public:
+  // A rank on NUMA node `node` of `machine` with `workers` logical workers;
+  // `memory` (not owned) says where the weights were bound.
+  SimulatedRank(const SimulatedMachine& machine, int node, int workers, const RecordedMemoryBinding* memory);
+
+  std::unique_ptr<ThreadPool> make_pool() { return ThreadPool::simulated(workers_, this); }
+  int workers() const { return workers_; }
+  int node() const { return node_; }
+  // By phase, since the last reset (read between steps).
+  const PhaseLoads& loads() const { return loads_; }
+  void reset() { loads_ = {}; }
+
+  void read(const void* at, int64_t bytes) override;
+  void job_begins(int64_t tiles) override;
+  void tile_begins(int64_t index) override;
+  void tile_ends(double cpu_seconds) override;
+  void job_ends() override;
+  void phase_changes(Phase from, Phase to) override;
+
+ private:
+  struct Tile {
+    double cpu = 0, bytes = 0;
+  };
+  // Adds the rank thread's CPU time since the last event to the current
+  // phase's serial time: the time between a step's jobs, and of the calls
+  // the pool ran inline (a step's tail counts toward the next step's head).
+  void advance_serial();
+  PhaseLoad& phase() { return loads_[static_cast<int>(PhaseTimer::current())]; }
+
+  SimulatedMachine machine_;
+  int node_, workers_;
+  const RecordedMemoryBinding* memory_;
+  PhaseLoads loads_{};
+  std::vector<Tile> job_;  // the running job's tiles
+  bool in_tile_ = false;
+  double serial_mark_ = -1;  // thread CPU time at the last event
+};
+
+}  // namespace dsv4

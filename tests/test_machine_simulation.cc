@@ -1,0 +1,282 @@
+// Work for many threads and the machine simulator (bench --simulate):
+// products split into tiles that keep 64+ workers busy and give the same
+// numbers on any pool (exact numerics bit for bit, fast numerics the same
+// bits at any batch size and thread count); a simulated pool runs the tiles
+// a big machine's workers would get; the simulator schedules and charges
+// them as documented; and ranks placed on a simulated two-node machine bind
+// every weight and KV page they read to their own node.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "base/phase_timer.h"
+#include "base/thread_pool.h"
+#include "checkpoint/config_json.h"
+#include "dist/machine_topology.h"
+#include "dist/memory_binding.h"
+#include "dist/numa_placement.h"
+#include "kernels/dispatch.h"
+#include "ops/linear.h"
+#include "runtime/engine.h"
+#include "runtime/local_executor.h"
+#include "test_util.h"
+#include "tools/machine_simulation.h"
+
+namespace dsv4 {
+namespace {
+
+using kernels::Numerics;
+
+// A job observer that only counts what it is told.
+struct CountingObserver : JobObserver {
+  std::vector<int64_t> job_tiles;
+  int64_t tiles_begun = 0, bytes = 0;
+  void read(const void*, int64_t n) override { bytes += n; }
+  void job_begins(int64_t tiles) override { job_tiles.push_back(tiles); }
+  void tile_begins(int64_t) override { ++tiles_begun; }
+  void tile_ends(double) override {}
+  void job_ends() override {}
+  void phase_changes(Phase, Phase) override {}
+};
+
+TEST(SimulatedPool, SplitsWorkAsItsLogicalWorkersWouldAndRunsItAll) {
+  CountingObserver seen;
+  auto pool = ThreadPool::simulated(64, &seen);
+  ThreadPool::Scope scope(pool.get());
+  EXPECT_EQ(ThreadPool::current().num_threads(), 64);
+  std::vector<int> hits(1000, 0);
+  parallel_for(1000, 1, [&](int64_t a, int64_t b) {
+    for (int64_t i = a; i < b; ++i) ++hits[i];
+    parallel_for(10, 1, [](int64_t, int64_t) {});  // nested: inside its tile
+  });
+  parallel_for(100, 100, [](int64_t, int64_t) {});  // one tile: inline
+  parallel_for(40, 1, [](int64_t, int64_t) {});
+  for (int h : hits) EXPECT_EQ(h, 1);
+  // 4 tiles a worker at most, as a real pool of 64 threads would cut them.
+  EXPECT_EQ(seen.job_tiles, (std::vector<int64_t>{250, 40}));
+  EXPECT_EQ(seen.tiles_begun, 290);
+  EXPECT_EQ(pool->jobs(), 2);
+}
+
+// Each tile goes to the worker that frees up first; a tile costs its CPU
+// time or its bytes at a core's share of its node's bandwidth, whichever is
+// more; bytes are local, remote or unplaced by the node they were bound to.
+TEST(SimulatedPool, TheSimulatorSchedulesAndChargesTilesAsDocumented) {
+  RecordedMemoryBinding memory;
+  std::vector<char> near(4096), far(4096), loose(64);
+  ASSERT_TRUE(memory.bind(near.data(), near.size(), 0).ok());
+  ASSERT_TRUE(memory.bind(far.data(), far.size(), 1).ok());
+  SimulatedMachine m;
+  m.nodes = 2;
+  m.cores = 4;               // 2 workers a node
+  m.node_bandwidth = 2000;   // 1000 bytes/s a core
+  SimulatedRank rank(m, 0, 2, &memory);
+  {
+    PhaseTimer::Scope phase(Phase::kAttention);
+    rank.job_begins(3);
+    const double cpu[3] = {1.0, 1.0, 0.5};
+    const int64_t bytes[3] = {0, 3000, 0};  // the second tile is bound by memory: 3 s
+    for (int t = 0; t < 3; ++t) {
+      rank.tile_begins(t);
+      if (bytes[t]) {
+        rank.read(near.data(), bytes[t] / 2);
+        rank.read(far.data() + 16, bytes[t] / 2);
+      }
+      rank.tile_ends(cpu[t]);
+    }
+    rank.job_ends();
+    rank.read(loose.data(), 64);  // a call run inline, of memory bound nowhere
+  }
+  const PhaseLoad& a = rank.loads()[static_cast<int>(Phase::kAttention)];
+  EXPECT_EQ(a.jobs, 1);
+  EXPECT_EQ(a.tiles, 3);
+  EXPECT_DOUBLE_EQ(a.work, 1.0 + 3.0 + 0.5);
+  EXPECT_DOUBLE_EQ(a.busiest, 3.0);  // worker 0: 1 + 0.5, worker 1: 3
+  EXPECT_DOUBLE_EQ(a.balance(2), 4.5 / 2 / 3.0);
+  EXPECT_DOUBLE_EQ(a.local, 1500);
+  EXPECT_DOUBLE_EQ(a.remote, 1500);
+  EXPECT_DOUBLE_EQ(a.unplaced, 64);
+  rank.reset();
+  EXPECT_EQ(total_of(rank.loads()).jobs, 0);
+}
+
+TEST(MemoryBinding, ARecordedRequestReplacesWhatItOverlaps) {
+  RecordedMemoryBinding b;
+  std::vector<char> buf(1000);
+  const char* p = buf.data();
+  ASSERT_TRUE(b.bind(p, 1000, 0).ok());
+  ASSERT_TRUE(b.bind(p + 100, 200, 1).ok());
+  EXPECT_EQ(b.node_of(p), 0);
+  EXPECT_EQ(b.node_of(p + 99), 0);
+  EXPECT_EQ(b.node_of(p + 100), 1);
+  EXPECT_EQ(b.node_of(p + 299), 1);
+  EXPECT_EQ(b.node_of(p + 300), 0);
+  EXPECT_EQ(b.node_of(p + 1000), -1);
+  EXPECT_EQ(b.bytes_on(0), 800);
+  EXPECT_EQ(b.bytes_on(1), 200);
+  EXPECT_EQ(b.requests().size(), 3u);
+}
+
+// A layer in the given format with random weights, packed.
+Linear random_linear(WeightFormat f, int64_t out, int64_t in, bool round_input, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  Linear l;
+  l.out = out;
+  l.in = in;
+  l.format = f;
+  l.round_input = round_input;
+  if (f == WeightFormat::kDense) {
+    l.w.resize(out * in);
+    for (float& v : l.w) v = normal(rng);
+  } else if (f == WeightFormat::kBf16) {
+    l.codes.resize(out * in * 2);
+    for (int64_t i = 0; i < out * in; ++i) {
+      const uint16_t v = f32_to_bf16(normal(rng));
+      std::memcpy(&l.codes[2 * i], &v, 2);
+    }
+  } else {
+    const bool fp8 = f == WeightFormat::kFp8Block;
+    const int64_t block = fp8 ? 128 : 32;
+    l.codes.resize(out * in);
+    for (uint8_t& c : l.codes) {
+      c = static_cast<uint8_t>(rng() % (fp8 ? 256 : 16));
+      if (fp8 && (c & 0x7F) == 0x7F) c ^= 1;  // no NaN codes
+    }
+    l.scales.resize(out * in / block);
+    for (uint8_t& s : l.scales) s = static_cast<uint8_t>(120 + rng() % 8);
+  }
+  l.pack();
+  return l;
+}
+
+std::vector<float> forward(const Linear& l, Numerics n, const std::vector<float>& x, int64_t m) {
+  std::vector<float> y(m * l.out);
+  linear_forward(kernels::kernels_for(n), l, x.data(), m, y.data());
+  return y;
+}
+
+bool same_bits(const float* a, const float* b, int64_t n) { return std::memcmp(a, b, sizeof(float) * n) == 0; }
+
+// Products split into single panels for one row and into row blocks for
+// many (the shapes of the mHC mixing weights, wkv, a partial last panel,
+// every weight format): both numerics give the same bits on a simulated
+// 64-worker pool as on this machine's and for a row alone or among 64, and
+// fast stays within float rounding of exact.
+TEST(LinearTiles, ManyWorkerTilesKeepEveryRowsBits) {
+  struct Case {
+    WeightFormat f;
+    int64_t out, in;
+    bool round_input;
+  };
+  const Case cases[] = {{WeightFormat::kDense, 24, 4096, false},
+                        {WeightFormat::kFp8Block, 512, 4096, true},
+                        {WeightFormat::kFp8Block, 40, 2048, false},
+                        {WeightFormat::kFp4Block, 32, 4096, true},
+                        {WeightFormat::kBf16, 48, 3072, false},
+                        {WeightFormat::kDense, 1100, 64, false}};
+  CountingObserver seen;
+  auto wide = ThreadPool::simulated(64, &seen);
+  const int64_t m = 64;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "format " << static_cast<int>(c.f) << " out " << c.out << " in " << c.in);
+    const Linear l = random_linear(c.f, c.out, c.in, c.round_input, 3);
+    std::vector<float> x(m * c.in);
+    std::mt19937 rng(4);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (float& v : x) v = normal(rng);
+    for (Numerics n : {Numerics::kExact, Numerics::kFast}) {
+      const auto here = forward(l, n, x, m);
+      std::vector<float> there;
+      {
+        ThreadPool::Scope scope(wide.get());
+        there = forward(l, n, x, m);
+      }
+      EXPECT_TRUE(same_bits(here.data(), there.data(), m * c.out)) << kernels::numerics_name(n);
+      for (int64_t r : {int64_t{0}, int64_t{37}, m - 1}) {
+        const std::vector<float> row(x.begin() + r * c.in, x.begin() + (r + 1) * c.in);
+        EXPECT_TRUE(same_bits(forward(l, n, row, 1).data(), here.data() + r * c.out, c.out))
+            << kernels::numerics_name(n) << " row " << r;
+      }
+      if (n == Numerics::kExact) continue;
+      const auto exact = forward(l, Numerics::kExact, x, m);
+      double worst = 0, largest = 0;
+      for (int64_t i = 0; i < m * c.out; ++i) {
+        worst = std::max(worst, std::abs(static_cast<double>(here[i]) - exact[i]));
+        largest = std::max(largest, std::abs(static_cast<double>(exact[i])));
+      }
+      EXPECT_LT(worst, 1e-5 * largest);
+    }
+  }
+  EXPECT_FALSE(seen.job_tiles.empty());
+}
+
+// Two ranks placed on a simulated machine of two 64-core nodes, each on a
+// simulated pool of 64 workers: every weight and KV page is bound to its
+// rank's node, every weight byte a forward reads is on the reading rank's
+// node, and the tokens are the unplaced ranks'.
+TEST(LinearTiles, RanksOnASimulatedTwoNodeMachineReadOnlyTheirNode) {
+  auto machine = MachineTopology::synthetic("package:2 numa:1 core:64 pu:1");
+  ASSERT_TRUE(machine.ok()) << machine.status().message();
+  auto placement = place_ranks(*machine, NumaMode::kAuto, {});
+  ASSERT_TRUE(placement.ok()) << placement.status().message();
+  ASSERT_EQ(placement->ranks.size(), 2u);
+  const std::string dir = testing::golden_dir() + "/small-real";
+  auto config = load_any_model_config(dir + "/config.json");
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  ModelOptions fast;
+  fast.numerics = Numerics::kFast;
+  auto generate = [&](const ParallelOptions& p, LocalExecutor** exec_out) {
+    EngineOptions options;
+    auto cache = Engine::cache_options(*config, options);
+    EXPECT_TRUE(cache.ok()) << cache.status().message();
+    auto exec = LocalExecutor::create(dir, fast, p, *cache);
+    EXPECT_TRUE(exec.ok()) << exec.status().message();
+    if (exec_out) *exec_out = exec->get();
+    auto engine = Engine::create(std::move(*exec), options.scheduler);
+    EXPECT_TRUE(engine.ok()) << engine.status().message();
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 40; ++i) prompt.push_back(5 + i * 13 % 200);
+    EXPECT_TRUE((*engine)->add_request(prompt, testing::greedy(8)).ok());
+    std::vector<int32_t> out;
+    while ((*engine)->has_unfinished())
+      for (const RequestOutput& o : (*engine)->step()) out.insert(out.end(), o.new_tokens.begin(), o.new_tokens.end());
+    return std::make_pair(out, std::move(*engine));
+  };
+  ParallelOptions unplaced;
+  unplaced.topology = placement->layout;
+  const auto want = generate(unplaced, nullptr).first;
+  ASSERT_EQ(want.size(), 8u);
+
+  SimulatedMachine m;
+  m.nodes = 2;
+  m.cores = 128;
+  RecordedMemoryBinding memory;
+  std::vector<std::unique_ptr<SimulatedRank>> sims;
+  for (const RankPlacement& r : placement->ranks)
+    sims.push_back(std::make_unique<SimulatedRank>(m, r.node, static_cast<int>(r.cpus.size()), &memory));
+  ParallelOptions placed = unplaced;
+  placed.placement = placement->ranks;
+  placed.memory = &memory;
+  placed.rank_pools = [&](int r) { return sims[r]->make_pool(); };
+  LocalExecutor* exec = nullptr;
+  auto [got, engine] = generate(placed, &exec);
+  EXPECT_EQ(got, want);
+  for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE(::testing::Message() << "rank " << r);
+    const int node = placement->ranks[r].node;
+    // Its weights and its copy of the KV pages, on its node.
+    EXPECT_EQ(memory.bytes_on(node), exec->resident_bytes(r) + engine->cache(0).store(r).bytes());
+    const PhaseLoad t = total_of(sims[r]->loads());
+    EXPECT_GT(t.jobs, 0);
+    EXPECT_GT(t.local, 0);
+    EXPECT_EQ(t.remote, 0);
+    EXPECT_EQ(t.unplaced, 0);
+  }
+}
+
+}  // namespace
+}  // namespace dsv4
