@@ -85,6 +85,34 @@ TEST(SinkAttentionHeads, GenericComputesSinkAttentionOnTheRowsValues) {
   }
 }
 
+// Attention splits a token's heads into smaller groups when there are few
+// tokens for many threads: every body (each ISA, both numerics) gives each
+// head the same bits whichever group it is computed in.
+TEST(SinkAttentionHeads, AHeadsBitsDoNotDependOnItsGroup) {
+  std::mt19937 rng(9);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  const CodedRows rows = random_kv_rows({448, 64}, 150, &rng);
+  const int64_t heads = 16, dim = rows.format.dim();
+  std::vector<float> q(heads * dim), sinks(heads);
+  for (auto& v : q) v = d(rng);
+  for (auto& v : sinks) v = d(rng);
+  for (kernels::Isa isa : {kernels::Isa::kGeneric, kernels::Isa::kAvx2, kernels::Isa::kAvx512})
+    for (kernels::Numerics n : {kernels::Numerics::kExact, kernels::Numerics::kFast}) {
+      const kernels::Kernels& k = kernels::kernels_for(isa, n);
+      std::vector<float> whole(heads * dim), scratch(kernels::sink_attention_scratch(heads, 150, dim));
+      k.sink_attention_heads(q.data(), heads, rows.slots.data(), 150, rows.format, sinks.data(), 0.125f,
+                             scratch.data(), whole.data());
+      for (int64_t group : {1, 2, 4, 8}) {
+        std::vector<float> split(heads * dim);
+        for (int64_t h0 = 0; h0 < heads; h0 += group)
+          k.sink_attention_heads(&q[h0 * dim], group, rows.slots.data(), 150, rows.format, &sinks[h0], 0.125f,
+                                 scratch.data(), &split[h0 * dim]);
+        EXPECT_EQ(std::memcmp(whole.data(), split.data(), sizeof(float) * whole.size()), 0)
+            << kernels::numerics_name(n) << " isa " << static_cast<int>(isa) << " groups of " << group;
+      }
+    }
+}
+
 TEST(Kernels, SinkOnlyEntersTheDenominator) {
   const kernels::KvRowFormat f{0, 2};  // RoPE dims only: the floats as they are
   std::vector<float> q = {1, 0}, k0 = {1, 0}, k1 = {0, 1};

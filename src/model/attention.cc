@@ -30,6 +30,18 @@ void rope_tail(const Rope& rope, float* x, int64_t count, int64_t stride, int ro
   });
 }
 
+// Heads one attention task takes: up to 16, which share the token's key
+// slots (decoded once a task); fewer when the tokens are too few to give
+// each of the pool's threads a task (decode on a many-core node). A head's
+// result is the same in any group (the kernels' heads are independent
+// lanes), so this changes no number.
+int64_t heads_per_task(int64_t tokens, int64_t heads) {
+  const int64_t threads = ThreadPool::current().num_threads();
+  int64_t g = 16;
+  while (g > 1 && tokens * ((heads + g - 1) / g) < threads) g /= 2;
+  return g;
+}
+
 // Per-row position of a packed batch.
 std::vector<int64_t> row_positions(const std::vector<SeqChunk>& chunks, int64_t rows) {
   std::vector<int64_t> pos(rows);
@@ -190,7 +202,7 @@ void dspark_attention_forward(const AttentionWeights& w, const LayerContext& ctx
   // the call's block rows (the reference's index list, the same for each).
   Buffer o(rows * heads * hd);
   const float scale = static_cast<float>(std::pow(hd, -0.5));
-  const int64_t head_groups = (heads + 15) / 16;
+  const int64_t per_task = heads_per_task(block, heads), head_groups = (heads + per_task - 1) / per_task;
   for (size_t i = 0; i < calls.size(); ++i) {
     const DSparkAttendCall& call = calls[i];
     std::vector<const uint8_t*> slots = call.ring;
@@ -198,7 +210,8 @@ void dspark_attention_forward(const AttentionWeights& w, const LayerContext& ctx
     parallel_for(block * head_groups, 1, [&](int64_t v0, int64_t v1) {
       thread_local Buffer scratch;
       for (int64_t v = v0; v < v1; ++v) {
-        const int64_t k = v / head_groups, h0 = v % head_groups * 16, group = std::min<int64_t>(16, heads - h0);
+        const int64_t k = v / head_groups, h0 = v % head_groups * per_task;
+        const int64_t group = std::min<int64_t>(per_task, heads - h0);
         const auto need = static_cast<size_t>(kernels::sink_attention_scratch(group, static_cast<int64_t>(slots.size()), hd));
         if (scratch.size() < need) scratch.resize(need);
         const int64_t row = static_cast<int64_t>(i) * block + k;
@@ -252,49 +265,75 @@ void attention_forward(const AttentionWeights& w, const LayerContext& ctx, const
     run_compressor(w.indexer->compressor, ctx, x, rows, chunks, true);
   }
 
-  // Sparse attention per chunk: window keys then compressed rows.
+  // Sparse attention: window keys then compressed rows. The indexer picks
+  // chunk by chunk (its collectives run in the same order on every rank),
+  // then one job attends every chunk's tokens.
   Buffer o(rows * heads * hd);
   const float scale = static_cast<float>(std::pow(hd, -0.5));
-  for (const SeqChunk& ch : chunks) {
-    SequenceCache* cache = ch.cache;
-    const int layer = ctx.cache_layer;
-    std::vector<std::vector<int32_t>> picked;
-    if (w.indexer) {
-      PhaseTimer::Scope time(Phase::kIndexer);
-      IndexerShape shape{ih, id, c.index_topk, w.ratio};
+  const int layer = ctx.cache_layer;
+  std::vector<std::vector<std::vector<int32_t>>> picked(chunks.size());
+  if (w.indexer) {
+    PhaseTimer::Scope time(Phase::kIndexer);
+    const IndexerShape shape{ih, id, c.index_topk, w.ratio};
+    for (size_t ci = 0; ci < chunks.size(); ++ci) {
+      const SeqChunk& ch = chunks[ci];
       std::vector<const uint8_t*> keys((ch.start_pos + ch.num_tokens) / w.ratio);
-      for (size_t j = 0; j < keys.size(); ++j) keys[j] = cache->index_row(layer, j);
+      for (size_t j = 0; j < keys.size(); ++j) keys[j] = ch.cache->index_row(layer, j);
       indexer_select(ctx.k, shape, iq.data() + ch.row_begin * ih * id, iw.data() + ch.row_begin * ih, keys.data(),
-                     ch.start_pos, ch.num_tokens, ch.prefill_len, ctx.tp, &picked);
+                     ch.start_pos, ch.num_tokens, ch.prefill_len, ctx.tp, &picked[ci]);
     }
-    auto key_at = [&](int64_t p) -> const uint8_t* {
-      return p < ch.start_pos ? cache->window_row(layer, p) : &kv_rows[(ch.row_begin + p - ch.start_pos) * kv_bytes];
-    };
-    auto compressed_row = [&](int64_t j) -> const uint8_t* { return cache->compressed_row(layer, j); };
-    // One task per token and group of up to 16 heads (the heads share the
-    // token's key slots).
-    const int64_t head_groups = (heads + 15) / 16;
-    parallel_for(ch.num_tokens * head_groups, 1, [&](int64_t v0, int64_t v1) {
+  }
+  auto key_at = [&](const SeqChunk& ch, int64_t p) -> const uint8_t* {
+    return p < ch.start_pos ? ch.cache->window_row(layer, p) : &kv_rows[(ch.row_begin + p - ch.start_pos) * kv_bytes];
+  };
+  // Attends the tokens of chunks [c0, c1) in one job: a task per token and
+  // group of heads (the group shares the token's key slots).
+  auto attend = [&](size_t c0, size_t c1) {
+    std::vector<std::pair<size_t, int64_t>> tokens;  // (chunk, token in it)
+    for (size_t ci = c0; ci < c1; ++ci)
+      for (int64_t i = 0; i < chunks[ci].num_tokens; ++i) tokens.emplace_back(ci, i);
+    const int64_t n = static_cast<int64_t>(tokens.size());
+    const int64_t per_task = heads_per_task(n, heads), head_groups = (heads + per_task - 1) / per_task;
+    parallel_for(n * head_groups, 1, [&](int64_t v0, int64_t v1) {
       // Per thread and kept: one task per token would otherwise allocate
       // and zero its scratch every time.
       thread_local std::vector<const uint8_t*> slots;
       thread_local Buffer scratch;
       for (int64_t v = v0; v < v1; ++v) {
-        const int64_t i = v / head_groups, h0 = v % head_groups * 16, t = ch.start_pos + i;
-        const int64_t group = std::min<int64_t>(16, heads - h0);
-        attention_slots(c, w, t, ch.prefill_len, w.indexer ? &picked[i] : nullptr, key_at, compressed_row, &slots);
+        const auto [ci, i] = tokens[v / head_groups];
+        const SeqChunk& ch = chunks[ci];
+        const int64_t h0 = v % head_groups * per_task, t = ch.start_pos + i;
+        const int64_t group = std::min<int64_t>(per_task, heads - h0);
+        attention_slots(
+            c, w, t, ch.prefill_len, w.indexer ? &picked[ci][i] : nullptr,
+            [&](int64_t p) { return key_at(ch, p); },
+            [&](int64_t j) -> const uint8_t* { return ch.cache->compressed_row(layer, j); }, &slots);
         const auto need = static_cast<size_t>(kernels::sink_attention_scratch(group, static_cast<int64_t>(slots.size()), hd));
         if (scratch.size() < need) scratch.resize(need);
         const int64_t row = ch.row_begin + i;
         ctx.k.sink_attention_heads(&q[(row * heads + h0) * hd], group, slots.data(), slots.size(), kv_format,
-                                      &w.attn_sink[h0], scale, scratch.data(), &o[(row * heads + h0) * hd]);
+                                   &w.attn_sink[h0], scale, scratch.data(), &o[(row * heads + h0) * hd]);
       }
     });
-    // Only now the ring may take this chunk's keys: earlier queries read it.
-    // Rows a prefix-cache block holds already are not written again.
-    const int64_t end = ch.start_pos + ch.num_tokens;
-    const int64_t from = std::max(ch.cached_until, ch.keep_all_window_rows ? ch.start_pos : std::max(ch.start_pos, end - win));
-    for (int64_t p = from; p < end; ++p) std::memcpy(cache->window_row(layer, p), key_at(p), kv_bytes);
+    // Only now the rings may take these chunks' keys: their queries read
+    // them. Rows a prefix-cache block holds already are not written again.
+    for (size_t ci = c0; ci < c1; ++ci) {
+      const SeqChunk& ch = chunks[ci];
+      const int64_t end = ch.start_pos + ch.num_tokens;
+      const int64_t from =
+          std::max(ch.cached_until, ch.keep_all_window_rows ? ch.start_pos : std::max(ch.start_pos, end - win));
+      for (int64_t p = from; p < end; ++p) std::memcpy(ch.cache->window_row(layer, p), key_at(ch, p), kv_bytes);
+    }
+  };
+  // Chunks of distinct sequences share a job; a sequence's second chunk
+  // waits for its first to write its ring.
+  for (size_t c0 = 0; c0 < chunks.size();) {
+    size_t c1 = c0 + 1;
+    while (c1 < chunks.size() && std::none_of(chunks.begin() + c0, chunks.begin() + c1,
+                                              [&](const SeqChunk& x) { return x.cache == chunks[c1].cache; }))
+      ++c1;
+    attend(c0, c1);
+    c0 = c1;
   }
 
   attention_output(w, ctx, o.data(), rows, pos, out);
