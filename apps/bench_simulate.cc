@@ -12,6 +12,7 @@
 
 #include "base/phase_timer.h"
 #include "base/thread_pool.h"
+#include "bench_throughput.h"
 #include "checkpoint/config_json.h"
 #include "dist/numa_placement.h"
 #include "model_source.h"
@@ -217,7 +218,9 @@ Status parse_simulated_machine(const std::string& spec, SimulateOptions* out) {
     else if (key == "nodes") out->machine.nodes = static_cast<int>(v);
     else if (key == "bandwidth") out->machine.node_bandwidth = v * 1e9;
     else if (key == "job-us") out->job_seconds = v * 1e-6;
-    else return invalid_argument("--simulate knows cores, nodes, bandwidth (GB/s a node) and job-us, not '" + key + "'");
+    else if (key == "core-bandwidth") out->machine.core_peak_bandwidth = v * 1e9;
+    else return invalid_argument("--simulate knows cores, nodes, bandwidth (GB/s a node), core-bandwidth (GB/s one "
+                                 "core alone) and job-us, not '" + key + "'");
   }
   if (!cores) return invalid_argument("--simulate needs cores=N (in all, e.g. cores=128,nodes=2)");
   if (out->machine.nodes < 1 || out->machine.cores % out->machine.nodes)
@@ -240,6 +243,11 @@ int bench_simulate(const SimulateOptions& o_in) {
     return fail(invalid_argument(model_name(o.model) + " has " + std::to_string(config->max_position_embeddings) +
                                  " positions, fewer than --ctx + --gen or the prefill chunk"));
   o.machine.job_seconds = o.job_seconds >= 0 ? o.job_seconds : measure_job_seconds();
+  if (o.machine.core_peak_bandwidth == 0) {  // one core of this machine, alone
+    ThreadPool one(1);
+    ThreadPool::Scope scope(&one);
+    o.machine.core_peak_bandwidth = read_bandwidth();
+  }
   auto description = MachineTopology::description_of(o.machine.nodes, o.machine.nodes, o.machine.cores);
   if (!description.ok()) return fail(description.status());
   auto machine = MachineTopology::synthetic(*description);
@@ -254,8 +262,10 @@ int bench_simulate(const SimulateOptions& o_in) {
               model_name(o.model).c_str(), machine->describe().c_str(), description->c_str(),
               o.machine.node_bandwidth / 1e9, kernels::numerics_name(o.numerics), placement->describe().c_str());
   std::printf("a pool job (wake-up and join) costs %.2f us here (%s, %d threads); the projection charges that to "
-              "every job\n",
-              1e6 * o.machine.job_seconds, o.job_seconds >= 0 ? "given" : "measured", ThreadPool::global().num_threads());
+              "every job\none core streams %.2f GB/s alone (%s); a tile's bandwidth is its node's split among the "
+              "job's busy workers, at most that\n",
+              1e6 * o.machine.job_seconds, o.job_seconds >= 0 ? "given" : "measured", ThreadPool::global().num_threads(),
+              o.machine.core_peak_bandwidth / 1e9, o_in.machine.core_peak_bandwidth > 0 ? "given" : "measured here");
 
   std::vector<Scenario> scenarios;
   for (int64_t b : o.batches)

@@ -62,7 +62,7 @@ TEST(SimulatedPool, SplitsWorkAsItsLogicalWorkersWouldAndRunsItAll) {
 }
 
 // Each tile goes to the worker that frees up first; a tile costs its CPU
-// time or its bytes at a core's share of its node's bandwidth, whichever is
+// time or its bytes at its share of its node's bandwidth, whichever is
 // more; bytes are local, remote or unplaced by the node they were bound to.
 TEST(SimulatedPool, TheSimulatorSchedulesAndChargesTilesAsDocumented) {
   RecordedMemoryBinding memory;
@@ -101,6 +101,12 @@ TEST(SimulatedPool, TheSimulatorSchedulesAndChargesTilesAsDocumented) {
   EXPECT_DOUBLE_EQ(a.unplaced, 64);
   rank.reset();
   EXPECT_EQ(total_of(rank.loads()).jobs, 0);
+  // A job that keeps fewer workers busy gives each more of the node, up to
+  // what one core streams alone.
+  m.core_peak_bandwidth = 1500;
+  EXPECT_DOUBLE_EQ(m.share_of(1), 1500);
+  EXPECT_DOUBLE_EQ(m.share_of(2), 1000);
+  EXPECT_DOUBLE_EQ(m.share_of(64), 1000);
 }
 
 TEST(MemoryBinding, ARecordedRequestReplacesWhatItOverlaps) {

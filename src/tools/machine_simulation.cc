@@ -94,8 +94,9 @@ void SimulatedRank::job_ends() {
   std::priority_queue<double, std::vector<double>, std::greater<double>> free_at;
   for (int w = 0; w < workers_; ++w) free_at.push(0.0);
   double work = 0, busiest = 0;
+  const double share = machine_.share_of(std::min<int>(workers_, static_cast<int>(job_.size())));
   for (const Tile& t : job_) {
-    const double seconds = std::max(t.cpu, t.bytes / machine_.core_bandwidth());
+    const double seconds = std::max(t.cpu, t.bytes / share);
     const double done = free_at.top() + seconds;
     free_at.pop();
     free_at.push(done);

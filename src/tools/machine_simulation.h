@@ -10,13 +10,15 @@
 // tile when they finish one.
 //
 // A tile's projected time on the big machine is
-//   max(its CPU time here, its weight bytes / (node bandwidth / node cores))
-// (a core's share of its node's bandwidth when every core streams); a
-// job's is its busiest worker's total plus a job's wake-up and join cost;
+//   max(its CPU time here, its weight bytes / share)
+// where share is the node's bandwidth split among the workers the job keeps
+// busy, at most what one core streams alone; a job's is its busiest
+// worker's total plus a job's wake-up and join cost;
 // a step's is the sum of its jobs plus the rank thread's time outside jobs
 // (measured here, collectives included). docs/simulation.md has the rest.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -33,8 +35,15 @@ struct SimulatedMachine {
   int cores = 128;                 // in all, cores / nodes a node
   double node_bandwidth = 400e9;   // bytes/s one node's memory streams
   double job_seconds = 0;          // one pool job's wake-up and join (measured on this machine)
+  double core_peak_bandwidth = 0;  // bytes/s one core streams when alone (0: no limit)
   int cores_per_node() const { return cores / nodes; }
   double core_bandwidth() const { return node_bandwidth / cores_per_node(); }
+  // What each of `streaming` cores of a node gets: an equal share of the
+  // node's bandwidth, at most what one core can stream.
+  double share_of(int streaming) const {
+    const double share = node_bandwidth / std::max(1, std::min(streaming, cores_per_node()));
+    return core_peak_bandwidth > 0 ? std::min(share, core_peak_bandwidth) : share;
+  }
 };
 
 // One phase's parallel work and serial time over a span of steps.
