@@ -193,9 +193,12 @@ void print_scenario(const SimulateOptions& o, const Scenario& s, const Outcome& 
               "reading rank's node, all ranks: %.0f\n",
               t0.jobs * per * (s.gen ? 1.0 : static_cast<double>(out.tokens_measured)) / layers, 100 * worst_balance,
               remote * per);
-  std::printf("  projected %.2f tok/s; roofline %.2f tok/s (the busiest rank's weight bytes a step over its node's "
-              "%.0f GB/s): %.1f%% of roofline\n",
-              projected, roofline, m.node_bandwidth / 1e9, 100 * projected / roofline);
+  if (s.gen == 0)  // a prefill chunk reads each weight once for thousands of tokens: no memory roofline
+    std::printf("  projected %.2f tok/s\n", projected);
+  else
+    std::printf("  projected %.2f tok/s; roofline %.2f tok/s (the busiest rank's weight bytes a step over its node's "
+                "%.0f GB/s): %.1f%% of roofline\n",
+                projected, roofline, m.node_bandwidth / 1e9, 100 * projected / roofline);
 }
 
 }  // namespace

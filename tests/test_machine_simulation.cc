@@ -244,12 +244,7 @@ TEST(LinearTiles, RanksOnASimulatedTwoNodeMachineReadOnlyTheirNode) {
     if (exec_out) *exec_out = exec->get();
     auto engine = Engine::create(std::move(*exec), options.scheduler);
     EXPECT_TRUE(engine.ok()) << engine.status().message();
-    std::vector<int32_t> prompt;
-    for (int i = 0; i < 40; ++i) prompt.push_back(5 + i * 13 % 200);
-    EXPECT_TRUE((*engine)->add_request(prompt, testing::greedy(8)).ok());
-    std::vector<int32_t> out;
-    while ((*engine)->has_unfinished())
-      for (const RequestOutput& o : (*engine)->step()) out.insert(out.end(), o.new_tokens.begin(), o.new_tokens.end());
+    auto out = testing::greedy_after_fixed_prompt(**engine);
     return std::make_pair(out, std::move(*engine));
   };
   ParallelOptions unplaced;

@@ -209,13 +209,7 @@ TEST(NumaPlacement, PlacedRanksGenerateWhatUnplacedRanksDo) {
     EXPECT_TRUE(exec.ok()) << exec.status().message();
     auto engine = Engine::create(std::move(*exec), options.scheduler);
     EXPECT_TRUE(engine.ok()) << engine.status().message();
-    std::vector<int32_t> prompt;
-    for (int i = 0; i < 40; ++i) prompt.push_back(5 + i * 13 % 200);
-    EXPECT_TRUE((*engine)->add_request(prompt, testing::greedy(8)).ok());
-    std::vector<int32_t> out;
-    while ((*engine)->has_unfinished())
-      for (const RequestOutput& o : (*engine)->step()) out.insert(out.end(), o.new_tokens.begin(), o.new_tokens.end());
-    return out;
+    return testing::greedy_after_fixed_prompt(**engine);
   };
   ParallelOptions unplaced;
   unplaced.topology.tp = 2;

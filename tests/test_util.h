@@ -22,6 +22,7 @@
 
 #include "checkpoint/model_loader.h"
 #include "model/deepseek_v4.h"
+#include "runtime/engine.h"
 #include "checkpoint/safetensors.h"
 #include "checkpoint/safetensors_writer.h"
 #include "sched/sampling_params.h"
@@ -149,6 +150,18 @@ inline SamplingParams greedy(int64_t max_tokens) {
   p.max_tokens = max_tokens;
   p.ignore_eos = true;
   return p;
+}
+
+// Greedy-decodes 8 tokens after a fixed 40-token prompt on `engine`, to the
+// end: how the placement tests compare layouts.
+inline std::vector<int32_t> greedy_after_fixed_prompt(Engine& engine) {
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 40; ++i) prompt.push_back(5 + i * 13 % 200);
+  EXPECT_TRUE(engine.add_request(prompt, greedy(8)).ok());
+  std::vector<int32_t> out;
+  while (engine.has_unfinished())
+    for (const RequestOutput& o : engine.step()) out.insert(out.end(), o.new_tokens.begin(), o.new_tokens.end());
+  return out;
 }
 
 inline double rel_l2(const float* a, const float* b, int64_t n) {

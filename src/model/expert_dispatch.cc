@@ -31,18 +31,22 @@ void run_expert_slots(const ExpertSlots& s, const float* x, int64_t dim, Collect
   for (int64_t i = 0; i < n_slots; ++i) to[s.experts[i] / per_rank].push_back(i);
   std::vector<size_t> send_bytes(ranks), recv_bytes(ranks), count_bytes(ranks, sizeof(int64_t));
   std::vector<int64_t> send_counts(ranks), recv_counts(ranks);
-  std::vector<char> send(n_slots * record);
-  char* at = send.data();
+  std::vector<int64_t> order;  // slots by destination, each destination's in slot order
   for (int r = 0; r < ranks; ++r) {
     send_counts[r] = static_cast<int64_t>(to[r].size());
     send_bytes[r] = send_counts[r] * record;
-    for (int64_t i : to[r]) {
+    order.insert(order.end(), to[r].begin(), to[r].end());
+  }
+  std::vector<char> send(n_slots * record);
+  parallel_for(n_slots, 64, [&](int64_t a, int64_t b) {
+    for (int64_t j = a; j < b; ++j) {
+      const int64_t i = order[j];
+      char* at = send.data() + j * record;
       const SlotHeader hdr{s.experts[i], s.weights[i]};
       std::memcpy(at, &hdr, sizeof hdr);
       std::memcpy(at + sizeof hdr, x + i / k * dim, sizeof(float) * dim);
-      at += record;
     }
-  }
+  });
   std::vector<char> recv;
   if (ranks > 1) {
     ep->all_to_all_v(send_counts.data(), count_bytes, recv_counts.data(), count_bytes);
@@ -98,22 +102,24 @@ void run_expert_slots(const ExpertSlots& s, const float* x, int64_t dim, Collect
   } else {
     back = std::move(results);
   }
-  int64_t i = 0;
-  for (int r = 0; r < ranks; ++r)
-    for (int64_t slot : to[r]) std::copy_n(&back[i++ * dim], dim, slots_out + slot * dim);
+  parallel_for(n_slots, 64, [&](int64_t a, int64_t b) {
+    for (int64_t j = a; j < b; ++j) std::copy_n(&back[j * dim], dim, slots_out + order[j] * dim);
+  });
 }
 
 void sum_slots_in_expert_order(const ExpertSlots& s, const float* slots_out, int64_t dim, float* out) {
   const int64_t k = s.k;
-  std::fill_n(out, s.rows * dim, 0.0f);
-  std::vector<int64_t> order(k);
-  for (int64_t r = 0; r < s.rows; ++r) {
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(),
-                     [&](int64_t a, int64_t b) { return s.experts[r * k + a] < s.experts[r * k + b]; });
-    for (int64_t j : order)
-      for (int64_t d = 0; d < dim; ++d) out[r * dim + d] += slots_out[(r * k + j) * dim + d];
-  }
+  parallel_for(s.rows, 8, [&](int64_t r0, int64_t r1) {
+    std::vector<int64_t> order(k);
+    for (int64_t r = r0; r < r1; ++r) {
+      std::fill_n(out + r * dim, dim, 0.0f);
+      std::iota(order.begin(), order.end(), 0);
+      std::stable_sort(order.begin(), order.end(),
+                       [&](int64_t a, int64_t b) { return s.experts[r * k + a] < s.experts[r * k + b]; });
+      for (int64_t j : order)
+        for (int64_t d = 0; d < dim; ++d) out[r * dim + d] += slots_out[(r * k + j) * dim + d];
+    }
+  });
 }
 
 }  // namespace dsv4
