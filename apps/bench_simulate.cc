@@ -303,9 +303,9 @@ int bench_simulate(const SimulateOptions& o_in) {
       std::printf("  tokens %s an unsimulated run of the same layout\n", same ? "identical to" : "DIFFER FROM");
     }
   }
-  std::printf("\nprojection: a tile takes max(its CPU time here, its weight bytes / (node bandwidth / cores a node)); "
-              "a job its busiest worker's tiles plus the job cost; a step its jobs plus the rank thread's time "
-              "outside them (docs/simulation.md)\n");
+  std::printf("\nprojection: a tile takes max(its CPU time here, its weight bytes / its share of the node's "
+              "bandwidth); a job its busiest worker's tiles plus the job cost; a step its jobs plus the rank thread's "
+              "time outside them, collectives priced (docs/simulation.md)\n");
   return bad ? 1 : 0;
 }
 

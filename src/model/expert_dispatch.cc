@@ -77,10 +77,14 @@ void run_expert_slots(const ExpertSlots& s, const float* x, int64_t dim, Collect
   auto run_one = [&](int e) {
     const int64_t n = static_cast<int64_t>(mine[e].size());
     std::vector<float> xin(n * dim), yout(n * dim);
-    for (int64_t i = 0; i < n; ++i)
-      std::memcpy(&xin[i * dim], &recv[mine[e][i] * record + sizeof(SlotHeader)], sizeof(float) * dim);
+    parallel_for(n, 64, [&](int64_t a, int64_t b) {
+      for (int64_t i = a; i < b; ++i)
+        std::memcpy(&xin[i * dim], &recv[mine[e][i] * record + sizeof(SlotHeader)], sizeof(float) * dim);
+    });
     run(e, xin.data(), n, wts[e].data(), yout.data());
-    for (int64_t i = 0; i < n; ++i) std::copy_n(&yout[i * dim], dim, &results[mine[e][i] * dim]);
+    parallel_for(n, 64, [&](int64_t a, int64_t b) {
+      for (int64_t i = a; i < b; ++i) std::copy_n(&yout[i * dim], dim, &results[mine[e][i] * dim]);
+    });
   };
   if (static_cast<int64_t>(active.size()) >= 2 * ThreadPool::current().num_threads()) {
     parallel_for(static_cast<int64_t>(active.size()), 1, [&](int64_t a, int64_t b) {

@@ -5,6 +5,7 @@
 
 #include "base/check.h"
 #include "base/phase_timer.h"
+#include "base/thread_pool.h"
 #include "kernels/kernels.h"
 #include "model/expert_dispatch.h"
 #include "ops/topk.h"
@@ -23,18 +24,20 @@ void expert_forward(const kernels::Kernels& k, const ExpertWeights& e, float lim
   std::vector<float> gate(n * inter), up(n * inter);
   linear_forward(k, e.w1, x, n, gate.data());
   linear_forward(k, e.w3, x, n, up.data());
-  for (int64_t r = 0; r < n; ++r) {
-    float* g = gate.data() + r * inter;
-    float* u = up.data() + r * inter;
-    if (limit > 0)
-      for (int64_t j = 0; j < inter; ++j) {
-        u[j] = std::clamp(u[j], -limit, limit);
-        g[j] = std::min(g[j], limit);
-      }
-    // Where the element sits in the whole [n, width] tensor decides its rounding.
-    k.silu(g, inter, r * width + first, n * width);
-    for (int64_t j = 0; j < inter; ++j) g[j] = row_weights ? row_weights[r] * (g[j] * u[j]) : g[j] * u[j];
-  }
+  parallel_for(n, 8, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      float* g = gate.data() + r * inter;
+      float* u = up.data() + r * inter;
+      if (limit > 0)
+        for (int64_t j = 0; j < inter; ++j) {
+          u[j] = std::clamp(u[j], -limit, limit);
+          g[j] = std::min(g[j], limit);
+        }
+      // Where the element sits in the whole [n, width] tensor decides its rounding.
+      k.silu(g, inter, r * width + first, n * width);
+      for (int64_t j = 0; j < inter; ++j) g[j] = row_weights ? row_weights[r] * (g[j] * u[j]) : g[j] * u[j];
+    }
+  });
   if (!group) {
     linear_forward(k, e.w2, gate.data(), n, out);
     return;
