@@ -147,4 +147,42 @@ TEST(BenchCli, V41DecodeNextToV4AgainstEachRoofline) {
   EXPECT_NE(serving.output.find("--serving"), std::string::npos) << serving.output;
 }
 
+namespace {
+
+// The simulator end to end on the embedded model: two nodes of four cores,
+// the ranks placed one a node, every weight byte read on its own node, the
+// tokens those of an unsimulated run; and malformed machines refused by name.
+TEST(BenchCli, SimulatedMachineRunsTheRealForward) {
+  const auto r = testing::run_dsv4("bench --simulate cores=8,nodes=2,bandwidth=100,job-us=5 --ctx 16 --gen 2 "
+                                   "--batch 1,3 --prompt-len 64");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("2 NUMA nodes x 4 cores"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rank 1: NUMA node 1, cores 4-7 (4 threads)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("a pool job (wake-up and join) costs 5.00 us here (given"), std::string::npos) << r.output;
+  for (const char* row : {"decode batch 1 after 16 prompt tokens: 2 tokens measured; rank 0 of 2 (4 logical workers)",
+                          "decode batch 3 after 16 prompt tokens: 6 tokens measured",
+                          "prefill of a 64-token chunk: 64 tokens measured"})
+    EXPECT_NE(r.output.find(row), std::string::npos) << row << "\n" << r.output;
+  size_t at = 0;
+  int scenarios = 0;
+  while ((at = r.output.find("weight bytes read off the reading rank's node, all ranks: 0\n", at)) != std::string::npos)
+    ++scenarios, ++at;
+  EXPECT_EQ(scenarios, 3) << r.output;
+  at = 0;
+  int same = 0;
+  while ((at = r.output.find("tokens identical to an unsimulated run", at)) != std::string::npos) ++same, ++at;
+  EXPECT_EQ(same, 3) << r.output;
+
+  for (const auto& [spec, says] : std::vector<std::pair<std::string, std::string>>{
+           {"nodes=2", "needs cores=N"},
+           {"cores=10,nodes=3", "do not split evenly over nodes=3"},
+           {"cores=abc", "'cores=abc' is not one"},
+           {"cores=8,sockets=2", "not 'sockets'"}}) {
+    const auto bad = testing::run_dsv4("bench --simulate " + spec);
+    EXPECT_EQ(bad.code, 2) << spec << "\n" << bad.output;
+    EXPECT_NE(bad.output.find(says), std::string::npos) << spec << "\n" << bad.output;
+  }
+}
+
+}  // namespace
 }  // namespace dsv4
