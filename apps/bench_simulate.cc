@@ -38,7 +38,8 @@ struct Scenario {
   int64_t batch = 1, prompt = 0, gen = 0;  // gen 0: measure the prefill step
 };
 
-// One engine over the checkpoint: simulated when `sims` is not empty.
+// One engine over the checkpoint: on the placement's simulated pools, its
+// memory recorded in `memory`, when `sims` is given; else unplaced.
 StatusOr<std::unique_ptr<Engine>> make_engine(const SimulateOptions& o, const std::string& dir,
                                               const NumaPlacement& placement, RecordedMemoryBinding* memory,
                                               std::vector<std::unique_ptr<SimulatedRank>>* sims) {
@@ -278,8 +279,7 @@ int bench_simulate(const SimulateOptions& o_in) {
 
   std::vector<Outcome> plain(scenarios.size());
   if (o.compare) {
-    auto unplaced = *placement;
-    auto engine = make_engine(o, dir->path(), unplaced, nullptr, nullptr);
+    auto engine = make_engine(o, dir->path(), *placement, nullptr, nullptr);
     if (!engine.ok()) return fail(engine.status());
     for (size_t i = 0; i < scenarios.size(); ++i)
       if (Status s = run(**engine, scenarios[i], nullptr, &plain[i]); !s.ok()) return fail(s);

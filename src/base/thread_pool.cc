@@ -2,8 +2,6 @@
 
 #include <immintrin.h>
 
-#include <time.h>
-
 #include <algorithm>
 #include <cstdlib>
 
@@ -22,12 +20,6 @@ constexpr int kSpins = 4000;
 template <class Ready>
 void spin_until(Ready ready) {
   for (int i = 0; i < kSpins && !ready(); ++i) _mm_pause();
-}
-
-double thread_cpu_seconds() {
-  timespec t;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
 }
 
 }  // namespace

@@ -30,6 +30,9 @@ class WorkMeter {
   };
 };
 
+// CPU seconds the calling thread has run (what a simulated tile cost).
+double thread_cpu_seconds();
+
 inline void meter_read(const void* at, int64_t bytes) {
   if (WorkMeter* m = WorkMeter::current()) m->read(at, bytes);
 }

@@ -1,21 +1,10 @@
 #include "tools/machine_simulation.h"
 
-#include <time.h>
-
 #include <algorithm>
 #include <functional>
 #include <queue>
 
 namespace dsv4 {
-namespace {
-
-double thread_cpu_seconds() {
-  timespec t;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
-}
-
-}  // namespace
 
 PhaseLoad& PhaseLoad::operator+=(const PhaseLoad& o) {
   jobs += o.jobs;
