@@ -1,0 +1,60 @@
+// Activation scratch: a vector whose new elements are left uninitialized,
+// its large blocks reused from a per-thread cache.
+//
+// A prefill chunk allocates the same large activation buffers in every
+// layer (4096 tokens of 64 heads x 512 query floats are 512 MiB). As plain
+// std::vector<float> each was zero-filled by the rank's thread and, being
+// above malloc's mapping threshold, mapped afresh and page-faulted every
+// time: serial work that left the pool's workers idle (bench --simulate
+// measured it at most of a 4K prefill chunk's time on 64 workers). A
+// ScratchVector is written by the kernels that fill it, so nothing is
+// zeroed, and a freed large block goes back to its thread's cache for the
+// next layer, its pages still mapped.
+#pragma once
+
+#include <cstddef>
+#include <new>
+#include <utility>
+#include <vector>
+
+namespace dsv4 {
+
+// Bytes for scratch, 64-byte aligned. Blocks of kScratchCachedFrom bytes or
+// more come from, and go back to, the calling thread's cache (at most
+// kScratchCacheBytes held, the rest freed); smaller ones go to the heap.
+inline constexpr size_t kScratchCachedFrom = size_t{256} << 10;
+inline constexpr size_t kScratchCacheBytes = size_t{2} << 30;
+void* allocate_scratch(size_t bytes);
+void free_scratch(void* p, size_t bytes) noexcept;
+// What this thread's cache holds now (for tests).
+size_t cached_scratch_bytes();
+
+template <class T>
+class ScratchAllocator {
+ public:
+  using value_type = T;
+
+  ScratchAllocator() = default;
+  template <class U>
+  ScratchAllocator(const ScratchAllocator<U>&) {}
+
+  T* allocate(size_t n) { return static_cast<T*>(allocate_scratch(n * sizeof(T))); }
+  void deallocate(T* p, size_t n) noexcept { free_scratch(p, n * sizeof(T)); }
+
+  // Default-initialization: resize() leaves trivial elements as they are.
+  template <class U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+
+  friend bool operator==(const ScratchAllocator&, const ScratchAllocator&) { return true; }
+};
+
+template <class T>
+using ScratchVector = std::vector<T, ScratchAllocator<T>>;
+
+}  // namespace dsv4
