@@ -220,6 +220,49 @@ TEST(LinearTiles, ManyWorkerTilesKeepEveryRowsBits) {
   EXPECT_FALSE(seen.job_tiles.empty());
 }
 
+// A layer's independent products (an expert's w1 and w3, every active
+// expert's, wq_a beside wkv) as one pool job: each product's numbers are
+// what it gives alone, and a decode step's products cost one job, whatever
+// their formats and row counts.
+TEST(LinearTiles, ProductsInOneJobGiveEachProductsBits) {
+  const Linear layers[] = {random_linear(WeightFormat::kFp8Block, 512, 4096, true, 5),
+                           random_linear(WeightFormat::kFp4Block, 96, 2048, true, 6),
+                           random_linear(WeightFormat::kBf16, 48, 1024, false, 7),
+                           random_linear(WeightFormat::kDense, 24, 4096, false, 8)};
+  for (Numerics n : {Numerics::kExact, Numerics::kFast}) {
+    for (int64_t m : {int64_t{1}, int64_t{3}, int64_t{80}}) {
+      SCOPED_TRACE(::testing::Message() << kernels::numerics_name(n) << " rows " << m);
+      std::vector<std::vector<float>> x, alone, together;
+      std::vector<LinearProduct> products;
+      for (size_t i = 0; i < std::size(layers); ++i) {
+        // The second product takes one row fewer: products need not agree.
+        const int64_t rows = i == 1 && m > 1 ? m - 1 : m;
+        std::mt19937 rng(static_cast<uint32_t>(10 + i));
+        std::normal_distribution<float> normal(0.0f, 1.0f);
+        x.emplace_back(rows * layers[i].in);
+        for (float& v : x.back()) v = normal(rng);
+        alone.push_back(forward(layers[i], n, x.back(), rows));
+        together.emplace_back(rows * layers[i].out, -1.0f);
+      }
+      for (size_t i = 0; i < std::size(layers); ++i)
+        products.push_back({&layers[i], x[i].data(), static_cast<int64_t>(x[i].size()) / layers[i].in,
+                            together[i].data()});
+      CountingObserver seen;
+      auto wide = ThreadPool::simulated(64, &seen);
+      {
+        ThreadPool::Scope scope(wide.get());
+        linear_forward_all(kernels::kernels_for(n), products);
+      }
+      for (size_t i = 0; i < std::size(layers); ++i)
+        EXPECT_TRUE(same_bits(alone[i].data(), together[i].data(), static_cast<int64_t>(alone[i].size()))) << "product " << i;
+      // Rows below a rounding job's grain round inline: one job in all,
+      // a tile for each panel of every product (43 for 64 workers).
+      if (m >= 8) continue;
+      EXPECT_EQ(seen.job_tiles, std::vector<int64_t>{32 + 6 + 3 + 2});
+    }
+  }
+}
+
 // Two ranks placed on a simulated machine of two 64-core nodes, each on a
 // simulated pool of 64 workers: every weight and KV page is bound to its
 // rank's node, every weight byte a forward reads is on the reading rank's

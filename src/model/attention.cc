@@ -6,6 +6,7 @@
 
 #include "base/check.h"
 #include "base/phase_timer.h"
+#include "base/scratch.h"
 #include "base/thread_pool.h"
 #include "kernels/kernels.h"
 #include "model/compressor.h"
@@ -15,17 +16,21 @@
 namespace dsv4 {
 namespace {
 
-using Buffer = std::vector<float>;
+using Buffer = ScratchVector<float>;
 
 // RoPE on the last rope_dim dims of `count` vectors of size `stride`, the
-// vector v at position pos_of(v).
-template <class PosOf>
-void rope_tail(const Rope& rope, float* x, int64_t count, int64_t stride, int rope_dim, PosOf pos_of, bool inverse) {
+// vector v at position pos_of(v), after before(v) and then after(v) on
+// each (in the same pool job: each vector's steps are its own).
+template <class PosOf, class Before = void (*)(int64_t), class After = void (*)(int64_t)>
+void rope_tail(const Rope& rope, float* x, int64_t count, int64_t stride, int rope_dim, PosOf pos_of, bool inverse,
+               Before before = [](int64_t) {}, After after = [](int64_t) {}) {
   parallel_for(count, 16, [&](int64_t v0, int64_t v1) {
     Buffer cos(rope_dim / 2), sin(rope_dim / 2);
     for (int64_t v = v0; v < v1; ++v) {
+      before(v);
       rope.angles(pos_of(v), cos.data(), sin.data());
       kernels::rope(x + v * stride + stride - rope_dim, cos.data(), sin.data(), rope_dim / 2, inverse);
+      after(v);
     }
   });
 }
@@ -50,16 +55,29 @@ std::vector<int64_t> row_positions(const std::vector<SeqChunk>& chunks, int64_t 
   return pos;
 }
 
-// Runs a compressor's projections over all rows and pools each chunk into
-// its sequence's rows.
-void run_compressor(const CompressorWeights& w, const LayerContext& ctx, const float* x, int64_t rows,
+// A compressor's projections of x: whole rows of kv and score (split by
+// features over tensor parallelism), added to the layer's other products
+// of x so that they run in one job.
+struct CompressorInputs {
+  Buffer kv, score;
+  void add(const CompressorWeights& w, const LayerContext& ctx, const float* x, int64_t rows,
+           std::vector<LinearProduct>* columns) {
+    const int64_t width = w.wkv.out * (ctx.tp ? ctx.tp->size() : 1);
+    kv.resize(rows * width);
+    score.resize(rows * width);
+    columns->push_back({&w.wkv, x, rows, kv.data()});
+    columns->push_back({&w.wgate, x, rows, score.data()});
+  }
+};
+
+// Pools each chunk's projections into its sequence's rows.
+void run_compressor(const CompressorWeights& w, const LayerContext& ctx, const CompressorInputs& in,
                     const std::vector<SeqChunk>& chunks, bool index_keys) {
   PhaseTimer::Scope time(Phase::kCompressor);
   const ModelConfig& c = ctx.config;
-  const int64_t width = w.wkv.out * (ctx.tp ? ctx.tp->size() : 1);  // whole rows (split by features over TP)
-  Buffer kv(rows * width), score(rows * width);
-  linear_columns(ctx.k, w.wkv, ctx.tp, x, rows, kv.data());
-  linear_columns(ctx.k, w.wgate, ctx.tp, x, rows, score.data());
+  const int64_t width = w.wkv.out * (ctx.tp ? ctx.tp->size() : 1);
+  const float* kv = in.kv.data();
+  const float* score = in.score.data();
   parallel_for(static_cast<int64_t>(chunks.size()), 1, [&](int64_t c0, int64_t c1) {
     for (int64_t ci = c0; ci < c1; ++ci) {
       const SeqChunk& ch = chunks[ci];
@@ -67,8 +85,8 @@ void run_compressor(const CompressorWeights& w, const LayerContext& ctx, const f
       const int layer = ctx.cache_layer;
       const CompressorStateView st =
           index_keys ? cache->index_compressor_state(layer) : cache->compressor_state(layer);
-      compress_tokens(ctx.k, w, ctx.rope, c.rope_head_dim, c.norm_eps, kv.data() + ch.row_begin * width,
-                      score.data() + ch.row_begin * width, ch.start_pos, ch.num_tokens, st, ch.cached_until,
+      compress_tokens(ctx.k, w, ctx.rope, c.rope_head_dim, c.norm_eps, kv + ch.row_begin * width,
+                      score + ch.row_begin * width, ch.start_pos, ch.num_tokens, st, ch.cached_until,
                       [&](int64_t row) {
                         return index_keys ? cache->index_row(layer, row) : cache->compressed_row(layer, row);
                       });
@@ -102,40 +120,47 @@ void attention_slots(const ModelConfig& c, const AttentionWeights& w, int64_t t,
   }
 }
 
-}  // namespace
-
-void attention_queries(const AttentionWeights& w, const LayerContext& ctx, const float* x, int64_t rows,
-                       const std::vector<int64_t>& pos, std::vector<float>* qr_out, std::vector<float>* q_out) {
+// q [rows, heads, head_dim] from qr [rows, q_lora_rank], wq_a's output:
+// q_norm on qr (in place), wq_b (with `also`, products of the normed qr, in
+// the same job), then a weightless RMS norm and RoPE per head.
+void queries_from(const AttentionWeights& w, const LayerContext& ctx, int64_t rows, const std::vector<int64_t>& pos,
+                  Buffer& qr, Buffer& q, std::vector<LinearProduct> also = {}) {
   const ModelConfig& c = ctx.config;
   const int heads = static_cast<int>(w.attn_sink.size()), hd = c.head_dim, rd = c.rope_head_dim;
-  // Queries: wq_a -> q_norm -> wq_b, then a weightless RMS norm per head.
-  Buffer& qr = *qr_out;
-  Buffer& q = *q_out;
-  qr.resize(rows * c.q_lora_rank);
   q.resize(rows * heads * hd);
-  linear_columns(ctx.k, w.wq_a, ctx.tp, x, rows, qr.data());
-  for (int64_t r = 0; r < rows; ++r)
-    kernels::rms_norm(&qr[r * c.q_lora_rank], w.q_norm.data(), c.q_lora_rank, c.norm_eps, &qr[r * c.q_lora_rank]);
-  linear_forward(ctx.k, w.wq_b, qr.data(), rows, q.data());
-  parallel_for(rows * heads, 16, [&](int64_t v0, int64_t v1) {
-    for (int64_t v = v0; v < v1; ++v) kernels::rms_norm(&q[v * hd], nullptr, hd, c.norm_eps, &q[v * hd]);
+  parallel_for(rows, 16, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      kernels::rms_norm(&qr[r * c.q_lora_rank], w.q_norm.data(), c.q_lora_rank, c.norm_eps, &qr[r * c.q_lora_rank]);
   });
-  rope_tail(ctx.rope, q.data(), rows * heads, hd, rd, [&](int64_t v) { return pos[v / heads]; }, false);
+  also.push_back({&w.wq_b, qr.data(), rows, q.data()});
+  linear_forward_all(ctx.k, also);
+  rope_tail(
+      ctx.rope, q.data(), rows * heads, hd, rd, [&](int64_t v) { return pos[v / heads]; }, false,
+      [&](int64_t v) { kernels::rms_norm(&q[v * hd], nullptr, hd, c.norm_eps, &q[v * hd]); });
 }
+
+// The single KV head from kv [rows, head_dim], wkv's output: norm, RoPE,
+// and the non-RoPE dims through FP8 as the cache stores them (the
+// reference's QAT rounding).
+void kv_rows_from(const LayerContext& ctx, const AttentionWeights& w, float* kv, int64_t rows,
+                  const std::vector<int64_t>& pos, uint8_t* kv_rows) {
+  const ModelConfig& c = ctx.config;
+  const int hd = c.head_dim, rd = c.rope_head_dim;
+  const kernels::KvRowFormat kv_format{hd - rd, rd};
+  const int64_t kv_bytes = kv_format.bytes();
+  rope_tail(
+      ctx.rope, kv, rows, hd, rd, [&](int64_t r) { return pos[r]; }, false,
+      [&](int64_t r) { kernels::rms_norm(&kv[r * hd], w.kv_norm.data(), hd, c.norm_eps, &kv[r * hd]); },
+      [&](int64_t r) { ctx.k.store_kv_row(&kv[r * hd], kv_format, &kv_rows[r * kv_bytes]); });
+}
+
+}  // namespace
 
 void attention_kv_rows(const AttentionWeights& w, const LayerContext& ctx, const float* x, int64_t rows,
                        const std::vector<int64_t>& pos, uint8_t* kv_rows) {
-  const ModelConfig& c = ctx.config;
-  const int hd = c.head_dim, rd = c.rope_head_dim;
-  // The single KV head: norm, RoPE, and the non-RoPE dims through FP8 as the
-  // cache stores them (the reference's QAT rounding).
-  const kernels::KvRowFormat kv_format{hd - rd, rd};
-  const int64_t kv_bytes = kv_format.bytes();
-  Buffer kv(rows * hd);
+  Buffer kv(rows * ctx.config.head_dim);
   linear_columns(ctx.k, w.wkv, ctx.tp, x, rows, kv.data());
-  for (int64_t r = 0; r < rows; ++r) kernels::rms_norm(&kv[r * hd], w.kv_norm.data(), hd, c.norm_eps, &kv[r * hd]);
-  rope_tail(ctx.rope, kv.data(), rows, hd, rd, [&](int64_t r) { return pos[r]; }, false);
-  for (int64_t r = 0; r < rows; ++r) ctx.k.store_kv_row(&kv[r * hd], kv_format, &kv_rows[r * kv_bytes]);
+  kv_rows_from(ctx, w, kv.data(), rows, pos, kv_rows);
 }
 
 void attention_output(const AttentionWeights& w, const LayerContext& ctx, float* o, int64_t rows,
@@ -160,13 +185,23 @@ void attention_output(const AttentionWeights& w, const LayerContext& ctx, float*
     oheads = c.n_heads;
     first_head = tp_rank / (tp_size / G) * group_heads;
   }
-  Buffer og(rows * gl * olr), ogroup(rows * olr), xin(rows * group_in);
-  for (int64_t gi = 0; gi < gl; ++gi) {
-    for (int64_t r = 0; r < rows; ++r)
-      std::memcpy(&xin[r * group_in], oin + (r * oheads + first_head) * hd + gi * group_in, sizeof(float) * group_in);
-    linear_forward(ctx.k, w.wo_a[gi], xin.data(), rows, ogroup.data());
-    for (int64_t r = 0; r < rows; ++r) std::memcpy(&og[(r * gl + gi) * olr], &ogroup[r * olr], sizeof(float) * olr);
-  }
+  // Each group's heads as its own rows, every group's wo_a in one job.
+  Buffer og(rows * gl * olr), ogroups(gl * rows * olr), xin(gl * rows * group_in);
+  parallel_for(rows, 16, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t gi = 0; gi < gl; ++gi)
+        std::memcpy(&xin[(gi * rows + r) * group_in], oin + (r * oheads + first_head) * hd + gi * group_in,
+                    sizeof(float) * group_in);
+  });
+  std::vector<LinearProduct> groups;
+  for (int64_t gi = 0; gi < gl; ++gi)
+    groups.push_back({&w.wo_a[gi], &xin[gi * rows * group_in], rows, &ogroups[gi * rows * olr]});
+  linear_forward_all(ctx.k, groups);
+  parallel_for(rows, 16, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t gi = 0; gi < gl; ++gi)
+        std::memcpy(&og[(r * gl + gi) * olr], &ogroups[(gi * rows + r) * olr], sizeof(float) * olr);
+  });
   if (!tp) {
     linear_forward(ctx.k, w.wo_b, og.data(), rows, out);
     return;
@@ -176,10 +211,12 @@ void attention_output(const AttentionWeights& w, const LayerContext& ctx, float*
   Buffer all(rows * gl * olr * tp_size), full(rows * G * olr);
   gather_columns(tp, TokenSplit::of(rows, tp), og.data(), gl * olr, all.data());
   const int64_t stride = gl * olr * tp_size, per_group = G >= tp_size ? 1 : tp_size / G;
-  for (int64_t row = 0; row < rows; ++row)
-    for (int64_t g = 0; g < G; ++g)  // group g from the first rank holding it
-      std::memcpy(&full[(row * G + g) * olr], &all[row * stride + (G >= tp_size ? g : g * per_group * gl) * olr],
-                  sizeof(float) * olr);
+  parallel_for(rows, 16, [&](int64_t r0, int64_t r1) {
+    for (int64_t row = r0; row < r1; ++row)
+      for (int64_t g = 0; g < G; ++g)  // group g from the first rank holding it
+        std::memcpy(&full[(row * G + g) * olr], &all[row * stride + (G >= tp_size ? g : g * per_group * gl) * olr],
+                    sizeof(float) * olr);
+  });
   linear_forward(ctx.k, w.wo_b, full.data(), rows, out);
 }
 
@@ -192,12 +229,13 @@ void dspark_attention_forward(const AttentionWeights& w, const LayerContext& ctx
   std::vector<int64_t> pos(rows);
   for (size_t i = 0; i < calls.size(); ++i)
     for (int64_t k = 0; k < block; ++k) pos[i * block + k] = calls[i].first_pos + k;
-  Buffer qr, q;
-  attention_queries(w, ctx, x, rows, pos, &qr, &q);
+  Buffer qr(rows * c.q_lora_rank), kv(rows * hd), q;
+  linear_columns_all(ctx.k, ctx.tp, {{&w.wq_a, x, rows, qr.data()}, {&w.wkv, x, rows, kv.data()}});
+  queries_from(w, ctx, rows, pos, qr, q);
   const kernels::KvRowFormat kv_format{hd - rd, rd};
   const int64_t kv_bytes = kv_format.bytes();
-  std::vector<uint8_t> kv_rows(rows * kv_bytes);
-  attention_kv_rows(w, ctx, x, rows, pos, kv_rows.data());
+  ScratchVector<uint8_t> kv_rows(rows * kv_bytes);
+  kv_rows_from(ctx, w, kv.data(), rows, pos, kv_rows.data());
   // Every block row attends the ring's filled slots in slot order, then all
   // the call's block rows (the reference's index list, the same for each).
   Buffer o(rows * heads * hd);
@@ -232,37 +270,48 @@ void attention_forward(const AttentionWeights& w, const LayerContext& ctx, const
   const int heads = static_cast<int>(w.attn_sink.size()), hd = c.head_dim, rd = c.rope_head_dim, win = c.window_size;
   const std::vector<int64_t> pos = row_positions(chunks, rows);
 
-  Buffer qr, q;
-  attention_queries(w, ctx, x, rows, pos, &qr, &q);
+  // Every product of x in one job: queries' wq_a, the KV head, the
+  // compressors' projections and the indexer's head weights.
+  const int ih = w.indexer ? static_cast<int>(w.indexer->weights_proj.out) : 0, id = c.index_head_dim;
+  Buffer qr(rows * c.q_lora_rank), kv(rows * hd), q, iq, iw(rows * ih);
+  CompressorInputs compressed, index_keys;
+  std::vector<LinearProduct> columns{{&w.wq_a, x, rows, qr.data()}, {&w.wkv, x, rows, kv.data()}}, local;
+  if (w.compressor) compressed.add(*w.compressor, ctx, x, rows, &columns);
+  if (w.indexer) {
+    index_keys.add(w.indexer->compressor, ctx, x, rows, &columns);
+    local.push_back({&w.indexer->weights_proj, x, rows, iw.data()});
+  }
+  linear_columns_all(ctx.k, ctx.tp, columns, local);
+  // The indexer's queries come from the normed qr too, in wq_b's job.
+  std::vector<LinearProduct> with_wq_b;
+  if (w.indexer) {
+    iq.resize(rows * ih * id);
+    with_wq_b.push_back({&w.indexer->wq_b, qr.data(), rows, iq.data()});
+  }
+  queries_from(w, ctx, rows, pos, qr, q, with_wq_b);
   const kernels::KvRowFormat kv_format{hd - rd, rd};
   const int64_t kv_bytes = kv_format.bytes();
-  std::vector<uint8_t> kv_rows(rows * kv_bytes);
-  attention_kv_rows(w, ctx, x, rows, pos, kv_rows.data());
+  ScratchVector<uint8_t> kv_rows(rows * kv_bytes);
+  kv_rows_from(ctx, w, kv.data(), rows, pos, kv_rows.data());
 
   // Compressed history (rows finished by this chunk are visible to it).
-  if (w.compressor) run_compressor(*w.compressor, ctx, x, rows, chunks, false);
+  if (w.compressor) run_compressor(*w.compressor, ctx, compressed, chunks, false);
 
-  // Indexer queries and head weights.
-  Buffer iq, iw;
-  const int ih = w.indexer ? static_cast<int>(w.indexer->weights_proj.out) : 0, id = c.index_head_dim;
+  // Indexer queries (rotated, Hadamard-mixed, through FP4) and head weights.
   if (w.indexer) {
     PhaseTimer::Scope time(Phase::kIndexer);
-    iq.resize(rows * ih * id);
-    iw.resize(rows * ih);
-    linear_forward(ctx.k, w.indexer->wq_b, qr.data(), rows, iq.data());
-    rope_tail(rope, iq.data(), rows * ih, id, rd, [&](int64_t v) { return pos[v / ih]; }, false);
-    parallel_for(rows * ih, 16, [&](int64_t v0, int64_t v1) {
-      Buffer scratch(id);
-      for (int64_t v = v0; v < v1; ++v) {
-        ctx.k.hadamard(&iq[v * id], id, scratch.data());
-        ctx.k.fp4_round_trip(&iq[v * id], id, kernels::kIndexScaleBlock);
-      }
-    });
-    linear_forward(ctx.k, w.indexer->weights_proj, x, rows, iw.data());
+    rope_tail(
+        rope, iq.data(), rows * ih, id, rd, [&](int64_t v) { return pos[v / ih]; }, false, [](int64_t) {},
+        [&](int64_t v) {
+          thread_local Buffer scratch;
+          scratch.resize(id);
+          ctx.k.hadamard(&iq[v * id], id, scratch.data());
+          ctx.k.fp4_round_trip(&iq[v * id], id, kernels::kIndexScaleBlock);
+        });
     // Computed in double and rounded once, as the reference's Python scalars.
     const float wscale = static_cast<float>(std::pow(id, -0.5) * std::pow(c.index_n_heads, -0.5));
     for (float& v : iw) v *= wscale;
-    run_compressor(w.indexer->compressor, ctx, x, rows, chunks, true);
+    run_compressor(w.indexer->compressor, ctx, index_keys, chunks, true);
   }
 
   // Sparse attention: window keys then compressed rows. The indexer picks

@@ -29,13 +29,10 @@ struct LayerContext {
 void attention_forward(const AttentionWeights& w, const LayerContext& ctx, const std::vector<SeqChunk>& chunks,
                        const float* x, int64_t rows, float* out);
 
-// The pieces every attention of the model shares, rows at positions pos:
-// queries (qr: the wq_a output the indexer reuses; q: [rows, heads,
-// head_dim], normed per head and rotated), the KV row of each row (normed,
-// rotated, stored as the cache's FP8 rows: KvRowFormat{nope, rope}), and the
-// output (o de-rotated in place, grouped wo_a, wo_b) -> out [rows, wo_b.out].
-void attention_queries(const AttentionWeights& w, const LayerContext& ctx, const float* x, int64_t rows,
-                       const std::vector<int64_t>& pos, std::vector<float>* qr, std::vector<float>* q);
+// Pieces the DSpark drafter's attention shares, rows at positions pos: the
+// KV row of each row (normed, rotated, stored as the cache's FP8 rows:
+// KvRowFormat{nope, rope}), and the output (o de-rotated in place, grouped
+// wo_a, wo_b) -> out [rows, wo_b.out].
 void attention_kv_rows(const AttentionWeights& w, const LayerContext& ctx, const float* x, int64_t rows,
                        const std::vector<int64_t>& pos, uint8_t* kv_rows);
 void attention_output(const AttentionWeights& w, const LayerContext& ctx, float* o, int64_t rows,

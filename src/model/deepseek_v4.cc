@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "base/scratch.h"
 #include "base/thread_pool.h"
 #include "kernels/kernels.h"
 #include "model/attention.h"
@@ -57,11 +58,13 @@ void DeepseekV4::embed(const ForwardBatch& batch, float* out) const {
   const bool sharded = tensor_group_ && tensor_group_->size() > 1;
   std::vector<float> mine(sharded && scope.flashcomm ? rows * dim : 0);
   float* e = mine.empty() ? out : mine.data();
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t t = static_cast<int64_t>(batch.token_ids[r]) - first;
-    if (t >= 0 && t < part) weights_->embed.row(t, e + r * dim);
-    else std::fill_n(e + r * dim, dim, 0.0f);
-  }
+  parallel_for(rows, 16, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t t = static_cast<int64_t>(batch.token_ids[r]) - first;
+      if (t >= 0 && t < part) weights_->embed.row(t, e + r * dim);
+      else std::fill_n(e + r * dim, dim, 0.0f);
+    }
+  });
   // Sharded by vocabulary: one rank has each row, the others add zeros.
   if (!sharded) return;
   if (scope.flashcomm) reduce_scatter_rows(tensor_group_, scope.split, e, dim, out);
@@ -96,7 +99,7 @@ void DeepseekV4::block(const kernels::Kernels& k, const BlockWeights& b, int cac
   const int64_t rows = batch.num_rows(), dim = c.dim;
   const int64_t held = scope.flashcomm ? split.count() : rows;
   const ReferenceRows held_rr = scope.flashcomm ? rr.slice(split.begin(), held) : rr;
-  std::vector<float> x(held * dim), y(held * dim), x_all(scope.flashcomm ? rows * dim : 0);
+  ScratchVector<float> x(held * dim), y(held * dim), x_all(scope.flashcomm ? rows * dim : 0);
   // Sublayer inputs are every row of the forward: gathered under FlashComm1.
   auto all_rows = [&]() -> const float* {
     if (!scope.flashcomm) return x.data();
@@ -104,7 +107,7 @@ void DeepseekV4::block(const kernels::Kernels& k, const BlockWeights& b, int cac
     return x_all.data();
   };
   // Sublayer outputs [rows, width] split by features -> the held rows, whole.
-  auto held_rows = [&](const std::vector<float>& cols, int64_t width) {
+  auto held_rows = [&](const ScratchVector<float>& cols, int64_t width) {
     if (scope.flashcomm) columns_to_rows(tensor_group_, split, cols.data(), width, y.data());
     else gather_columns(tensor_group_, split, cols.data(), width, y.data());
   };
@@ -116,7 +119,7 @@ void DeepseekV4::block(const kernels::Kernels& k, const BlockWeights& b, int cac
     rms_norm_rows(b.attn_norm, c.norm_eps, x.data(), held, dim);
   }
   const LayerContext ctx{k, c, rope_for(b.attn.ratio), cache_layer, tensor_group_};
-  std::vector<float> cols(rows * b.attn.wo_b.out);
+  ScratchVector<float> cols(rows * b.attn.wo_b.out);
   if (attend) (*attend)(all_rows(), rows, cols.data());
   else attention_forward(b.attn, ctx, batch.chunks, all_rows(), rows, cols.data());
   held_rows(cols, b.attn.wo_b.out);
@@ -127,7 +130,7 @@ void DeepseekV4::block(const kernels::Kernels& k, const BlockWeights& b, int cac
     rms_norm_rows(b.ffn_norm, c.norm_eps, x.data(), held, dim);
   }
   cols.resize(rows * b.ffn.shared.w2.out);
-  std::vector<float> routed(split.count() * dim), routed_all(scope.flashcomm ? 0 : rows * dim);
+  ScratchVector<float> routed(split.count() * dim), routed_all(scope.flashcomm ? 0 : rows * dim);
   moe_forward(k, b.ffn, c, all_rows(), batch.token_ids.data(), rows, rr, split, {tensor_group_, expert_group_}, cols.data(),
               routed.data());
   held_rows(cols, b.ffn.shared.w2.out);
@@ -137,7 +140,9 @@ void DeepseekV4::block(const kernels::Kernels& k, const BlockWeights& b, int cac
     r = routed_all.data();
   }
   PhaseTimer::Scope time(Phase::kHyperConnections);
-  for (int64_t i = 0; i < held * dim; ++i) y[i] += r[i];
+  parallel_for(held, 16, [&](int64_t r0, int64_t r1) {
+    for (int64_t i = r0 * dim; i < r1 * dim; ++i) y[i] += r[i];
+  });
   hc_post(mix, c, y.data(), held, h);
 }
 
@@ -212,12 +217,15 @@ Status DeepseekV4::forward(const ForwardBatch& batch, ForwardOutput* out, bool w
   const kernels::Kernels& k = kernels::kernels_for(options_.numerics);
   const int64_t held = scope.flashcomm ? scope.split.count() : rows;
   const bool taps = batch.want_taps && c.has_dspark();
-  std::vector<float> e(held * dim), h(held * flat), all(batch.trace || want_hidden || taps ? rows * flat : 0);
+  ScratchVector<float> e(held * dim), h(held * flat);
+  std::vector<float> all(batch.trace || want_hidden || taps ? rows * flat : 0);
   if (taps) out->taps.assign(rows * c.dspark_taps() * dim, 0.0f);
   embed(batch, e.data());
   const ReferenceRows rr = ReferenceRows::of(batch);
-  for (int64_t r = 0; r < held; ++r)
-    for (int s = 0; s < c.hc_mult; ++s) std::memcpy(&h[r * flat + s * dim], &e[r * dim], sizeof(float) * dim);
+  parallel_for(held, 16, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      for (int s = 0; s < c.hc_mult; ++s) std::memcpy(&h[r * flat + s * dim], &e[r * dim], sizeof(float) * dim);
+  });
 
   for (int i = 0; i < c.n_layers; ++i) {
     block(k, weights_->blocks[i], i, batch, rr, h.data());

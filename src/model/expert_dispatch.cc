@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "base/check.h"
+#include "base/scratch.h"
 #include "base/thread_pool.h"
 
 namespace dsv4 {
@@ -19,7 +20,21 @@ struct SlotHeader {
 
 }  // namespace
 
-void run_expert_slots(const ExpertSlots& s, const float* x, int64_t dim, Collectives* ep, const RunExpert& run,
+RunExperts one_expert_at_a_time(RunExpert run) {
+  return [run = std::move(run)](const std::vector<ExpertRows>& experts) {
+    auto run_one = [&](const ExpertRows& e) { run(e.expert, e.x, e.n, e.row_weights, e.y); };
+    const int64_t n = static_cast<int64_t>(experts.size());
+    if (n >= 2 * ThreadPool::current().num_threads()) {
+      parallel_for(n, 1, [&](int64_t a, int64_t b) {
+        for (int64_t i = a; i < b; ++i) run_one(experts[i]);
+      });
+    } else {
+      for (const ExpertRows& e : experts) run_one(e);
+    }
+  };
+}
+
+void run_expert_slots(const ExpertSlots& s, const float* x, int64_t dim, Collectives* ep, const RunExperts& run,
                       float* slots_out) {
   const int64_t k = s.k, n_slots = s.rows * k;
   const int ranks = ep ? ep->size() : 1;
@@ -37,7 +52,7 @@ void run_expert_slots(const ExpertSlots& s, const float* x, int64_t dim, Collect
     send_bytes[r] = send_counts[r] * record;
     order.insert(order.end(), to[r].begin(), to[r].end());
   }
-  std::vector<char> send(n_slots * record);
+  ScratchVector<char> send(n_slots * record);
   parallel_for(n_slots, 64, [&](int64_t a, int64_t b) {
     for (int64_t j = a; j < b; ++j) {
       const int64_t i = order[j];
@@ -47,7 +62,7 @@ void run_expert_slots(const ExpertSlots& s, const float* x, int64_t dim, Collect
       std::memcpy(at + sizeof hdr, x + i / k * dim, sizeof(float) * dim);
     }
   });
-  std::vector<char> recv;
+  ScratchVector<char> recv;
   if (ranks > 1) {
     ep->all_to_all_v(send_counts.data(), count_bytes, recv_counts.data(), count_bytes);
     int64_t total = 0;
@@ -60,7 +75,7 @@ void run_expert_slots(const ExpertSlots& s, const float* x, int64_t dim, Collect
   }
   // Each expert this rank holds, over the slots it received, in arrival order.
   const int64_t got = static_cast<int64_t>(recv.size()) / record;
-  std::vector<float> results(got * dim);
+  ScratchVector<float> results(got * dim);
   std::vector<std::vector<int64_t>> mine(s.num_experts);
   std::vector<std::vector<float>> wts(s.num_experts);
   for (int64_t i = 0; i < got; ++i) {
@@ -71,30 +86,30 @@ void run_expert_slots(const ExpertSlots& s, const float* x, int64_t dim, Collect
     mine[hdr.expert].push_back(i);
     wts[hdr.expert].push_back(hdr.weight);
   }
-  std::vector<int> active;
-  for (int e = 0; e < s.num_experts; ++e)
-    if (!mine[e].empty()) active.push_back(e);
-  auto run_one = [&](int e) {
-    const int64_t n = static_cast<int64_t>(mine[e].size());
-    std::vector<float> xin(n * dim), yout(n * dim);
-    parallel_for(n, 64, [&](int64_t a, int64_t b) {
-      for (int64_t i = a; i < b; ++i)
-        std::memcpy(&xin[i * dim], &recv[mine[e][i] * record + sizeof(SlotHeader)], sizeof(float) * dim);
-    });
-    run(e, xin.data(), n, wts[e].data(), yout.data());
-    parallel_for(n, 64, [&](int64_t a, int64_t b) {
-      for (int64_t i = a; i < b; ++i) std::copy_n(&yout[i * dim], dim, &results[mine[e][i] * dim]);
-    });
-  };
-  if (static_cast<int64_t>(active.size()) >= 2 * ThreadPool::current().num_threads()) {
-    parallel_for(static_cast<int64_t>(active.size()), 1, [&](int64_t a, int64_t b) {
-      for (int64_t i = a; i < b; ++i) run_one(active[i]);
-    });
-  } else {
-    for (int e : active) run_one(e);
+  // Each expert's rows side by side (expert order, arrival order within).
+  std::vector<int64_t> arrival;  // received slot of each packed row
+  arrival.reserve(got);
+  std::vector<ExpertRows> experts;
+  for (int e = 0; e < s.num_experts; ++e) {
+    if (mine[e].empty()) continue;
+    experts.push_back({e, nullptr, static_cast<int64_t>(mine[e].size()), wts[e].data(), nullptr});
+    arrival.insert(arrival.end(), mine[e].begin(), mine[e].end());
   }
+  ScratchVector<float> xin(got * dim), yout(got * dim);
+  for (int64_t i = 0, row = 0; i < static_cast<int64_t>(experts.size()); row += experts[i].n, ++i) {
+    experts[i].x = xin.data() + row * dim;
+    experts[i].y = yout.data() + row * dim;
+  }
+  parallel_for(got, 64, [&](int64_t a, int64_t b) {
+    for (int64_t i = a; i < b; ++i)
+      std::memcpy(&xin[i * dim], &recv[arrival[i] * record + sizeof(SlotHeader)], sizeof(float) * dim);
+  });
+  run(experts);
+  parallel_for(got, 64, [&](int64_t a, int64_t b) {
+    for (int64_t i = a; i < b; ++i) std::copy_n(&yout[i * dim], dim, &results[arrival[i] * dim]);
+  });
   // Outputs travel back the way their slots came.
-  std::vector<float> back;
+  ScratchVector<float> back;
   if (ranks > 1) {
     std::vector<size_t> out_bytes(ranks), in_bytes(ranks);
     for (int r = 0; r < ranks; ++r) {

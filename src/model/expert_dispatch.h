@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 #include "model/collectives.h"
 
@@ -17,6 +18,24 @@ namespace dsv4 {
 // Runs expert e over x [n, dim], each row scaled by row_weights[i] before
 // the down projection as the reference does, into y [n, dim].
 using RunExpert = std::function<void(int e, const float* x, int64_t n, const float* row_weights, float* y)>;
+
+// One expert's rows among the slots a rank received.
+struct ExpertRows {
+  int expert = 0;
+  const float* x = nullptr;            // [n, dim]
+  int64_t n = 0;
+  const float* row_weights = nullptr;  // [n]
+  float* y = nullptr;                  // [n, dim]
+};
+// Runs every listed expert over its rows, as RunExpert does each; given
+// all at once so that their products can share pool jobs.
+using RunExperts = std::function<void(const std::vector<ExpertRows>& experts)>;
+
+// RunExperts from a RunExpert: with at least two experts per pool thread,
+// experts run whole, one per thread (one pool job instead of several per
+// expert); else one after another, each splitting over the pool. run must
+// give the same numbers either way.
+RunExperts one_expert_at_a_time(RunExpert run);
 
 struct ExpertSlots {
   const int32_t* experts = nullptr;  // [rows, k]: the chosen experts of each row
@@ -28,12 +47,9 @@ struct ExpertSlots {
 
 // x [rows, dim] -> slots_out [rows * k, dim], each slot's expert output in
 // slot order. ep: null or one rank when this rank holds every expert;
-// otherwise every rank of the group calls this together. With at least two
-// active experts per pool thread, experts run whole, one per thread (one
-// pool job instead of several per expert: decode's experts are small);
-// else one after another, each splitting over the pool. run must give the
-// same numbers either way.
-void run_expert_slots(const ExpertSlots& slots, const float* x, int64_t dim, Collectives* ep, const RunExpert& run,
+// otherwise every rank of the group calls this together. run gets every
+// expert this rank holds that has slots, in expert order.
+void run_expert_slots(const ExpertSlots& slots, const float* x, int64_t dim, Collectives* ep, const RunExperts& run,
                       float* slots_out);
 
 // out [rows, dim] = for each row, its slots' outputs added in expert-index

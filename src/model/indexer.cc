@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "base/scratch.h"
 #include "base/thread_pool.h"
 #include "kernels/kernels.h"
 #include "ops/topk.h"
@@ -15,7 +16,7 @@ void indexer_select(const kernels::Kernels& k, const IndexerShape& s, const floa
   // Per query row i, compressed row j and head h: relu(q . k) * weight.
   std::vector<int64_t> offset(n + 1, 0);
   for (int64_t i = 0; i < n; ++i) offset[i + 1] = offset[i] + (start_pos + i + 1) / s.ratio * s.heads;
-  std::vector<float> terms(offset[n]);
+  ScratchVector<float> terms(offset[n]);
   parallel_for(n, 1, [&](int64_t i0, int64_t i1) {
     std::vector<float> scratch(kernels::head_dots_scratch(s.heads, s.head_dim));
     for (int64_t i = i0; i < i1; ++i) {
@@ -27,7 +28,7 @@ void indexer_select(const kernels::Kernels& k, const IndexerShape& s, const floa
     }
   });
   const int ranks = tp ? tp->size() : 1;
-  std::vector<float> all;
+  ScratchVector<float> all;
   if (ranks > 1) {
     all.resize(terms.size() * ranks);
     tp->all_gather(terms.data(), sizeof(float) * terms.size(), all.data());

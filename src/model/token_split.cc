@@ -3,12 +3,27 @@
 #include <cstring>
 #include <vector>
 
+#include "base/scratch.h"
+#include "base/thread_pool.h"
+
 namespace dsv4 {
 namespace {
 
 // memcpy of n floats; an empty block may come with a null pointer.
 void copy_floats(float* dst, const float* src, int64_t n) {
   if (n > 0) std::memcpy(dst, src, sizeof(float) * n);
+}
+
+// Row r of each of `blocks` blocks of `rows` rows of `width` floats in src
+// (block-major) -> dst row r, the blocks side by side: the layout a
+// gather of columns makes. Rows in parallel: a prefill chunk moves
+// hundreds of MiB here.
+void interleave_blocks(const float* src, int blocks, int64_t rows, int64_t width, float* dst) {
+  parallel_for(rows, 16, [&](int64_t r0, int64_t r1) {
+    for (int64_t row = r0; row < r1; ++row)
+      for (int b = 0; b < blocks; ++b)
+        copy_floats(dst + (row * blocks + b) * width, src + (b * rows + row) * width, width);
+  });
 }
 
 }  // namespace
@@ -20,7 +35,8 @@ void gather_rows(Collectives* group, const TokenSplit& s, const float* mine, int
   }
   // Every block padded to the same size, then the padding dropped.
   const int64_t block = s.block * width;
-  std::vector<float> sent(block, 0.0f), got(block * s.size);
+  std::vector<float> sent(block, 0.0f);
+  ScratchVector<float> got(block * s.size);
   copy_floats(sent.data(), mine, s.count() * width);
   group->all_gather(sent.data(), sizeof(float) * block, got.data());
   for (int r = 0; r < s.size; ++r)
@@ -32,12 +48,9 @@ void gather_columns(Collectives* group, const TokenSplit& s, const float* cols, 
     copy_floats(all, cols, s.rows * width);
     return;
   }
-  std::vector<float> got(s.rows * width * s.size);
+  ScratchVector<float> got(s.rows * width * s.size);
   group->all_gather(cols, sizeof(float) * s.rows * width, got.data());
-  const int64_t full = width * s.size;
-  for (int r = 0; r < s.size; ++r)
-    for (int64_t row = 0; row < s.rows; ++row)
-      copy_floats(all + row * full + r * width, got.data() + (r * s.rows + row) * width, width);
+  interleave_blocks(got.data(), s.size, s.rows, width, all);
 }
 
 void columns_to_rows(Collectives* group, const TokenSplit& s, const float* cols, int64_t width, float* mine) {
@@ -51,12 +64,9 @@ void columns_to_rows(Collectives* group, const TokenSplit& s, const float* cols,
     send[r] = sizeof(float) * s.count(r) * width;
     recv[r] = sizeof(float) * s.count() * width;
   }
-  std::vector<float> got(s.count() * width * s.size);
+  ScratchVector<float> got(s.count() * width * s.size);
   group->all_to_all_v(cols + s.begin(0) * width, send, got.data(), recv);
-  const int64_t n = s.count(), full = width * s.size;
-  for (int r = 0; r < s.size; ++r)
-    for (int64_t row = 0; row < n; ++row)
-      copy_floats(mine + row * full + r * width, got.data() + (r * n + row) * width, width);
+  interleave_blocks(got.data(), s.size, s.count(), width, mine);
 }
 
 void linear_columns(const kernels::Kernels& k, const Linear& w, Collectives* group, const float* x, int64_t rows,
@@ -65,9 +75,27 @@ void linear_columns(const kernels::Kernels& k, const Linear& w, Collectives* gro
     linear_forward(k, w, x, rows, out);
     return;
   }
-  std::vector<float> mine(rows * w.out);
+  ScratchVector<float> mine(rows * w.out);
   linear_forward(k, w, x, rows, mine.data());
   gather_columns(group, TokenSplit::of(rows, group), mine.data(), w.out, out);
+}
+
+void linear_columns_all(const kernels::Kernels& k, Collectives* group, const std::vector<LinearProduct>& columns,
+                        const std::vector<LinearProduct>& local) {
+  std::vector<LinearProduct> all = local;
+  const bool split = group && group->size() > 1;
+  std::vector<ScratchVector<float>> mine(split ? columns.size() : 0);
+  for (size_t i = 0; i < columns.size(); ++i) {
+    LinearProduct p = columns[i];
+    if (split) {
+      mine[i].resize(p.m * p.layer->out);
+      p.y = mine[i].data();
+    }
+    all.push_back(p);
+  }
+  linear_forward_all(k, all);
+  for (size_t i = 0; split && i < columns.size(); ++i)
+    gather_columns(group, TokenSplit::of(columns[i].m, group), mine[i].data(), columns[i].layer->out, columns[i].y);
 }
 
 void reduce_scatter_rows(Collectives* group, const TokenSplit& s, const float* all, int64_t width, float* mine) {
@@ -78,13 +106,15 @@ void reduce_scatter_rows(Collectives* group, const TokenSplit& s, const float* a
   }
   std::vector<size_t> send(s.size), recv(s.size, sizeof(float) * n);
   for (int r = 0; r < s.size; ++r) send[r] = sizeof(float) * s.count(r) * width;
-  std::vector<float> got(n * s.size);
+  ScratchVector<float> got(n * s.size);
   group->all_to_all_v(all + s.begin(0) * width, send, got.data(), recv);
-  for (int64_t i = 0; i < n; ++i) {
-    float sum = got[i];
-    for (int r = 1; r < s.size; ++r) sum += got[r * n + i];
-    mine[i] = sum;
-  }
+  parallel_for(s.count(), 16, [&](int64_t r0, int64_t r1) {
+    for (int64_t i = r0 * width; i < r1 * width; ++i) {
+      float sum = got[i];
+      for (int r = 1; r < s.size; ++r) sum += got[r * n + i];
+      mine[i] = sum;
+    }
+  });
 }
 
 }  // namespace dsv4

@@ -50,6 +50,11 @@ void columns_to_rows(Collectives* group, const TokenSplit& split, const float* c
 // feature is its own dot product. group null or of size 1: the plain linear.
 void linear_columns(const kernels::Kernels& k, const Linear& w, Collectives* group, const float* x, int64_t rows,
                     float* out);
+// Several such linears (`columns`, each y whole rows) and linears whose
+// output stays this rank's (`local`) in one pool job (linear_forward_all),
+// then the gathers.
+void linear_columns_all(const kernels::Kernels& k, Collectives* group, const std::vector<LinearProduct>& columns,
+                        const std::vector<LinearProduct>& local = {});
 
 // all: this rank's [rows, width] addend -> mine: the group's sum over ranks
 // (in rank order, as all_reduce_sum) of this rank's block [count(), width]:

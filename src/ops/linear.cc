@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "base/check.h"
+#include "base/scratch.h"
 #include "base/thread_pool.h"
 #include "base/work_meter.h"
 #include "kernels/dispatch.h"
@@ -106,10 +107,11 @@ int64_t panels_per_tile(int64_t m, int64_t in) {
 // sums would change in fast numerics enough to move the DSpark goldens
 // past their bounds), so a layer has at most one tile a panel a row block.
 // Rows split only into blocks of 32 or more (a prefill chunk): a row's
-// result does not depend on its block.
+// result does not depend on its block. A tile takes panels_per_tile panels.
 struct Tiling {
-  int64_t panels = 1, row_blocks = 1, rows_per = 1;
-  int64_t tiles() const { return row_blocks * panels; }
+  int64_t panels = 1, row_blocks = 1, rows_per = 1, panels_per = 1;
+  int64_t runs() const { return (panels + panels_per - 1) / panels_per; }
+  int64_t tiles() const { return row_blocks * runs(); }
 };
 
 Tiling tiling_of(const Linear& l, int64_t m) {
@@ -117,90 +119,131 @@ Tiling tiling_of(const Linear& l, int64_t m) {
   t.panels = (l.out + kernels::kPanel - 1) / kernels::kPanel;
   t.row_blocks = std::clamp<int64_t>((kTargetTiles + t.panels - 1) / t.panels, 1, std::max<int64_t>(1, m / 32));
   t.rows_per = (m + t.row_blocks - 1) / t.row_blocks;
+  t.panels_per = panels_per_tile(t.rows_per, l.in);
   return t;
 }
 
-// Calls fn(r0, r1, p0, p1) over every tile of t for m rows: rows [r0, r1)
-// and panels [p0, p1); a task takes whole runs of panels of one row block.
-template <class Fn>
-void for_each_tile(const Tiling& t, int64_t m, int64_t grain, Fn&& fn) {
-  parallel_for(t.tiles(), grain, [&](int64_t a, int64_t b) {
-    while (a < b) {
-      const int64_t rb = a / t.panels, p0 = a % t.panels, p1 = std::min(t.panels, p0 + (b - a));
-      fn(rb * t.rows_per, std::min(m, (rb + 1) * t.rows_per), p0, p1);
-      a += p1 - p0;
-    }
-  });
-}
+// One product ready for its tiles: the input as the panels take it.
+struct Prepared {
+  const Linear* l = nullptr;
+  int64_t m = 0;
+  float* y = nullptr;
+  Tiling t;
+  const float* x = nullptr;        // f32 rows (rounded when the layer rounds its input)
+  const uint32_t* pairs = nullptr;  // or BF16 pairs (exact BF16 inputs to FP8/FP4 panels)
+  const uint8_t* biased = nullptr;  // or W8A8's int8 rows and their scales
+  const float* row_scales = nullptr;
+  ScratchVector<float> xq;
+  ScratchVector<uint32_t> pair_buffer;
+  ScratchVector<uint8_t> biased_buffer;
+  ScratchVector<float> scale_buffer;
+};
 
-// y[m, out] = x W^T on the packed panels, split over the thread pool into
-// tiles. pairs: x as BF16 pairs (exact BF16 inputs to FP8/FP4 panels).
-void matmul_panels(const kernels::Kernels& k, const Linear& l, const float* x, const uint32_t* pairs, int64_t m,
-                   float* y) {
-  const Tiling t = tiling_of(l, m);
-  const kernels::QuantizedPanels q{panel_format(l.format), l.code_panels.data(), l.scale_panels.data()};
-  for_each_tile(t, m, panels_per_tile(t.rows_per, l.in), [&](int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
-    if (pairs) {
-      meter_linear(l, p0, p1);
-      k.matmul_quantized_pairs(pairs + r0 * l.in / 2, r1 - r0, l.in, q, l.out, p0, p1, y + r0 * l.out, l.out);
-    } else {
-      linear_panels(k, l, x + r0 * l.in, r1 - r0, p0, p1, y + r0 * l.out, l.out);
-    }
-  });
-}
-
-// W8A8: the rows quantized to int8, then integer panels.
-void int8_forward(const kernels::Kernels& k, const Linear& l, const float* x, int64_t m, float* y) {
-  const int64_t kp = kernels::int8_padded_k(l.in);
-  std::vector<uint8_t> biased(m * kp);
-  std::vector<float> row_scales(m);
+// Rounds (or quantizes) p's input as the layer's reference does.
+void prepare_input(const kernels::Kernels& k, const float* x, Prepared& p) {
+  const Linear& l = *p.l;
+  const int64_t m = p.m;
+  p.x = x;
+  if (l.format == WeightFormat::kInt8Channel) {
+    DSV4_CHECK_MSG(!l.code_panels.empty() && l.round_input,
+                   "a W8A8 linear is used before it is packed, or without input quantization");
+    const int64_t kp = kernels::int8_padded_k(l.in);
+    p.biased_buffer.resize(m * kp);
+    p.scale_buffer.resize(m);
+    parallel_for(m, 8, [&](int64_t r0, int64_t r1) {
+      k.quantize_rows_int8(x + r0 * l.in, r1 - r0, l.in, p.biased_buffer.data() + r0 * kp, p.scale_buffer.data() + r0);
+    });
+    p.biased = p.biased_buffer.data();
+    p.row_scales = p.scale_buffer.data();
+    return;
+  }
+  if (!l.quantizes_input()) return;
+  DSV4_CHECK(l.in % l.input_block == 0);
+  // Rounded inputs are e4m3 values times powers of two: exact in BF16, so
+  // FP8/FP4 panels take them as BF16 pairs.
+  const bool as_pairs = (l.format == WeightFormat::kFp8Block || l.format == WeightFormat::kFp4Block ||
+                         l.format == WeightFormat::kFp8Block32) &&
+                        !l.code_panels.empty();
+  p.xq.resize(m * l.in);
+  if (as_pairs) p.pair_buffer.resize(m * l.in / 2);
   parallel_for(m, 8, [&](int64_t r0, int64_t r1) {
-    k.quantize_rows_int8(x + r0 * l.in, r1 - r0, l.in, biased.data() + r0 * kp, row_scales.data() + r0);
+    for (int64_t r = r0; r < r1; ++r) {
+      float* row = p.xq.data() + r * l.in;
+      std::copy_n(x + r * l.in, l.in, row);
+      k.fp8_round_trip(row, l.in, l.input_block);
+      if (as_pairs) kernels::pack_bf16_pairs(row, 1, l.in, p.pair_buffer.data() + r * l.in / 2);
+    }
   });
-  const Tiling t = tiling_of(l, m);
-  const kernels::Int8Panels w{l.code_panels.data(), l.scale_panels.data()};
-  for_each_tile(t, m, panels_per_tile(t.rows_per, l.in), [&](int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
+  p.x = p.xq.data();
+  if (as_pairs) p.pairs = p.pair_buffer.data();
+}
+
+// Rows [r0, r1) x panels [p0, p1) of a prepared product, on this thread.
+void run_tile(const kernels::Kernels& k, const Prepared& p, int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
+  const Linear& l = *p.l;
+  float* y = p.y + r0 * l.out;
+  if (p.biased) {
     meter_linear(l, p0, p1);
-    k.matmul_int8(biased.data() + r0 * kp, row_scales.data() + r0, r1 - r0, l.in, w, l.out, p0, p1, y + r0 * l.out,
-                  l.out);
-  });
+    const int64_t kp = kernels::int8_padded_k(l.in);
+    const kernels::Int8Panels w{l.code_panels.data(), l.scale_panels.data()};
+    k.matmul_int8(p.biased + r0 * kp, p.row_scales + r0, r1 - r0, l.in, w, l.out, p0, p1, y, l.out);
+  } else if (p.pairs) {
+    meter_linear(l, p0, p1);
+    const kernels::QuantizedPanels q{panel_format(l.format), l.code_panels.data(), l.scale_panels.data()};
+    k.matmul_quantized_pairs(p.pairs + r0 * l.in / 2, r1 - r0, l.in, q, l.out, p0, p1, y, l.out);
+  } else {
+    linear_panels(k, l, p.x + r0 * l.in, r1 - r0, p0, p1, y, l.out);
+  }
 }
 
 }  // namespace
 
+void linear_forward_all(const kernels::Kernels& k, const std::vector<LinearProduct>& products) {
+  std::vector<Prepared> prepared;
+  prepared.reserve(products.size());
+  std::vector<int64_t> first_tile{0};  // of each prepared product, in one numbering
+  for (const LinearProduct& product : products) {
+    const Linear& l = *product.layer;
+    if (product.m <= 0) continue;
+    const bool packed = !l.panels.empty() || !l.code_panels.empty();
+    if (!packed && l.format != WeightFormat::kInt8Channel) {
+      // Raw f32 weights (tests and tools): their own product, rounded first.
+      DSV4_CHECK_MSG(static_cast<int64_t>(l.w.size()) == l.out * l.in, "a linear layer is used before it is packed");
+      Prepared p;
+      p.l = &l;
+      p.m = product.m;
+      prepare_input(k, product.x, p);
+      matmul(p.x, p.m, l.in, l.w.data(), l.out, product.y);
+      continue;
+    }
+    Prepared& p = prepared.emplace_back();
+    p.l = &l;
+    p.m = product.m;
+    p.y = product.y;
+    prepare_input(k, product.x, p);
+    p.t = tiling_of(l, p.m);
+    first_tile.push_back(first_tile.back() + p.t.tiles());
+  }
+  if (prepared.empty()) return;
+  // One job: each task takes a run of tiles, each tile rows x panels of one
+  // product; neighbouring tiles of one row block go to the kernel together.
+  parallel_for(first_tile.back(), 1, [&](int64_t a, int64_t b) {
+    size_t i = static_cast<size_t>(std::upper_bound(first_tile.begin(), first_tile.end(), a) - first_tile.begin()) - 1;
+    while (a < b) {
+      while (a >= first_tile[i + 1]) ++i;
+      const Prepared& p = prepared[i];
+      const Tiling& t = p.t;
+      const int64_t local = a - first_tile[i], rb = local / t.runs(), run = local % t.runs();
+      const int64_t last = std::min(b - first_tile[i], (rb + 1) * t.runs());  // tiles of this row block in the task
+      const int64_t p0 = run * t.panels_per, p1 = std::min(t.panels, (last - rb * t.runs()) * t.panels_per);
+      run_tile(k, p, rb * t.rows_per, std::min(p.m, (rb + 1) * t.rows_per), p0, p1);
+      a = first_tile[i] + last;
+    }
+  });
+}
+
 void linear_forward(const kernels::Kernels& k, const Linear& layer, const float* x, int64_t m, float* y) {
-  if (layer.format == WeightFormat::kInt8Channel) {
-    DSV4_CHECK_MSG(!layer.code_panels.empty() && layer.round_input,
-                   "a W8A8 linear is used before it is packed, or without input quantization");
-    int8_forward(k, layer, x, m, y);
-    return;
-  }
-  const bool packed = !layer.panels.empty() || !layer.code_panels.empty();
-  DSV4_CHECK_MSG(packed || static_cast<int64_t>(layer.w.size()) == layer.out * layer.in,
-                 "a linear layer is used before it is packed");
-  const float* in = x;
-  std::vector<float> xq;
-  std::vector<uint32_t> pairs;
-  // Rounded inputs are e4m3 values times powers of two: exact in BF16, so
-  // FP8/FP4 panels take them as BF16 pairs.
-  const bool as_pairs = layer.quantizes_input() && (layer.format == WeightFormat::kFp8Block ||
-                                                     layer.format == WeightFormat::kFp4Block ||
-                                                     layer.format == WeightFormat::kFp8Block32) &&
-                        !layer.code_panels.empty();
-  if (layer.quantizes_input()) {
-    DSV4_CHECK(layer.in % layer.input_block == 0);
-    xq.assign(x, x + m * layer.in);
-    if (as_pairs) pairs.resize(m * layer.in / 2);
-    parallel_for(m, 8, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) {
-        k.fp8_round_trip(xq.data() + r * layer.in, layer.in, layer.input_block);
-        if (as_pairs) kernels::pack_bf16_pairs(xq.data() + r * layer.in, 1, layer.in, pairs.data() + r * layer.in / 2);
-      }
-    });
-    in = xq.data();
-  }
-  if (packed) matmul_panels(k, layer, in, as_pairs ? pairs.data() : nullptr, m, y);
-  else matmul(in, m, layer.in, layer.w.data(), layer.out, y);
+  linear_forward_all(k, {{&layer, x, m, y}});
 }
 
 }  // namespace dsv4

@@ -77,6 +77,19 @@ struct Linear {
 // y[m, out] = round(x)[m, in] W^T with kernels k, split over the thread pool.
 void linear_forward(const kernels::Kernels& k, const Linear& layer, const float* x, int64_t m, float* y);
 
+// Independent products as one pool job (after their inputs are rounded):
+// every product's tiles in one list, so a layer's small linears (an
+// expert's w1 and w3, every active expert's) keep a many-core node busy
+// and cost one wake-up and join, not one each. Each y is what
+// linear_forward would give.
+struct LinearProduct {
+  const Linear* layer = nullptr;
+  const float* x = nullptr;
+  int64_t m = 0;
+  float* y = nullptr;
+};
+void linear_forward_all(const kernels::Kernels& k, const std::vector<LinearProduct>& products);
+
 // Output panels [p_begin, p_end) of a packed layer (kernels::kPanel
 // features each) for rows x [m, in] taken as they are (no input rounding):
 // y[i, j] for those j, row stride ldy. One thread; for layers whose parts
