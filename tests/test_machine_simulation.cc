@@ -247,6 +247,11 @@ TEST(LinearTiles, ProductsInOneJobGiveEachProductsBits) {
       for (size_t i = 0; i < std::size(layers); ++i)
         products.push_back({&layers[i], x[i].data(), static_cast<int64_t>(x[i].size()) / layers[i].in,
                             together[i].data()});
+      // A product of the first one's input (w3 beside w1): rounded once, shared.
+      const Linear beside = random_linear(WeightFormat::kFp8Block, 256, 4096, true, 9);
+      const std::vector<float> beside_alone = forward(beside, n, x[0], m);
+      std::vector<float> beside_together(m * beside.out, -1.0f);
+      products.push_back({&beside, x[0].data(), m, beside_together.data()});
       CountingObserver seen;
       auto wide = ThreadPool::simulated(64, &seen);
       {
@@ -255,10 +260,11 @@ TEST(LinearTiles, ProductsInOneJobGiveEachProductsBits) {
       }
       for (size_t i = 0; i < std::size(layers); ++i)
         EXPECT_TRUE(same_bits(alone[i].data(), together[i].data(), static_cast<int64_t>(alone[i].size()))) << "product " << i;
+      EXPECT_TRUE(same_bits(beside_alone.data(), beside_together.data(), m * beside.out));
       // Rows below a rounding job's grain round inline: one job in all,
-      // a tile for each panel of every product (43 for 64 workers).
+      // a tile for each panel of every product (59 for 64 workers).
       if (m >= 8) continue;
-      EXPECT_EQ(seen.job_tiles, std::vector<int64_t>{32 + 6 + 3 + 2});
+      EXPECT_EQ(seen.job_tiles, std::vector<int64_t>{32 + 6 + 3 + 2 + 16});
     }
   }
 }

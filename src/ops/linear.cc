@@ -126,6 +126,7 @@ Tiling tiling_of(const Linear& l, int64_t m) {
 // One product ready for its tiles: the input as the panels take it.
 struct Prepared {
   const Linear* l = nullptr;
+  const float* source = nullptr;  // the input as given
   int64_t m = 0;
   float* y = nullptr;
   Tiling t;
@@ -139,10 +140,24 @@ struct Prepared {
   ScratchVector<float> scale_buffer;
 };
 
+// Whether b takes its input as a, prepared: the same rows, rounded alike
+// (an expert's w1 and w3).
+bool same_input(const Prepared& a, const Prepared& b) {
+  const Linear &la = *a.l, &lb = *b.l;
+  auto as_pairs = [](const Linear& l) {
+    return l.format == WeightFormat::kFp8Block || l.format == WeightFormat::kFp4Block ||
+           l.format == WeightFormat::kFp8Block32;
+  };
+  return a.source == b.source && a.m == b.m && la.in == lb.in && la.round_input == lb.round_input &&
+         la.input_block == lb.input_block && (la.format == WeightFormat::kInt8Channel) == (lb.format == WeightFormat::kInt8Channel) &&
+         as_pairs(la) == as_pairs(lb) && la.code_panels.empty() == lb.code_panels.empty();
+}
+
 // Rounds (or quantizes) p's input as the layer's reference does.
 void prepare_input(const kernels::Kernels& k, const float* x, Prepared& p) {
   const Linear& l = *p.l;
   const int64_t m = p.m;
+  p.source = x;
   p.x = x;
   if (l.format == WeightFormat::kInt8Channel) {
     DSV4_CHECK_MSG(!l.code_panels.empty() && l.round_input,
@@ -220,7 +235,17 @@ void linear_forward_all(const kernels::Kernels& k, const std::vector<LinearProdu
     p.l = &l;
     p.m = product.m;
     p.y = product.y;
-    prepare_input(k, product.x, p);
+    p.source = product.x;
+    // An input an earlier product rounded already is taken from it.
+    const auto earlier = std::find_if(prepared.begin(), prepared.end() - 1, [&](const Prepared& e) { return same_input(e, p); });
+    if (earlier != prepared.end() - 1) {
+      p.x = earlier->x;
+      p.pairs = earlier->pairs;
+      p.biased = earlier->biased;
+      p.row_scales = earlier->row_scales;
+    } else {
+      prepare_input(k, product.x, p);
+    }
     p.t = tiling_of(l, p.m);
     first_tile.push_back(first_tile.back() + p.t.tiles());
   }
