@@ -153,8 +153,10 @@ bool same_input(const Prepared& a, const Prepared& b) {
          as_pairs(la) == as_pairs(lb) && la.code_panels.empty() == lb.code_panels.empty();
 }
 
-// Rounds (or quantizes) p's input as the layer's reference does.
-void prepare_input(const kernels::Kernels& k, const float* x, Prepared& p) {
+// Makes room for p's input as the panels take it (rounded, as BF16 pairs,
+// or W8A8's int8 rows) and points p at it; false when the panels take x as
+// it is.
+bool allocate_input(const float* x, Prepared& p) {
   const Linear& l = *p.l;
   const int64_t m = p.m;
   p.source = x;
@@ -162,17 +164,13 @@ void prepare_input(const kernels::Kernels& k, const float* x, Prepared& p) {
   if (l.format == WeightFormat::kInt8Channel) {
     DSV4_CHECK_MSG(!l.code_panels.empty() && l.round_input,
                    "a W8A8 linear is used before it is packed, or without input quantization");
-    const int64_t kp = kernels::int8_padded_k(l.in);
-    p.biased_buffer.resize(m * kp);
+    p.biased_buffer.resize(m * kernels::int8_padded_k(l.in));
     p.scale_buffer.resize(m);
-    parallel_for(m, 8, [&](int64_t r0, int64_t r1) {
-      k.quantize_rows_int8(x + r0 * l.in, r1 - r0, l.in, p.biased_buffer.data() + r0 * kp, p.scale_buffer.data() + r0);
-    });
     p.biased = p.biased_buffer.data();
     p.row_scales = p.scale_buffer.data();
-    return;
+    return true;
   }
-  if (!l.quantizes_input()) return;
+  if (!l.quantizes_input()) return false;
   DSV4_CHECK(l.in % l.input_block == 0);
   // Rounded inputs are e4m3 values times powers of two: exact in BF16, so
   // FP8/FP4 panels take them as BF16 pairs.
@@ -180,17 +178,30 @@ void prepare_input(const kernels::Kernels& k, const float* x, Prepared& p) {
                          l.format == WeightFormat::kFp8Block32) &&
                         !l.code_panels.empty();
   p.xq.resize(m * l.in);
-  if (as_pairs) p.pair_buffer.resize(m * l.in / 2);
-  parallel_for(m, 8, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      float* row = p.xq.data() + r * l.in;
-      std::copy_n(x + r * l.in, l.in, row);
-      k.fp8_round_trip(row, l.in, l.input_block);
-      if (as_pairs) kernels::pack_bf16_pairs(row, 1, l.in, p.pair_buffer.data() + r * l.in / 2);
-    }
-  });
   p.x = p.xq.data();
-  if (as_pairs) p.pairs = p.pair_buffer.data();
+  if (as_pairs) {
+    p.pair_buffer.resize(m * l.in / 2);
+    p.pairs = p.pair_buffer.data();
+  }
+  return true;
+}
+
+// Rows [r0, r1) of p's input, rounded (or quantized) as the layer's
+// reference does, into what allocate_input made room for.
+void round_rows(const kernels::Kernels& k, Prepared& p, int64_t r0, int64_t r1) {
+  const Linear& l = *p.l;
+  if (p.biased) {
+    const int64_t kp = kernels::int8_padded_k(l.in);
+    k.quantize_rows_int8(p.source + r0 * l.in, r1 - r0, l.in, p.biased_buffer.data() + r0 * kp,
+                         p.scale_buffer.data() + r0);
+    return;
+  }
+  for (int64_t r = r0; r < r1; ++r) {
+    float* row = p.xq.data() + r * l.in;
+    std::copy_n(p.source + r * l.in, l.in, row);
+    k.fp8_round_trip(row, l.in, l.input_block);
+    if (p.pairs) kernels::pack_bf16_pairs(row, 1, l.in, p.pair_buffer.data() + r * l.in / 2);
+  }
 }
 
 // Rows [r0, r1) x panels [p0, p1) of a prepared product, on this thread.
@@ -217,6 +228,8 @@ void linear_forward_all(const kernels::Kernels& k, const std::vector<LinearProdu
   std::vector<Prepared> prepared;
   prepared.reserve(products.size());
   std::vector<int64_t> first_tile{0};  // of each prepared product, in one numbering
+  std::vector<size_t> rounded;         // the prepared products whose inputs need rounding
+  std::vector<int64_t> first_row{0};   // of each of those, in one numbering
   for (const LinearProduct& product : products) {
     const Linear& l = *product.layer;
     if (product.m <= 0) continue;
@@ -227,7 +240,8 @@ void linear_forward_all(const kernels::Kernels& k, const std::vector<LinearProdu
       Prepared p;
       p.l = &l;
       p.m = product.m;
-      prepare_input(k, product.x, p);
+      if (allocate_input(product.x, p))
+        parallel_for(p.m, 8, [&](int64_t r0, int64_t r1) { round_rows(k, p, r0, r1); });
       matmul(p.x, p.m, l.in, l.w.data(), l.out, product.y);
       continue;
     }
@@ -243,13 +257,24 @@ void linear_forward_all(const kernels::Kernels& k, const std::vector<LinearProdu
       p.pairs = earlier->pairs;
       p.biased = earlier->biased;
       p.row_scales = earlier->row_scales;
-    } else {
-      prepare_input(k, product.x, p);
+    } else if (allocate_input(product.x, p)) {
+      rounded.push_back(prepared.size() - 1);
+      first_row.push_back(first_row.back() + p.m);
     }
     p.t = tiling_of(l, p.m);
     first_tile.push_back(first_tile.back() + p.t.tiles());
   }
   if (prepared.empty()) return;
+  // Every input that needs rounding, row by row, in one job.
+  parallel_for(first_row.back(), 8, [&](int64_t a, int64_t b) {
+    size_t i = static_cast<size_t>(std::upper_bound(first_row.begin(), first_row.end(), a) - first_row.begin()) - 1;
+    while (a < b) {
+      while (a >= first_row[i + 1]) ++i;
+      const int64_t end = std::min(b, first_row[i + 1]);
+      round_rows(k, prepared[rounded[i]], a - first_row[i], end - first_row[i]);
+      a = end;
+    }
+  });
   // One job: each task takes a run of tiles, each tile rows x panels of one
   // product; neighbouring tiles of one row block go to the kernel together.
   parallel_for(first_tile.back(), 1, [&](int64_t a, int64_t b) {
