@@ -13,9 +13,9 @@
 #pragma once
 
 #include <cstddef>
-#include <new>
-#include <utility>
 #include <vector>
+
+#include "base/uninitialized_allocator.h"
 
 namespace dsv4 {
 
@@ -30,29 +30,7 @@ void free_scratch(void* p, size_t bytes) noexcept;
 size_t cached_scratch_bytes();
 
 template <class T>
-class ScratchAllocator {
- public:
-  using value_type = T;
-
-  ScratchAllocator() = default;
-  template <class U>
-  ScratchAllocator(const ScratchAllocator<U>&) {}
-
-  T* allocate(size_t n) { return static_cast<T*>(allocate_scratch(n * sizeof(T))); }
-  void deallocate(T* p, size_t n) noexcept { free_scratch(p, n * sizeof(T)); }
-
-  // Default-initialization: resize() leaves trivial elements as they are.
-  template <class U>
-  void construct(U* p) noexcept {
-    ::new (static_cast<void*>(p)) U;
-  }
-  template <class U, class... Args>
-  void construct(U* p, Args&&... args) {
-    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
-  }
-
-  friend bool operator==(const ScratchAllocator&, const ScratchAllocator&) { return true; }
-};
+using ScratchAllocator = UninitializedAllocator<T, allocate_scratch, free_scratch>;
 
 template <class T>
 using ScratchVector = std::vector<T, ScratchAllocator<T>>;

@@ -10,9 +10,9 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <new>
-#include <utility>
 #include <vector>
+
+#include "base/uninitialized_allocator.h"
 
 namespace dsv4 {
 
@@ -23,29 +23,7 @@ void* allocate_weight_bytes(size_t bytes);
 void free_weight_bytes(void* p, size_t bytes);
 
 template <class T>
-class WeightAllocator {
- public:
-  using value_type = T;
-
-  WeightAllocator() = default;
-  template <class U>
-  WeightAllocator(const WeightAllocator<U>&) {}
-
-  T* allocate(size_t n) { return static_cast<T*>(allocate_weight_bytes(n * sizeof(T))); }
-  void deallocate(T* p, size_t n) { free_weight_bytes(p, n * sizeof(T)); }
-
-  // Default-initialization: resize() leaves trivial elements as they are.
-  template <class U>
-  void construct(U* p) noexcept {
-    ::new (static_cast<void*>(p)) U;
-  }
-  template <class U, class... Args>
-  void construct(U* p, Args&&... args) {
-    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
-  }
-
-  friend bool operator==(const WeightAllocator&, const WeightAllocator&) { return true; }
-};
+using WeightAllocator = UninitializedAllocator<T, allocate_weight_bytes, free_weight_bytes>;
 
 template <class T>
 using WeightBuffer = std::vector<T, WeightAllocator<T>>;
