@@ -120,6 +120,17 @@ void attention_slots(const ModelConfig& c, const AttentionWeights& w, int64_t t,
   }
 }
 
+// The reference's inverse RoPE on the output heads [o, o + group * hd) of
+// the token at position t: the attention task that computed them does it,
+// while they are in cache, instead of a job of its own.
+void derotate_heads(const Rope& rope, float* o, int64_t group, int hd, int rd, int64_t t) {
+  thread_local Buffer cos, sin;
+  cos.resize(rd / 2);
+  sin.resize(rd / 2);
+  rope.angles(t, cos.data(), sin.data());
+  for (int64_t h = 0; h < group; ++h) kernels::rope(o + h * hd + hd - rd, cos.data(), sin.data(), rd / 2, true);
+}
+
 // q [rows, heads, head_dim] from qr [rows, q_lora_rank], wq_a's output:
 // q_norm on qr (in place), wq_b (with `also`, products of the normed qr, in
 // the same job), then a weightless RMS norm and RoPE per head.
@@ -163,12 +174,10 @@ void attention_kv_rows(const AttentionWeights& w, const LayerContext& ctx, const
   kv_rows_from(ctx, w, kv.data(), rows, pos, kv_rows);
 }
 
-void attention_output(const AttentionWeights& w, const LayerContext& ctx, float* o, int64_t rows,
-                      const std::vector<int64_t>& pos, float* out) {
+void attention_output(const AttentionWeights& w, const LayerContext& ctx, const float* o, int64_t rows, float* out) {
   const ModelConfig& c = ctx.config;
-  const int heads = static_cast<int>(w.attn_sink.size()), hd = c.head_dim, rd = c.rope_head_dim;
-  // De-rotate the output, then the grouped low-rank projection.
-  rope_tail(ctx.rope, o, rows * heads, hd, rd, [&](int64_t v) { return pos[v / heads]; }, true);
+  const int heads = static_cast<int>(w.attn_sink.size()), hd = c.head_dim;
+  // The grouped low-rank projection of the de-rotated output.
   Collectives* tp = ctx.tp && ctx.tp->size() > 1 ? ctx.tp : nullptr;
   const int tp_size = tp ? tp->size() : 1, tp_rank = tp ? tp->rank() : 0;
   const int64_t olr = c.o_lora_rank, G = c.o_groups, gl = static_cast<int64_t>(w.wo_a.size());
@@ -195,7 +204,7 @@ void attention_output(const AttentionWeights& w, const LayerContext& ctx, float*
   });
   std::vector<LinearProduct> groups;
   for (int64_t gi = 0; gi < gl; ++gi)
-    groups.push_back({&w.wo_a[gi], &xin[gi * rows * group_in], rows, &ogroups[gi * rows * olr]});
+    groups.push_back({&w.wo_a[gi], xin.data() + gi * rows * group_in, rows, ogroups.data() + gi * rows * olr});
   linear_forward_all(ctx.k, groups);
   parallel_for(rows, 16, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r)
@@ -255,10 +264,11 @@ void dspark_attention_forward(const AttentionWeights& w, const LayerContext& ctx
         const int64_t row = static_cast<int64_t>(i) * block + k;
         ctx.k.sink_attention_heads(&q[(row * heads + h0) * hd], group, slots.data(), slots.size(), kv_format,
                                    &w.attn_sink[h0], scale, scratch.data(), &o[(row * heads + h0) * hd]);
+        derotate_heads(ctx.rope, &o[(row * heads + h0) * hd], group, hd, rd, pos[row]);
       }
     });
   }
-  attention_output(w, ctx, o.data(), rows, pos, out);
+  attention_output(w, ctx, o.data(), rows, out);
 }
 
 void attention_forward(const AttentionWeights& w, const LayerContext& ctx, const std::vector<SeqChunk>& chunks,
@@ -362,6 +372,7 @@ void attention_forward(const AttentionWeights& w, const LayerContext& ctx, const
         const int64_t row = ch.row_begin + i;
         ctx.k.sink_attention_heads(&q[(row * heads + h0) * hd], group, slots.data(), slots.size(), kv_format,
                                    &w.attn_sink[h0], scale, scratch.data(), &o[(row * heads + h0) * hd]);
+        derotate_heads(ctx.rope, &o[(row * heads + h0) * hd], group, hd, rd, t);
       }
     });
     // Only now the rings may take these chunks' keys: their queries read
@@ -385,7 +396,7 @@ void attention_forward(const AttentionWeights& w, const LayerContext& ctx, const
     c0 = c1;
   }
 
-  attention_output(w, ctx, o.data(), rows, pos, out);
+  attention_output(w, ctx, o.data(), rows, out);
 }
 
 }  // namespace dsv4

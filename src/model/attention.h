@@ -31,12 +31,11 @@ void attention_forward(const AttentionWeights& w, const LayerContext& ctx, const
 
 // Pieces the DSpark drafter's attention shares, rows at positions pos: the
 // KV row of each row (normed, rotated, stored as the cache's FP8 rows:
-// KvRowFormat{nope, rope}), and the output (o de-rotated in place, grouped
-// wo_a, wo_b) -> out [rows, wo_b.out].
+// KvRowFormat{nope, rope}), and the output (o [rows, heads, head_dim],
+// de-rotated; grouped wo_a, wo_b) -> out [rows, wo_b.out].
 void attention_kv_rows(const AttentionWeights& w, const LayerContext& ctx, const float* x, int64_t rows,
                        const std::vector<int64_t>& pos, uint8_t* kv_rows);
-void attention_output(const AttentionWeights& w, const LayerContext& ctx, float* o, int64_t rows,
-                      const std::vector<int64_t>& pos, float* out);
+void attention_output(const AttentionWeights& w, const LayerContext& ctx, const float* o, int64_t rows, float* out);
 
 // One DSpark draft call's view of a stage: its ring's filled slots and
 // where its block starts.
