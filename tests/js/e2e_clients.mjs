@@ -50,7 +50,8 @@ check(await settled(), "nothing runs after the client timed out");
 
 // usage counts the prompt once, however many choices.
 const one = await openai.chat.completions.create({ model, messages: [{ role: "user", content: "count me" }], max_tokens: 2 });
-const three = await openai.chat.completions.create({ model, messages: [{ role: "user", content: "count me" }], max_tokens: 2, n: 3 });
+// ignore_eos: a sampled choice may draw EOS first and end at one token.
+const three = await openai.chat.completions.create({ model, messages: [{ role: "user", content: "count me" }], max_tokens: 2, n: 3, ignore_eos: true });
 check(three.usage.prompt_tokens === one.usage.prompt_tokens, "n=3 reports the prompt's tokens once");
 check(three.usage.completion_tokens === 6, "and every choice's completion tokens");
 
