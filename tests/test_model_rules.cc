@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <random>
 #include <vector>
 
 #include "kernels/cache_rows.h"
@@ -125,6 +126,53 @@ TEST(Indexer, TopkKeepsTheBestRows) {
   ASSERT_EQ(picked[0].size(), 2u);
   EXPECT_EQ(picked[0][0], 1);
   EXPECT_EQ(picked[0][1], 3);
+}
+
+// Fast numerics sum the mixes' projection over the flattened streams in
+// pieces (a tile each, so a decode step's one row spreads over the pool):
+// a row's mixes are still its own, bit for bit, alone or among others, and
+// within float rounding of the exact one-sum mixes.
+TEST(HyperConnections, FastMixesInPiecesDependOnTheirRowOnly) {
+  ModelConfig c;
+  c.dim = 1024;
+  c.hc_mult = 4;
+  c.hc_sinkhorn_iters = 20;
+  c.hc_eps = 1e-6f;
+  c.norm_eps = 1e-6f;
+  const int64_t flat = int64_t{c.hc_mult} * c.dim, mixes = c.mix_hc(), rows = 20, row = 5;
+  HyperConnWeights w;
+  w.fn.out = mixes;
+  w.fn.in = flat;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 0.05f);
+  w.fn.w.resize(mixes * flat);
+  for (float& v : w.fn.w) v = normal(rng);
+  w.fn.pack();
+  w.base.assign(mixes, 0.1f);
+  w.scale = {0.5f, 0.7f, 0.9f};
+  std::vector<float> h(rows * flat);
+  for (float& v : h) v = normal(rng) * 20.0f;
+  auto decode_rows = [](int64_t n) {
+    ReferenceRows rr;
+    rr.index.assign(n, 0);
+    rr.count.assign(n, ReferenceRows::kDecodeRows);
+    return rr;
+  };
+  const kernels::Kernels& fast = kernels::kernels_for(kernels::Numerics::kFast);
+  const HcMix batch = hc_mixes(fast, w, c, h.data(), rows, decode_rows(rows));
+  const HcMix alone = hc_mixes(fast, w, c, h.data() + row * flat, 1, decode_rows(1));
+  const HcMix exact = hc_mixes(exact_kernels(), w, c, h.data() + row * flat, 1, decode_rows(1));
+  const int hc = c.hc_mult;
+  for (int s = 0; s < hc; ++s) {
+    EXPECT_EQ(alone.pre[s], batch.pre[row * hc + s]) << s;
+    EXPECT_EQ(alone.post[s], batch.post[row * hc + s]) << s;
+    EXPECT_NEAR(alone.pre[s], exact.pre[s], 1e-5f) << s;
+    EXPECT_NEAR(alone.post[s], exact.post[s], 1e-5f) << s;
+  }
+  for (int e = 0; e < hc * hc; ++e) {
+    EXPECT_EQ(alone.comb[e], batch.comb[row * hc * hc + e]) << e;
+    EXPECT_NEAR(alone.comb[e], exact.comb[e], 1e-5f) << e;
+  }
 }
 
 CompressorWeights make_compressor(int ratio, int d) {

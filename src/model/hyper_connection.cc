@@ -1,33 +1,110 @@
 #include "model/hyper_connection.h"
 
+#include <algorithm>
 #include <cmath>
 
+#include "base/scratch.h"
 #include "base/thread_pool.h"
+#include "base/work_meter.h"
 #include "kernels/kernels.h"
 #include "ops/linear.h"
 
 namespace dsv4 {
 namespace {
 
+// Fast numerics add each mix's products over the flattened streams in
+// pieces of kMixPiece inputs (a tile a piece and panel), then the pieces in
+// order; exact numerics keep the reference's one left-to-right sum a mix.
+// A row's mixes depend on its own data only, so they are batch-invariant;
+// and a decode step's single row keeps dozens of workers busy: streamed
+// whole, the [24, hc*dim] f32 weight (1.5 MiB at Flash's shapes) would take
+// one core a panel, two in all.
+constexpr int64_t kMixPiece = 512;
+constexpr int64_t kMixRowBlock = 32;
+
+// mixes [rows, num_mixes] = fn h[r] and squares [rows] = h[r] . h[r], in
+// pieces; a tile is a block of rows x a piece x a panel of outputs.
+void piecewise_mixes(const kernels::Kernels& k, const Linear& fn, int64_t num_mixes, int64_t flat, const float* h,
+                     int64_t rows, float* mixes, float* squares) {
+  const int64_t pieces = flat / kMixPiece, blocks = (rows + kMixRowBlock - 1) / kMixRowBlock;
+  const int64_t panels = (num_mixes + kernels::kPanel - 1) / kernels::kPanel;
+  ScratchVector<float> part(pieces * rows * num_mixes), part_squares(pieces * rows);
+  parallel_for(blocks * pieces * panels, 1, [&](int64_t a, int64_t b) {
+    ScratchVector<float> gathered;
+    for (int64_t u = a; u < b; ++u) {
+      const int64_t p = u % panels, q = u / panels % pieces, r0 = u / panels / pieces * kMixRowBlock;
+      const int64_t n = std::min(rows - r0, kMixRowBlock);
+      const float* x = h + r0 * flat + q * kMixPiece;
+      if (p == 0)
+        for (int64_t r = 0; r < n; ++r) part_squares[q * rows + r0 + r] = kernels::sum_squares(x + r * flat, kMixPiece);
+      if (n > 1) {  // the kernel takes rows kMixPiece apart
+        gathered.resize(n * kMixPiece);
+        for (int64_t r = 0; r < n; ++r) std::copy_n(x + r * flat, kMixPiece, gathered.data() + r * kMixPiece);
+        x = gathered.data();
+      }
+      const float* w = fn.panels.data() + (p * flat + q * kMixPiece) * kernels::kPanel;
+      meter_read(w, static_cast<int64_t>(sizeof(float)) * kMixPiece * kernels::kPanel);
+      k.matmul_f32(x, n, kMixPiece, w, std::min(kernels::kPanel, num_mixes - p * kernels::kPanel), 0, 1,
+                   &part[(q * rows + r0) * num_mixes + p * kernels::kPanel], num_mixes);
+    }
+  });
+  parallel_for(rows, 8, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      float* m = mixes + r * num_mixes;
+      std::copy_n(&part[r * num_mixes], num_mixes, m);
+      squares[r] = part_squares[r];
+      for (int64_t q = 1; q < pieces; ++q) {
+        const float* pm = &part[(q * rows + r) * num_mixes];
+        for (int64_t j = 0; j < num_mixes; ++j) m[j] += pm[j];
+        squares[r] += part_squares[q * rows + r];
+      }
+    }
+  });
+}
+
 // mixes[r, m] = (fn[m] . h[r]) / rms(h[r]) over the flattened hc*dim stream.
 std::vector<float> stream_mixes(const kernels::Kernels& k, const Linear& fn, int64_t num_mixes, const ModelConfig& c,
                                 const float* h, int64_t rows) {
   const int64_t flat = static_cast<int64_t>(c.hc_mult) * c.dim;
-  std::vector<float> mixes(rows * num_mixes);
-  linear_forward(k, fn, h, rows, mixes.data());
+  std::vector<float> mixes(rows * num_mixes), squares(rows);
+  const bool pieces = k.numerics == kernels::Numerics::kFast && flat % kMixPiece == 0 && !fn.panels.empty();
+  if (pieces) {
+    piecewise_mixes(k, fn, num_mixes, flat, h, rows, mixes.data(), squares.data());
+  } else {
+    linear_forward(k, fn, h, rows, mixes.data());
+    parallel_for(rows, 64, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) squares[r] = kernels::sum_squares(h + r * flat, flat);
+    });
+  }
   for (int64_t r = 0; r < rows; ++r) {
-    const float* x = h + r * flat;
-    float rs = 1.0f / std::sqrt(kernels::sum_squares(x, flat) / static_cast<float>(flat) + c.norm_eps);
+    const float rs = 1.0f / std::sqrt(squares[r] / static_cast<float>(flat) + c.norm_eps);
     for (int64_t m = 0; m < num_mixes; ++m) mixes[r * num_mixes + m] *= rs;
   }
   return mixes;
 }
 
-void weighted_stream_sum(const float* pre, const ModelConfig& c, const float* h, float* x) {
-  for (int d = 0; d < c.dim; ++d) x[d] = 0.0f;
+// Elementwise work over rows of `width` values, in pieces of a row, at
+// least `grain` pieces a task; fn(r, d0, d1). Work of a microsecond or two
+// a row stays whole (one task a row: a decode step's one row runs inline,
+// cheaper than waking a many-core pool), more is spread over the pool.
+constexpr int64_t kRowPiece = 256;
+template <class Fn>
+void for_row_pieces(int64_t rows, int64_t width, int64_t grain, Fn fn) {
+  const int64_t pieces = (width + kRowPiece - 1) / kRowPiece;
+  parallel_for(rows * pieces, grain, [&](int64_t a, int64_t b) {
+    for (int64_t u = a; u < b; ++u) {
+      const int64_t r = u / pieces, d0 = u % pieces * kRowPiece;
+      fn(r, d0, std::min(width, d0 + kRowPiece));
+    }
+  });
+}
+
+// x[d] = sum_s pre[s] * h[s][d] for d in [d0, d1), the copies in order.
+void weighted_stream_sum(const float* pre, const ModelConfig& c, const float* h, float* x, int64_t d0, int64_t d1) {
+  for (int64_t d = d0; d < d1; ++d) x[d] = 0.0f;
   for (int s = 0; s < c.hc_mult; ++s) {
     const float* hs = h + static_cast<int64_t>(s) * c.dim;
-    for (int d = 0; d < c.dim; ++d) x[d] += pre[s] * hs[d];
+    for (int64_t d = d0; d < d1; ++d) x[d] += pre[s] * hs[d];
   }
 }
 
@@ -68,12 +145,11 @@ void sinkhorn(float* comb, int hc, int iters, float eps, bool divide) {
 
 namespace {
 
-// The mixes of every row; with x, each row also collapsed with its own pre
-// in the same pass.
+// The mixes of every row.
 HcMix mix_rows(const kernels::Kernels& k, const HyperConnWeights& w, const ModelConfig& c, const float* h, int64_t rows,
-               const ReferenceRows& rr, bool divide, float* x) {
+               const ReferenceRows& rr, bool divide) {
   const int hc = c.hc_mult;
-  const int64_t mix = c.mix_hc(), flat = static_cast<int64_t>(hc) * c.dim;
+  const int64_t mix = c.mix_hc();
   std::vector<float> mixes = stream_mixes(k, w.fn, mix, c, h, rows);
   HcMix out;
   out.pre.resize(rows * hc);
@@ -91,7 +167,6 @@ HcMix mix_rows(const kernels::Kernels& k, const HyperConnWeights& w, const Model
       float* comb = &out.comb[r * hc * hc];
       for (int e = 0; e < hc * hc; ++e) comb[e] = m[2 * hc + e] * w.scale[2] + w.base[2 * hc + e];
       sinkhorn(comb, hc, c.hc_sinkhorn_iters, c.hc_eps, divide);
-      if (x) weighted_stream_sum(&out.pre[r * hc], c, h + r * flat, x + r * c.dim);
     }
   });
   return out;
@@ -101,42 +176,49 @@ HcMix mix_rows(const kernels::Kernels& k, const HyperConnWeights& w, const Model
 
 HcMix hc_mixes(const kernels::Kernels& k, const HyperConnWeights& w, const ModelConfig& c, const float* h,
                int64_t rows, const ReferenceRows& rr, bool divide) {
-  return mix_rows(k, w, c, h, rows, rr, divide, nullptr);
+  return mix_rows(k, w, c, h, rows, rr, divide);
 }
 
 void hc_collapse(const float* pre, const ModelConfig& c, const float* h, int64_t rows, float* x) {
   const int64_t flat = static_cast<int64_t>(c.hc_mult) * c.dim;
-  parallel_for(rows, 8, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) weighted_stream_sum(pre + r * c.hc_mult, c, h + r * flat, x + r * c.dim);
+  const int64_t per_row = (c.dim + kRowPiece - 1) / kRowPiece;
+  for_row_pieces(rows, c.dim, per_row, [&](int64_t r, int64_t d0, int64_t d1) {
+    weighted_stream_sum(pre + r * c.hc_mult, c, h + r * flat, x + r * c.dim, d0, d1);
   });
 }
 
 HcMix hc_pre(const kernels::Kernels& k, const HyperConnWeights& w, const ModelConfig& c, const float* h, int64_t rows,
              const ReferenceRows& rr, float* x) {
-  return mix_rows(k, w, c, h, rows, rr, /*divide=*/false, x);
+  HcMix mix = mix_rows(k, w, c, h, rows, rr, /*divide=*/false);
+  hc_collapse(mix.pre.data(), c, h, rows, x);
+  return mix;
 }
 
 void hc_post(const HcMix& mix, const ModelConfig& c, const float* x, int64_t rows, float* h) {
   const int hc = c.hc_mult;
   const int64_t dim = c.dim;
-  parallel_for(rows, 8, [&](int64_t r0, int64_t r1) {
-    std::vector<float> res(hc * dim);
-    for (int64_t r = r0; r < r1; ++r) {
-      float* hr = h + r * hc * dim;
-      std::copy_n(hr, hc * dim, res.data());
-      const float* comb = &mix.comb[r * hc * hc];
-      for (int j = 0; j < hc; ++j) {
-        float* out = hr + j * dim;
-        const float p = mix.post[r * hc + j];
-        // post * x + sum_i comb[i][j] * residual_i, the sum first (as the reference).
-        for (int64_t d = 0; d < dim; ++d) out[d] = 0.0f;
-        for (int i = 0; i < hc; ++i) {
-          const float cij = comb[i * hc + j];
-          const float* ri = &res[i * dim];
-          for (int64_t d = 0; d < dim; ++d) out[d] += cij * ri[d];
-        }
-        for (int64_t d = 0; d < dim; ++d) out[d] = p * x[r * dim + d] + out[d];
+  // Element d of each new copy reads element d of every old one: a piece of
+  // the row is updated on its own, from a copy of its old values.
+  for_row_pieces(rows, dim, 2, [&](int64_t r, int64_t d0, int64_t d1) {
+    const int64_t n = d1 - d0;
+    thread_local std::vector<float> old;
+    old.resize(static_cast<size_t>(hc) * kRowPiece);
+    float* res = old.data();
+    float* hr = h + r * hc * dim;
+    for (int i = 0; i < hc; ++i) std::copy_n(hr + i * dim + d0, n, res + i * kRowPiece);
+    const float* comb = &mix.comb[r * hc * hc];
+    const float* xr = x + r * dim + d0;
+    for (int j = 0; j < hc; ++j) {
+      float* out = hr + j * dim + d0;
+      const float p = mix.post[r * hc + j];
+      // post * x + sum_i comb[i][j] * residual_i, the sum first (as the reference).
+      for (int64_t d = 0; d < n; ++d) out[d] = 0.0f;
+      for (int i = 0; i < hc; ++i) {
+        const float cij = comb[i * hc + j];
+        const float* ri = res + i * kRowPiece;
+        for (int64_t d = 0; d < n; ++d) out[d] += cij * ri[d];
       }
+      for (int64_t d = 0; d < n; ++d) out[d] = p * xr[d] + out[d];
     }
   });
 }
@@ -144,16 +226,16 @@ void hc_post(const HcMix& mix, const ModelConfig& c, const float* x, int64_t row
 void hc_head(const kernels::Kernels& k, const HcHeadWeights& w, const ModelConfig& c, const float* h, int64_t rows,
              const int64_t* batch_row, const ReferenceRows& rr, float* x) {
   const int hc = c.hc_mult;
-  const int64_t flat = static_cast<int64_t>(hc) * c.dim;
   std::vector<float> mixes = stream_mixes(k, w.fn, hc, c, h, rows);
-  std::vector<float> pre(hc);
+  std::vector<float> pre(rows * hc);
   for (int64_t r = 0; r < rows; ++r) {
     for (int s = 0; s < hc; ++s) {
       const float a = mixes[r * hc + s] * w.scale[0] + w.base[s];
-      pre[s] = kernels::sigmoid_at(a, rr.element(batch_row[r], hc, s), rr.elements(batch_row[r], hc)) + c.hc_eps;
+      pre[r * hc + s] =
+          kernels::sigmoid_at(a, rr.element(batch_row[r], hc, s), rr.elements(batch_row[r], hc)) + c.hc_eps;
     }
-    weighted_stream_sum(pre.data(), c, h + r * flat, x + r * c.dim);
   }
+  hc_collapse(pre.data(), c, h, rows, x);
 }
 
 }  // namespace dsv4
