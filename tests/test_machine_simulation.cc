@@ -261,10 +261,13 @@ TEST(LinearTiles, ProductsInOneJobGiveEachProductsBits) {
       for (size_t i = 0; i < std::size(layers); ++i)
         EXPECT_TRUE(same_bits(alone[i].data(), together[i].data(), static_cast<int64_t>(alone[i].size()))) << "product " << i;
       EXPECT_TRUE(same_bits(beside_alone.data(), beside_together.data(), m * beside.out));
-      // Rows below a rounding job's grain round inline: one job in all,
-      // a tile for each panel of every product (59 for 64 workers).
+      // Two jobs in all: the inputs rounded in pieces of 512 (the FP8
+      // product's rows 8 pieces each, the FP4 one's 4; the one beside shares
+      // the first's), 4 pieces a tile; then a tile for each panel of every
+      // product (59 for 64 workers).
       if (m >= 8) continue;
-      EXPECT_EQ(seen.job_tiles, std::vector<int64_t>{32 + 6 + 3 + 2 + 16});
+      const int64_t pieces = m * 8 + (m > 1 ? m - 1 : m) * 4;
+      EXPECT_EQ(seen.job_tiles, (std::vector<int64_t>{(pieces + 3) / 4, 32 + 6 + 3 + 2 + 16}));
     }
   }
 }

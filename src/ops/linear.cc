@@ -186,22 +186,37 @@ bool allocate_input(const float* x, Prepared& p) {
   return true;
 }
 
-// Rows [r0, r1) of p's input, rounded (or quantized) as the layer's
-// reference does, into what allocate_input made room for.
-void round_rows(const kernels::Kernels& k, Prepared& p, int64_t r0, int64_t r1) {
+// A row's input rounds in pieces of whole rounding blocks, each piece on
+// its own (FP8 and FP4 scales are per block), so that a decode step's few
+// rows spread over the pool. W8A8 rows take one scale a row: one piece.
+constexpr int64_t kRoundPiece = 512;
+int64_t round_piece(const Prepared& p) {
+  const Linear& l = *p.l;
+  if (p.biased) return l.in;
+  return l.input_block * std::max<int64_t>(1, kRoundPiece / l.input_block);
+}
+int64_t round_pieces(const Prepared& p) { return (p.l->in + round_piece(p) - 1) / round_piece(p); }
+
+// Piece `piece` of row r of p's input, rounded (or quantized) as the
+// layer's reference does, into what allocate_input made room for.
+void round_piece_of_row(const kernels::Kernels& k, Prepared& p, int64_t r, int64_t piece) {
   const Linear& l = *p.l;
   if (p.biased) {
     const int64_t kp = kernels::int8_padded_k(l.in);
-    k.quantize_rows_int8(p.source + r0 * l.in, r1 - r0, l.in, p.biased_buffer.data() + r0 * kp,
-                         p.scale_buffer.data() + r0);
+    k.quantize_rows_int8(p.source + r * l.in, 1, l.in, p.biased_buffer.data() + r * kp, p.scale_buffer.data() + r);
     return;
   }
-  for (int64_t r = r0; r < r1; ++r) {
-    float* row = p.xq.data() + r * l.in;
-    std::copy_n(p.source + r * l.in, l.in, row);
-    k.fp8_round_trip(row, l.in, l.input_block);
-    if (p.pairs) kernels::pack_bf16_pairs(row, 1, l.in, p.pair_buffer.data() + r * l.in / 2);
-  }
+  const int64_t k0 = piece * round_piece(p), n = std::min(l.in, k0 + round_piece(p)) - k0;
+  float* at = p.xq.data() + r * l.in + k0;
+  std::copy_n(p.source + r * l.in + k0, n, at);
+  k.fp8_round_trip(at, n, l.input_block);
+  if (p.pairs) kernels::pack_bf16_pairs(at, 1, n, p.pair_buffer.data() + (r * l.in + k0) / 2);
+}
+
+// Rows [r0, r1) of p's input, rounded.
+void round_rows(const kernels::Kernels& k, Prepared& p, int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t piece = 0; piece < round_pieces(p); ++piece) round_piece_of_row(k, p, r, piece);
 }
 
 // Rows [r0, r1) x panels [p0, p1) of a prepared product, on this thread.
@@ -229,7 +244,7 @@ void linear_forward_all(const kernels::Kernels& k, const std::vector<LinearProdu
   prepared.reserve(products.size());
   std::vector<int64_t> first_tile{0};  // of each prepared product, in one numbering
   std::vector<size_t> rounded;         // the prepared products whose inputs need rounding
-  std::vector<int64_t> first_row{0};   // of each of those, in one numbering
+  std::vector<int64_t> first_piece{0};  // of each of those's rows' pieces, in one numbering
   for (const LinearProduct& product : products) {
     const Linear& l = *product.layer;
     if (product.m <= 0) continue;
@@ -259,20 +274,20 @@ void linear_forward_all(const kernels::Kernels& k, const std::vector<LinearProdu
       p.row_scales = earlier->row_scales;
     } else if (allocate_input(product.x, p)) {
       rounded.push_back(prepared.size() - 1);
-      first_row.push_back(first_row.back() + p.m);
+      first_piece.push_back(first_piece.back() + p.m * round_pieces(p));
     }
     p.t = tiling_of(l, p.m);
     first_tile.push_back(first_tile.back() + p.t.tiles());
   }
   if (prepared.empty()) return;
-  // Every input that needs rounding, row by row, in one job.
-  parallel_for(first_row.back(), 8, [&](int64_t a, int64_t b) {
-    size_t i = static_cast<size_t>(std::upper_bound(first_row.begin(), first_row.end(), a) - first_row.begin()) - 1;
-    while (a < b) {
-      while (a >= first_row[i + 1]) ++i;
-      const int64_t end = std::min(b, first_row[i + 1]);
-      round_rows(k, prepared[rounded[i]], a - first_row[i], end - first_row[i]);
-      a = end;
+  // Every input that needs rounding, piece by piece of its rows, in one job.
+  parallel_for(first_piece.back(), 4, [&](int64_t a, int64_t b) {
+    size_t i = static_cast<size_t>(std::upper_bound(first_piece.begin(), first_piece.end(), a) - first_piece.begin()) - 1;
+    for (; a < b; ++a) {
+      while (a >= first_piece[i + 1]) ++i;
+      Prepared& p = prepared[rounded[i]];
+      const int64_t local = a - first_piece[i], pieces = round_pieces(p);
+      round_piece_of_row(k, p, local / pieces, local % pieces);
     }
   });
   // One job: each task takes a run of tiles, each tile rows x panels of one
