@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "kernels/cache_rows.h"
+#include "base/thread_pool.h"
 #include "kernels/kernels.h"
 
 namespace dsv4 {
@@ -13,28 +14,47 @@ namespace {
 
 int64_t slot_of(int64_t pos, int64_t slots) { return (pos % slots + slots) % slots; }
 
+// Where position pos's kv and score (with its ape added) are: this call's
+// inputs from start_pos on, the state's ring before it.
+struct TokenRows {
+  const CompressorWeights& w;
+  CompressorStateView st;
+  const float* kv;
+  const float* score;
+  int64_t start_pos;
+  int width;
+  float kv_at(int64_t pos, int k) const {
+    return pos >= start_pos ? kv[(pos - start_pos) * width + k] : st.kv[slot_of(pos, st.slots) * width + k];
+  }
+  float score_at(int64_t pos, int k) const {
+    if (pos < start_pos) return st.score[slot_of(pos, st.slots) * width + k];
+    return score[(pos - start_pos) * width + k] + w.ape[(pos % w.ratio) * width + k];
+  }
+};
+
 // Softmax over the window's slots per dimension, then the weighted kv sum,
 // for the window starting at position `first`. With overlap the previous
 // window (its positions first - r ..) contributes its first half of dims,
 // the window itself its second half, in the reference's slot order.
-void pool(CompressorStateView st, const CompressorWeights& w, int64_t first, float* out) {
+void pool(const TokenRows& rows, int64_t first, float* out) {
+  const CompressorWeights& w = rows.w;
   const int r = w.ratio, d = w.head_dim;
-  const int width = (w.overlap ? 2 : 1) * d;
   const int slots = w.overlap ? 2 * r : r;
-  std::vector<int64_t> at(slots);  // offset of reference slot s in the ring
+  std::vector<int64_t> pos(slots);
+  std::vector<int> dim0(slots);  // where slot s's dims start in its token's row
   for (int s = 0; s < slots; ++s) {
-    const int64_t pos = w.overlap ? first - r + s : first + s;
-    at[s] = slot_of(pos, st.slots) * width + (w.overlap && s >= r ? d : 0);
+    pos[s] = w.overlap ? first - r + s : first + s;
+    dim0[s] = w.overlap && s >= r ? d : 0;
   }
   // In the reference's order: softmax over the slots (exp, sum, divide),
   // then the weighted kv summed over the slots.
-  std::vector<float> weighted(slots);
+  std::vector<float> score(slots), weighted(slots);
   for (int k = 0; k < d; ++k) {
     float mx = -INFINITY;
-    for (int s = 0; s < slots; ++s) mx = std::fmax(mx, st.score[at[s] + k]);
+    for (int s = 0; s < slots; ++s) mx = std::fmax(mx, score[s] = rows.score_at(pos[s], dim0[s] + k));
     float sum = 0.0f;
-    for (int s = 0; s < slots; ++s) sum += (weighted[s] = kernels::vexp(st.score[at[s] + k] - mx));
-    for (int s = 0; s < slots; ++s) weighted[s] = weighted[s] / sum * st.kv[at[s] + k];
+    for (int s = 0; s < slots; ++s) sum += (weighted[s] = kernels::vexp(score[s] - mx));
+    for (int s = 0; s < slots; ++s) weighted[s] = weighted[s] / sum * rows.kv_at(pos[s], dim0[s] + k);
     out[k] = kernels::sum_outer(weighted.data(), slots, 1);
   }
 }
@@ -47,26 +67,40 @@ void compress_tokens(const kernels::Kernels& k, const CompressorWeights& w, cons
   const int r = w.ratio, d = w.head_dim;
   const int width = (w.overlap ? 2 : 1) * d;
   const kernels::KvRowFormat format{d - rope_dim, rope_dim};
-  std::vector<float> pooled(d), row(d), cos(rope_dim / 2), sin(rope_dim / 2);
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t pos = start_pos + i;
-    const int64_t slot = slot_of(pos, st.slots);
-    std::memcpy(&st.kv[slot * width], kv + i * width, sizeof(float) * width);
-    const float* ape = &w.ape[(pos % r) * width];
-    for (int k = 0; k < width; ++k) st.score[slot * width + k] = score[i * width + k] + ape[k];
-    if ((pos + 1) % r != 0 || pos < pooled_from) continue;
-
-    pool(st, w, pos + 1 - r, pooled.data());
-    kernels::rms_norm(pooled.data(), w.norm.data(), d, norm_eps, row.data());
-    rope.angles(pos + 1 - r, cos.data(), sin.data());
-    kernels::rope(row.data() + d - rope_dim, cos.data(), sin.data(), rope_dim / 2, false);
-    if (w.rotate) {
-      k.hadamard(row.data(), d, pooled.data());
-      kernels::store_index_row(row.data(), d, row_out(pos / r));
-    } else {
-      k.store_kv_row(row.data(), format, row_out(pos / r));
+  const TokenRows rows{w, st, kv, score, start_pos, width};
+  // The windows these tokens complete, their rows asked for on this thread
+  // (last first: a growing cache grows once), then pooled in parallel.
+  std::vector<int64_t> windows;  // their last positions
+  for (int64_t pos = start_pos; pos < start_pos + n; ++pos)
+    if ((pos + 1) % r == 0 && pos >= pooled_from) windows.push_back(pos);
+  std::vector<uint8_t*> out(windows.size());
+  for (size_t i = windows.size(); i-- > 0;) out[i] = row_out(windows[i] / r);
+  parallel_for(static_cast<int64_t>(windows.size()), 1, [&](int64_t a, int64_t b) {
+    std::vector<float> pooled(d), row(d), cos(rope_dim / 2), sin(rope_dim / 2);
+    for (int64_t i = a; i < b; ++i) {
+      const int64_t first = windows[i] + 1 - r;
+      pool(rows, first, pooled.data());
+      kernels::rms_norm(pooled.data(), w.norm.data(), d, norm_eps, row.data());
+      rope.angles(first, cos.data(), sin.data());
+      kernels::rope(row.data() + d - rope_dim, cos.data(), sin.data(), rope_dim / 2, false);
+      if (w.rotate) {
+        k.hadamard(row.data(), d, pooled.data());
+        kernels::store_index_row(row.data(), d, out[i]);
+      } else {
+        k.store_kv_row(row.data(), format, out[i]);
+      }
     }
-  }
+  });
+  // Only now the ring takes these tokens (the windows above read the ones
+  // before them from it): the last st.slots of them are all it keeps.
+  const int64_t kept = std::min<int64_t>(n, st.slots);
+  parallel_for(kept, 32, [&](int64_t a, int64_t b) {
+    for (int64_t i = n - kept + a; i < n - kept + b; ++i) {
+      const int64_t pos = start_pos + i, slot = slot_of(pos, st.slots);
+      std::memcpy(&st.kv[slot * width], kv + i * width, sizeof(float) * width);
+      for (int c = 0; c < width; ++c) st.score[slot * width + c] = rows.score_at(pos, c);
+    }
+  });
 }
 
 }  // namespace dsv4

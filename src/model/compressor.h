@@ -21,7 +21,9 @@ namespace dsv4 {
 // row (kernels/cache_rows.h). Windows ending before `pooled_from` are only
 // recorded in the state, not pooled: their rows are in the cache already
 // (a request resuming from a prefix-cache hit recomputes the positions
-// before it to rebuild its state).
+// before it to rebuild its state). row_out is called on the calling thread,
+// the highest row first, and what it returns must stay valid until the call
+// returns: the windows pool in parallel.
 void compress_tokens(const kernels::Kernels& k, const CompressorWeights& w, const Rope& rope, int rope_dim, float norm_eps, const float* kv,
                      const float* score, int64_t start_pos, int64_t n, CompressorStateView st, int64_t pooled_from,
                      const std::function<uint8_t*(int64_t)>& row_out);
