@@ -22,7 +22,10 @@ namespace dsv4 {
 // Bytes for scratch, 64-byte aligned. Blocks of kScratchCachedFrom bytes or
 // more come from, and go back to, the calling thread's cache (at most
 // kScratchCacheBytes held, the rest freed); smaller ones go to the heap.
-inline constexpr size_t kScratchCachedFrom = size_t{256} << 10;
+// The heap would hand blocks of tens of KiB (a decode step's expert slots)
+// back to the system when freed at its top, and each next step would fault
+// their pages in again on the rank's thread.
+inline constexpr size_t kScratchCachedFrom = size_t{32} << 10;
 inline constexpr size_t kScratchCacheBytes = size_t{2} << 30;
 void* allocate_scratch(size_t bytes);
 void free_scratch(void* p, size_t bytes) noexcept;

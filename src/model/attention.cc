@@ -24,7 +24,7 @@ using Buffer = ScratchVector<float>;
 template <class PosOf, class Before = void (*)(int64_t), class After = void (*)(int64_t)>
 void rope_tail(const Rope& rope, float* x, int64_t count, int64_t stride, int rope_dim, PosOf pos_of, bool inverse,
                Before before = [](int64_t) {}, After after = [](int64_t) {}) {
-  parallel_for(count, 16, [&](int64_t v0, int64_t v1) {
+  parallel_for(count, 4, [&](int64_t v0, int64_t v1) {
     Buffer cos(rope_dim / 2), sin(rope_dim / 2);
     for (int64_t v = v0; v < v1; ++v) {
       before(v);
