@@ -74,7 +74,7 @@ void SimulatedRank::tile_begins(int64_t) {
 }
 
 void SimulatedRank::tile_ends(double cpu_seconds) {
-  job_.back().cpu = cpu_seconds;
+  job_.back().cpu = std::max(0.0, cpu_seconds - machine_.clock_seconds);
   in_tile_ = false;
 }
 

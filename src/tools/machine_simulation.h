@@ -35,6 +35,10 @@ struct SimulatedMachine {
   int cores = 128;                 // in all, cores / nodes a node
   double node_bandwidth = 400e9;   // bytes/s one node's memory streams
   double job_seconds = 0;          // one pool job's wake-up and join (measured on this machine)
+  // What reading the thread CPU clock costs here: a tile's measured time
+  // holds about one read, taken off it (tiles of a few microseconds would
+  // otherwise grow by a tenth or more).
+  double clock_seconds = 0;
   double core_peak_bandwidth = 0;  // bytes/s one core streams when alone (0: no limit)
   int cores_per_node() const { return cores / nodes; }
   double core_bandwidth() const { return node_bandwidth / cores_per_node(); }
