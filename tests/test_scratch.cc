@@ -1,7 +1,7 @@
 // Activation scratch (base/scratch.h): large blocks a thread frees come
 // back to its next allocation of that size, mapped and not zeroed; the
-// cache stays within its bound; small blocks and other threads' caches are
-// left alone.
+// cache stays within its thread's working set; small blocks and other
+// threads' caches are left alone.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -32,25 +32,50 @@ TEST(Scratch, AFreedLargeBlockIsTheNextOneOfItsSize) {
   EXPECT_EQ(c[floats - 1], 1.5f);
 }
 
-TEST(Scratch, TheCacheKeepsWithinItsBoundAndToItsThread) {
+constexpr size_t kBlock = size_t{64} << 20;
+
+TEST(Scratch, TheCacheKeepsWithinItsThreadsWorkingSetAndToItsThread) {
   std::thread([] {
     EXPECT_EQ(cached_scratch_bytes(), 0u);
     {
       ScratchVector<char> small(kScratchCachedFrom / 2);
     }
     EXPECT_EQ(cached_scratch_bytes(), 0u) << "small blocks go back to the heap";
-    // Blocks of a quarter of the bound each, five of them alive at once:
-    // freed, at most four stay.
+    // Five blocks alive at once (a layer's buffers): all five stay for the
+    // next layer.
     {
       std::vector<ScratchVector<char>> blocks;
-      for (int i = 0; i < 5; ++i) blocks.emplace_back(kScratchCacheBytes / 4);
+      for (int i = 0; i < 5; ++i) blocks.emplace_back(kBlock);
     }
-    EXPECT_LE(cached_scratch_bytes(), kScratchCacheBytes);
-    EXPECT_GT(cached_scratch_bytes(), 0u);
+    EXPECT_EQ(scratch_cache_bound(), 10 * kBlock);
+    EXPECT_EQ(cached_scratch_bytes(), 5 * kBlock);
+    // The next layer takes them back: nothing new, the cache empties.
+    {
+      std::vector<ScratchVector<char>> blocks;
+      for (int i = 0; i < 5; ++i) blocks.emplace_back(kBlock);
+      EXPECT_EQ(cached_scratch_bytes(), 0u);
+    }
+    // Blocks of other sizes (another phase's) stay beside them up to twice
+    // the working set; then the oldest leave.
+    {
+      ScratchVector<char> other(4 * kBlock);
+    }
+    EXPECT_EQ(cached_scratch_bytes(), 9 * kBlock);
+    {
+      ScratchVector<char> other(3 * kBlock);
+    }
+    EXPECT_EQ(cached_scratch_bytes(), 10 * kBlock) << "two of the first five left";
+    EXPECT_EQ(scratch_cache_bound(), 10 * kBlock);
   }).join();
-  // This thread's cache never saw the other's blocks.
-  ScratchVector<char> mine(kScratchCacheBytes / 4);
-  EXPECT_EQ(mine.size(), kScratchCacheBytes / 4);
+  // A fresh thread's cache never saw the other's blocks; a block it frees
+  // that another thread took out is past its own working set: not kept.
+  ScratchVector<char> theirs;
+  std::thread([&] { theirs = ScratchVector<char>(kBlock); }).join();
+  std::thread([&] {
+    EXPECT_EQ(cached_scratch_bytes(), 0u);
+    ScratchVector<char>().swap(theirs);
+    EXPECT_EQ(cached_scratch_bytes(), 0u);
+  }).join();
 }
 
 }  // namespace

@@ -24,6 +24,7 @@ thread_local bool t_cache_gone = false;
 struct Cache {
   std::vector<std::pair<size_t, void*>> blocks;  // freed, most recent last
   size_t bytes = 0;
+  size_t live = 0, peak = 0;  // cached-size blocks this thread has out, now and at most
   ~Cache() {
     for (auto& [size, p] : blocks) ::operator delete(p, kAlign);
     t_cache_gone = true;
@@ -44,6 +45,8 @@ void* allocate_scratch(size_t bytes) {
   Cache* cached = cache();
   if (!cached) return ::operator new(size, kAlign);
   Cache& c = *cached;
+  c.live += size;
+  c.peak = std::max(c.peak, c.live);
   for (size_t i = c.blocks.size(); i-- > 0;) {
     if (c.blocks[i].first != size) continue;
     void* p = c.blocks[i].second;
@@ -59,10 +62,12 @@ void free_scratch(void* p, size_t bytes) noexcept {
   if (bytes < kScratchCachedFrom) return ::operator delete(p, kAlign);
   const size_t size = block_size(bytes);
   Cache* cached = cache();
-  if (!cached || size > kScratchCacheBytes) return ::operator delete(p, kAlign);
+  if (!cached) return ::operator delete(p, kAlign);
   Cache& c = *cached;
+  c.live -= std::min(c.live, size);  // a block another thread took out is not counted
+  if (size > scratch_cache_bound()) return ::operator delete(p, kAlign);
   // Oldest blocks leave first when the cache would pass its bound.
-  while (!c.blocks.empty() && c.bytes + size > kScratchCacheBytes) {
+  while (!c.blocks.empty() && c.bytes + size > scratch_cache_bound()) {
     ::operator delete(c.blocks.front().second, kAlign);
     c.bytes -= c.blocks.front().first;
     c.blocks.erase(c.blocks.begin());
@@ -78,6 +83,11 @@ void free_scratch(void* p, size_t bytes) noexcept {
 size_t cached_scratch_bytes() {
   const Cache* c = cache();
   return c ? c->bytes : 0;
+}
+
+size_t scratch_cache_bound() {
+  const Cache* c = cache();
+  return c ? 2 * c->peak : 0;
 }
 
 }  // namespace dsv4

@@ -20,17 +20,22 @@
 namespace dsv4 {
 
 // Bytes for scratch, 64-byte aligned. Blocks of kScratchCachedFrom bytes or
-// more come from, and go back to, the calling thread's cache (at most
-// kScratchCacheBytes held, the rest freed); smaller ones go to the heap.
-// The heap would hand blocks of tens of KiB (a decode step's expert slots)
-// back to the system when freed at its top, and each next step would fault
-// their pages in again on the rank's thread.
+// more come from, and go back to, the calling thread's cache; smaller ones
+// go to the heap (which would hand blocks of tens of KiB, a decode step's
+// expert slots, back to the system when freed at its top, and each next
+// step would fault their pages in again on the rank's thread). A thread's
+// cache holds at most twice the most cached-size scratch the thread has had
+// live at once, oldest blocks leaving first. A layer reuses the union of
+// its phases' buffers (attention's and the experts' differ in size), which
+// one working set does not hold: with that bound, or the fixed 2 GiB before
+// it, a 4K prefill chunk's buffers were unmapped and faulted in again every
+// layer, most of the chunk's serial time on a simulated 64-core node.
 inline constexpr size_t kScratchCachedFrom = size_t{32} << 10;
-inline constexpr size_t kScratchCacheBytes = size_t{2} << 30;
 void* allocate_scratch(size_t bytes);
 void free_scratch(void* p, size_t bytes) noexcept;
-// What this thread's cache holds now (for tests).
+// What this thread's cache holds now, and its bound (for tests).
 size_t cached_scratch_bytes();
+size_t scratch_cache_bound();
 
 template <class T>
 using ScratchAllocator = UninitializedAllocator<T, allocate_scratch, free_scratch>;
