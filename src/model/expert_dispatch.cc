@@ -34,10 +34,52 @@ RunExperts one_expert_at_a_time(RunExpert run) {
   };
 }
 
+namespace {
+
+// One rank holding every expert: each expert's slots, in slot order (the
+// order the packed path's arrival gives), straight from x into its rows and
+// from its outputs into slots_out, with nothing packed or sent. A 4K
+// prefill chunk's six slots a token would otherwise be copied three more
+// times over (hundreds of MiB a layer).
+void run_local_expert_slots(const ExpertSlots& s, const float* x, int64_t dim, const RunExperts& run,
+                            float* slots_out) {
+  const int64_t k = s.k, n_slots = s.rows * k;
+  std::vector<int64_t> first(s.num_experts + 1, 0);  // of each expert's slots in `slot`
+  for (int64_t i = 0; i < n_slots; ++i) {
+    DSV4_CHECK_MSG(s.experts[i] >= 0 && s.experts[i] < s.num_experts, "a slot for expert %d of %d", s.experts[i],
+                   s.num_experts);
+    ++first[s.experts[i] + 1];
+  }
+  for (int e = 0; e < s.num_experts; ++e) first[e + 1] += first[e];
+  std::vector<int64_t> slot(n_slots), next(first.begin(), first.end() - 1);
+  std::vector<float> weights(n_slots);
+  for (int64_t i = 0; i < n_slots; ++i) {
+    const int64_t at = next[s.experts[i]]++;
+    slot[at] = i;
+    weights[at] = s.weights[i];
+  }
+  ScratchVector<float> xin(n_slots * dim), yout(n_slots * dim);
+  std::vector<ExpertRows> experts;
+  for (int e = 0; e < s.num_experts; ++e)
+    if (first[e + 1] > first[e])
+      experts.push_back({e, xin.data() + first[e] * dim, first[e + 1] - first[e], weights.data() + first[e],
+                         yout.data() + first[e] * dim});
+  parallel_for(n_slots, 64, [&](int64_t a, int64_t b) {
+    for (int64_t j = a; j < b; ++j) std::copy_n(x + slot[j] / k * dim, dim, xin.data() + j * dim);
+  });
+  run(experts);
+  parallel_for(n_slots, 64, [&](int64_t a, int64_t b) {
+    for (int64_t j = a; j < b; ++j) std::copy_n(yout.data() + j * dim, dim, slots_out + slot[j] * dim);
+  });
+}
+
+}  // namespace
+
 void run_expert_slots(const ExpertSlots& s, const float* x, int64_t dim, Collectives* ep, const RunExperts& run,
                       float* slots_out) {
   const int64_t k = s.k, n_slots = s.rows * k;
   const int ranks = ep ? ep->size() : 1;
+  if (ranks == 1) return run_local_expert_slots(s, x, dim, run, slots_out);
   const ExpertShard shard{ep ? ep->rank() : 0, ranks};
   const int per_rank = s.num_experts / ranks;
   // Pack each destination's slots, in slot order: header then the row.
