@@ -277,10 +277,12 @@ int bench_simulate(const SimulateOptions& o_in) {
               model_name(o.model).c_str(), machine->describe().c_str(), description->c_str(),
               o.machine.node_bandwidth / 1e9, kernels::numerics_name(o.numerics), placement->describe().c_str());
   std::printf("a pool job (wake-up and join) costs %.2f us here (%s, %d threads); the projection charges that to "
-              "every job\nreading a thread's CPU clock costs %.2f us here (measured), taken off each tile's measured time\none core streams %.2f GB/s alone (%s); a tile's bandwidth is its node's split among the "
-              "job's busy workers, at most that\n",
+              "every job\nreading a thread's CPU clock costs %.2f us here (measured), taken off each tile's measured "
+              "time\none core streams %.2f GB/s alone (%s); a tile's bandwidth is its node's split among the job's busy "
+              "workers, at most that\n",
               1e6 * o.machine.job_seconds, o.job_seconds >= 0 ? "given" : "measured", ThreadPool::global().num_threads(),
-              1e6 * o.machine.clock_seconds, o.machine.core_peak_bandwidth / 1e9, o_in.machine.core_peak_bandwidth > 0 ? "given" : "measured here");
+              1e6 * o.machine.clock_seconds, o.machine.core_peak_bandwidth / 1e9,
+              o_in.machine.core_peak_bandwidth > 0 ? "given" : "measured here");
 
   std::vector<Scenario> scenarios;
   for (int64_t b : o.batches)

@@ -4,8 +4,8 @@
 #include <cmath>
 #include <cstring>
 
-#include "kernels/cache_rows.h"
 #include "base/thread_pool.h"
+#include "kernels/cache_rows.h"
 #include "kernels/kernels.h"
 
 namespace dsv4 {
