@@ -3,6 +3,7 @@
 // does not depend on how tokens are split into chunks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -126,6 +127,50 @@ TEST(Indexer, TopkKeepsTheBestRows) {
   ASSERT_EQ(picked[0].size(), 2u);
   EXPECT_EQ(picked[0][0], 1);
   EXPECT_EQ(picked[0][1], 3);
+}
+
+// A decode step's one query row is scored in blocks of keys, a task each:
+// the rows it picks are those of one kernel call over all its keys, for
+// every row of a chunk, whether scored together or one at a time.
+TEST(Indexer, ScoringInKeyBlocksPicksWhatOneCallOverAllKeysPicks) {
+  const int heads = 4, dim = 32;
+  IndexerShape s{heads, dim, 40, 4};
+  const int64_t start = 4000, n = 3, keys_total = (start + n) / s.ratio;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal;
+  std::vector<float> firsts(keys_total);
+  for (float& f : firsts) f = normal(rng);
+  std::vector<const uint8_t*> rows;
+  std::vector<uint8_t> keys = index_rows(firsts, &rows);
+  const int64_t bytes = kernels::index_row_bytes(dim);
+  for (int64_t j = 0; j < keys_total; ++j) {  // every dim random, not only the first
+    std::vector<float> x(dim);
+    for (float& v : x) v = normal(rng);
+    kernels::store_index_row(x.data(), dim, &keys[j * bytes]);
+  }
+  std::vector<float> q(n * heads * dim), w(n * heads);
+  for (float& v : q) v = normal(rng);
+  for (float& v : w) v = normal(rng);
+  const kernels::Kernels& k = exact_kernels();
+  std::vector<std::vector<int32_t>> together;
+  indexer_select(k, s, q.data(), w.data(), rows.data(), start, n, 0, nullptr, &together);
+  ASSERT_EQ(together.size(), static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t visible = (start + i + 1) / s.ratio;
+    std::vector<float> dots(visible * heads), scratch(kernels::head_dots_scratch(heads, dim)), score(visible);
+    k.head_dots(&q[i * heads * dim], heads, rows.data(), visible, dim, scratch.data(), dots.data());
+    for (int64_t j = 0; j < visible; ++j) {
+      float acc = 0.0f;
+      for (int h = 0; h < heads; ++h) acc += std::max(dots[j * heads + h], 0.0f) * w[i * heads + h];
+      score[j] = acc;
+    }
+    std::vector<int32_t> expected(s.topk);
+    topk_like_torch(score.data(), visible, s.topk, expected.data());
+    EXPECT_EQ(together[i], expected) << "row " << i;
+    std::vector<std::vector<int32_t>> alone;
+    indexer_select(k, s, &q[i * heads * dim], &w[i * heads], rows.data(), start + i, 1, 0, nullptr, &alone);
+    EXPECT_EQ(alone[0], expected) << "row " << i << " alone";
+  }
 }
 
 // Fast numerics sum the mixes' projection over the flattened streams in

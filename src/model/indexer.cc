@@ -9,52 +9,154 @@
 #include "ops/topk.h"
 
 namespace dsv4 {
+namespace {
+
+// Keys a scoring task takes. A decode step has one query row and up to
+// thousands of keys: split by rows alone it would be one task. A multiple
+// of the kernels' key tile, and each key's dots are their own lanes, so a
+// score does not depend on where its keys were cut.
+constexpr int64_t kKeyBlock = 32 * kernels::kKeyTile;
+
+// Floats one pass over the query rows holds (the scores, and under tensor
+// parallelism the gathered per-head terms): a long prompt's chunk would
+// otherwise hold [rows, keys, heads] at once, gigabytes at 8K rows.
+constexpr int64_t kFloatsPerPass = int64_t{64} << 20;
+
+// A scoring task: one query row against a block of its keys.
+struct ScoreTask {
+  int64_t row, key_begin, key_end;
+};
+
+// Scores a span of the query rows and ranks each row's keys.
+class Pass {
+ public:
+  Pass(const kernels::Kernels& k, const IndexerShape& s, const float* q, const float* weights,
+       const uint8_t* const* keys, int64_t start_pos, Collectives* tp)
+      : k_(k), s_(s), q_(q), weights_(weights), keys_(keys), start_pos_(start_pos), tp_(tp),
+        ranks_(tp ? tp->size() : 1) {}
+
+  // Floats a row holds in a pass.
+  int64_t floats_of(int64_t row) const { return visible(row) * (1 + (ranks_ > 1 ? s_.heads * (ranks_ + 1) : 0)); }
+
+  // Rows [first, last): each row's choice to (*selected)[row].
+  void run(int64_t first, int64_t last, int64_t prefill_len, std::vector<std::vector<int32_t>>* selected) {
+    first_ = first;
+    offset_.assign(last - first + 1, 0);
+    std::vector<ScoreTask> tasks;
+    for (int64_t i = first; i < last; ++i) {
+      const int64_t v = visible(i);
+      offset_[i - first + 1] = offset_[i - first] + v;
+      for (int64_t j = 0; j < v; j += kKeyBlock) tasks.push_back({i, j, std::min(v, j + kKeyBlock)});
+    }
+    score_.resize(offset_.back());
+    const auto num_tasks = static_cast<int64_t>(tasks.size());
+    if (ranks_ == 1) {
+      parallel_for(num_tasks, 1, [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) score_own(tasks[t]);
+      });
+    } else {
+      terms_.resize(offset_.back() * s_.heads);
+      parallel_for(num_tasks, 1, [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t)
+          terms_of(tasks[t], terms_.data() + term_index(tasks[t].row, tasks[t].key_begin));
+      });
+      gathered_.resize(terms_.size() * ranks_);
+      tp_->all_gather(terms_.data(), sizeof(float) * terms_.size(), gathered_.data());
+      parallel_for(num_tasks, 1, [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) add_gathered(tasks[t]);
+      });
+    }
+    parallel_for(last - first, 1, [&](int64_t i0, int64_t i1) {
+      std::vector<float> ranked_scores;
+      for (int64_t i = first + i0; i < first + i1; ++i) rank(i, prefill_len, &ranked_scores, &(*selected)[i]);
+    });
+  }
+
+ private:
+  int64_t visible(int64_t row) const { return (start_pos_ + row + 1) / s_.ratio; }
+  int64_t term_index(int64_t row, int64_t key) const { return (offset_[row - first_] + key) * s_.heads; }
+
+  // Per head h of key j: relu(q_h . k_j) * weight_h, at t[(j - key_begin) * heads + h].
+  void terms_of(const ScoreTask& task, float* t) const {
+    thread_local ScratchVector<float> scratch;
+    scratch.resize(kernels::head_dots_scratch(s_.heads, s_.head_dim));
+    const int64_t n = task.key_end - task.key_begin;
+    k_.head_dots(q_ + task.row * s_.heads * s_.head_dim, s_.heads, keys_ + task.key_begin, n, s_.head_dim,
+                 scratch.data(), t);
+    const float* w = weights_ + task.row * s_.heads;
+    for (int64_t j = 0; j < n; ++j)
+      for (int h = 0; h < s_.heads; ++h) t[j * s_.heads + h] = std::max(t[j * s_.heads + h], 0.0f) * w[h];
+  }
+
+  // One rank holds every head: a key's score is its terms added in head order.
+  void score_own(const ScoreTask& task) {
+    thread_local ScratchVector<float> t;
+    t.resize((task.key_end - task.key_begin) * s_.heads);
+    terms_of(task, t.data());
+    float* score = score_.data() + offset_[task.row - first_];
+    for (int64_t j = task.key_begin; j < task.key_end; ++j) {
+      float acc = 0.0f;
+      for (int h = 0; h < s_.heads; ++h) acc += t[(j - task.key_begin) * s_.heads + h];
+      score[j] = acc;
+    }
+  }
+
+  // The ranks' terms added in global head order: rank-major blocks.
+  void add_gathered(const ScoreTask& task) {
+    const auto per_rank = static_cast<int64_t>(terms_.size());
+    float* score = score_.data() + offset_[task.row - first_];
+    for (int64_t j = task.key_begin; j < task.key_end; ++j) {
+      const int64_t at = term_index(task.row, j);
+      float acc = 0.0f;
+      for (int r = 0; r < ranks_; ++r)
+        for (int h = 0; h < s_.heads; ++h) acc += gathered_[r * per_rank + at + h];
+      score[j] = acc;
+    }
+  }
+
+  // The reference ranks a one-shot prefill's rows over all of the prompt's
+  // compressed rows (the future ones at -inf), a decode step's over those
+  // it sees.
+  void rank(int64_t row, int64_t prefill_len, std::vector<float>* ranked_scores, std::vector<int32_t>* out) const {
+    const int64_t pos = start_pos_ + row, v = visible(row);
+    const int64_t ranked = pos < prefill_len ? prefill_len / s_.ratio : v;
+    const float* score = score_.data() + offset_[row - first_];
+    ranked_scores->assign(score, score + v);
+    ranked_scores->resize(ranked, -INFINITY);
+    const int64_t k = std::min<int64_t>(s_.topk, ranked);
+    std::vector<int32_t> top(k);
+    topk_like_torch(ranked_scores->data(), ranked, k, top.data());
+    out->clear();
+    for (int32_t j : top) out->push_back(j < v ? j : -1);
+  }
+
+  const kernels::Kernels& k_;
+  const IndexerShape& s_;
+  const float *q_, *weights_;
+  const uint8_t* const* keys_;
+  const int64_t start_pos_;
+  Collectives* tp_;
+  const int ranks_;
+  int64_t first_ = 0;
+  std::vector<int64_t> offset_;  // each of the pass's rows' first score
+  ScratchVector<float> score_, terms_, gathered_;
+};
+
+}  // namespace
 
 void indexer_select(const kernels::Kernels& k, const IndexerShape& s, const float* q, const float* weights, const uint8_t* const* keys,
                     int64_t start_pos, int64_t n, int64_t prefill_len, Collectives* tp,
                     std::vector<std::vector<int32_t>>* selected) {
-  // Per query row i, compressed row j and head h: relu(q . k) * weight.
-  std::vector<int64_t> offset(n + 1, 0);
-  for (int64_t i = 0; i < n; ++i) offset[i + 1] = offset[i] + (start_pos + i + 1) / s.ratio * s.heads;
-  ScratchVector<float> terms(offset[n]);
-  parallel_for(n, 1, [&](int64_t i0, int64_t i1) {
-    std::vector<float> scratch(kernels::head_dots_scratch(s.heads, s.head_dim));
-    for (int64_t i = i0; i < i1; ++i) {
-      const int64_t visible = (start_pos + i + 1) / s.ratio;
-      float* t = terms.data() + offset[i];
-      k.head_dots(q + i * s.heads * s.head_dim, s.heads, keys, visible, s.head_dim, scratch.data(), t);
-      for (int64_t j = 0; j < visible; ++j)
-        for (int h = 0; h < s.heads; ++h) t[j * s.heads + h] = std::max(t[j * s.heads + h], 0.0f) * weights[i * s.heads + h];
-    }
-  });
-  const int ranks = tp ? tp->size() : 1;
-  ScratchVector<float> all;
-  if (ranks > 1) {
-    all.resize(terms.size() * ranks);
-    tp->all_gather(terms.data(), sizeof(float) * terms.size(), all.data());
-  }
-  const float* by_rank = ranks > 1 ? all.data() : terms.data();
   selected->assign(n, {});
-  parallel_for(n, 1, [&](int64_t i0, int64_t i1) {
-    std::vector<float> score;
-    std::vector<int32_t> top;
-    for (int64_t i = i0; i < i1; ++i) {
-      const int64_t pos = start_pos + i, visible = (pos + 1) / s.ratio;
-      const int64_t ranked = pos < prefill_len ? prefill_len / s.ratio : visible;
-      score.assign(ranked, -INFINITY);
-      for (int64_t j = 0; j < visible; ++j) {
-        float acc = 0.0f;  // heads in global order: rank-major blocks
-        for (int r = 0; r < ranks; ++r)
-          for (int h = 0; h < s.heads; ++h) acc += by_rank[r * terms.size() + offset[i] + j * s.heads + h];
-        score[j] = acc;
-      }
-      const int64_t k = std::min<int64_t>(s.topk, ranked);
-      top.resize(k);
-      topk_like_torch(score.data(), ranked, k, top.data());
-      auto& out = (*selected)[i];
-      for (int32_t j : top) out.push_back(j < visible ? j : -1);
-    }
-  });
+  Pass pass(k, s, q, weights, keys, start_pos, tp);
+  // Every rank cuts the same passes (its rows and keys are the others'),
+  // so their collectives pair up.
+  for (int64_t first = 0; first < n;) {
+    int64_t last = first + 1, floats = pass.floats_of(first);
+    while (last < n && floats + pass.floats_of(last) <= kFloatsPerPass) floats += pass.floats_of(last++);
+    pass.run(first, last, prefill_len, selected);
+    first = last;
+  }
 }
 
 }  // namespace dsv4
