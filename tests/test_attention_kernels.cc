@@ -4,6 +4,7 @@
 // rounding leaves.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -111,6 +112,44 @@ TEST(SinkAttentionHeads, AHeadsBitsDoNotDependOnItsGroup) {
             << kernels::numerics_name(n) << " isa " << static_cast<int>(isa) << " groups of " << group;
       }
     }
+}
+
+// Decode on many cores cuts one token's attention along its key slots (the
+// scores) and its output dimensions (the weighted sums): every body gives
+// the bits of the one-call attention however the cuts fall.
+TEST(SinkAttentionHeads, ScoresBySlotBlocksAndSumsByDimensionsGiveTheOneCallsBits) {
+  std::mt19937 rng(13);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  for (const kernels::KvRowFormat f : {kernels::KvRowFormat{448, 64}, kernels::KvRowFormat{128, 2}}) {
+    const int64_t slots = 150;
+    const CodedRows rows = random_kv_rows(f, slots, &rng);
+    const int64_t heads = 16, dim = f.dim();
+    std::vector<float> q(heads * dim), sinks(heads);
+    for (auto& v : q) v = d(rng);
+    for (auto& v : sinks) v = d(rng);
+    for (kernels::Isa isa : {kernels::Isa::kGeneric, kernels::Isa::kAvx2, kernels::Isa::kAvx512})
+      for (kernels::Numerics n : {kernels::Numerics::kExact, kernels::Numerics::kFast}) {
+        const kernels::Kernels& k = kernels::kernels_for(isa, n);
+        std::vector<float> whole(heads * dim), scratch(kernels::sink_attention_scratch(heads, slots, dim));
+        k.sink_attention_heads(q.data(), heads, rows.slots.data(), slots, f, sinks.data(), 0.125f, scratch.data(),
+                               whole.data());
+        for (int64_t block : {8, 24, 37}) {
+          for (int64_t width : {int64_t{64}, int64_t{128}, dim}) {
+            std::vector<float> scores(heads * slots), split(heads * dim);
+            for (int64_t j0 = 0; j0 < slots; j0 += block)
+              k.sink_scores(q.data(), heads, rows.slots.data() + j0, std::min(block, slots - j0), f, 0.125f,
+                            scratch.data(), &scores[j0], slots);
+            for (int64_t h0 = 0; h0 < heads; h0 += 4)
+              for (int64_t d0 = 0; d0 < dim; d0 += width)
+                k.sink_weighted_sum(&scores[h0 * slots], 4, slots, rows.slots.data(), slots, f, &sinks[h0], d0,
+                                    std::min(dim, d0 + width), scratch.data(), &split[h0 * dim + d0], dim);
+            EXPECT_EQ(std::memcmp(whole.data(), split.data(), sizeof(float) * whole.size()), 0)
+                << kernels::numerics_name(n) << " isa " << static_cast<int>(isa) << " dim " << dim << " slot blocks of "
+                << block << ", dimensions " << width << " a sum";
+          }
+        }
+      }
+  }
 }
 
 TEST(Kernels, SinkOnlyEntersTheDenominator) {

@@ -80,6 +80,8 @@ Kernels generic_exact() {
   k.hadamard = &generic::hadamard;
   k.store_kv_row = &generic::store_kv_row;
   k.sink_attention_heads = &generic::sink_attention_heads;
+  k.sink_scores = &generic::sink_scores;
+  k.sink_weighted_sum = &generic::sink_weighted_sum;
   k.head_dots = &generic::head_dots;
   k.v41_block = &generic::v41_block;
   k.v41_sparse_attention = &generic::v41_sparse_attention;

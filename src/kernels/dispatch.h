@@ -78,6 +78,21 @@ struct Kernels {
   void (*sink_attention_heads)(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_slots,
                                const KvRowFormat& f, const float* sinks, float scale, float* scratch,
                                float* out) = nullptr;
+  // sink_attention_heads in two steps, so that one query row's attention
+  // can be split among threads: the scores of `heads` heads against key
+  // slots [0, num_slots) (any block of a row's slots) to scores[h * stride
+  // + j], -inf for a masked slot; then, from the heads' whole score rows
+  // and their sinks, the weights and the weighted sum of dimensions
+  // [d0, d1) of the rows (d0, d1 multiples of 16, or d1 the row's dim) to
+  // out[h * out_stride + d - d0]. Together they give sink_attention_heads's
+  // bits however the slots, heads and dimensions are cut. scratch: for the
+  // scores sink_attention_scratch(0, 0, dim) floats, for the sums
+  // sink_attention_scratch(heads, num_slots, dim).
+  void (*sink_scores)(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_slots,
+                      const KvRowFormat& f, float scale, float* scratch, float* scores, int64_t stride) = nullptr;
+  void (*sink_weighted_sum)(const float* scores, int64_t heads, int64_t stride, const uint8_t* const* keys,
+                            int64_t num_slots, const KvRowFormat& f, const float* sinks, int64_t d0, int64_t d1,
+                            float* scratch, float* out, int64_t out_stride) = nullptr;
   // dots[j * heads + h] = q[h] . key_j over index key rows (kernels.h);
   // scratch: head_dots_scratch floats.
   void (*head_dots)(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_keys, int64_t dim,

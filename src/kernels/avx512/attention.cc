@@ -14,6 +14,8 @@
 // order still depends only on its own head and key slots.
 #include <immintrin.h>
 
+#include <algorithm>
+
 #include "base/dtype.h"
 #include "kernels/avx512/avx512_kernels.h"
 #include "kernels/avx512/vexp.h"
@@ -44,6 +46,10 @@ inline __m512 decode_e2m1(const uint8_t* codes, __m512 scale) {
   return _mm512_mul_ps(_mm512_permutexvar_ps(index, values), scale);
 }
 
+inline __mmask16 tail_mask(int64_t left) {
+  return left >= kPanel ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
+}
+
 void decode_kv_row(const uint8_t* row, const KvRowFormat& f, float* out) {
   for (int64_t b = 0; b < f.nope; b += kKvScaleBlock) {
     const __m512 scale = _mm512_set1_ps(e8m0_to_f32(row[f.scale_offset() + b / kKvScaleBlock]));
@@ -53,6 +59,21 @@ void decode_kv_row(const uint8_t* row, const KvRowFormat& f, float* out) {
   for (int64_t v = 0; v < f.rope; v += kPanel) {
     const __mmask16 m = f.rope - v >= kPanel ? 0xFFFF : static_cast<__mmask16>((1u << (f.rope - v)) - 1);
     _mm512_mask_storeu_ps(out + f.nope + v, m, _mm512_maskz_loadu_ps(m, rope + v));
+  }
+}
+
+// Dimensions [d0, d1) of a KV row (multiples of 16; a 16-vector never
+// straddles the FP8 and rope parts, the FP8 part being whole scale blocks).
+void decode_kv_dims(const uint8_t* row, const KvRowFormat& f, int64_t d0, int64_t d1, float* out) {
+  const float* rope = reinterpret_cast<const float*>(row + f.rope_offset());
+  for (int64_t v = d0; v < d1; v += kPanel) {
+    if (v < f.nope) {
+      const __m512 scale = _mm512_set1_ps(e8m0_to_f32(row[f.scale_offset() + v / kKvScaleBlock]));
+      _mm512_storeu_ps(out + v - d0, decode_e4m3(row + v, scale));
+    } else {
+      const __mmask16 m = tail_mask(d1 - v);
+      _mm512_mask_storeu_ps(out + v - d0, m, _mm512_maskz_loadu_ps(m, rope + v - f.nope));
+    }
   }
 }
 
@@ -135,10 +156,6 @@ inline void add_weighted(const float* const* rows, int64_t n, const float* p, in
   for (int v = 0; v < V; ++v) _mm512_storeu_ps(o + v * kPanel, acc[v]);
 }
 
-inline __mmask16 tail_mask(int64_t left) {
-  return left >= kPanel ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
-}
-
 // The generic sink_softmax then the division by its denominator, 16 slots
 // at a time: scores [num_slots] (masked slots -inf) become the weights.
 template <bool Fused>
@@ -166,44 +183,61 @@ void sink_softmax_weights(const uint8_t* const* keys, int64_t num_slots, float s
   }
 }
 
+// scores[h * stride + j] = (q[h] . key_j) * scale, -inf for a masked slot.
 template <bool Fused>
-void attend(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_slots, const KvRowFormat& f,
-            const float* sinks, float scale, float* scratch, float* out) {
+void scores_of(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_slots, const KvRowFormat& f,
+               float scale, float* scratch, float* scores, int64_t stride) {
   const int64_t dim = f.dim();
-  float* scores = scratch;                  // [heads][num_slots]
-  float* qt = scratch + heads * num_slots;  // [dim][16]
-  float* tile = qt + kPanel * dim;          // [kKeyTile][dim]
+  float* qt = scratch;              // [dim][16]
+  float* tile = qt + kPanel * dim;  // [kKeyTile][dim]
   auto decode = [&](const uint8_t* row, float* to) { decode_kv_row(row, f, to); };
   const float* rows[kKeyTile];
-
   transpose_heads(q, heads, dim, qt);
   for (int64_t j = 0; j < num_slots; j += kKeyTile) {
     const int64_t n = lesser(kKeyTile, num_slots - j);
     decode_tile(keys, j, n, dim, tile, rows, decode);
-    dot_tile<Fused>(qt, lanes_of(heads), tile, rows, j, n, dim, scale, scores, 1, num_slots);
+    dot_tile<Fused>(qt, lanes_of(heads), tile, rows, j, n, dim, scale, scores, 1, stride);
   }
-  // Each slot's weight p = e / denominator, as the reference divides.
-  for (int64_t h = 0; h < heads; ++h) {
-    float* sh = scores + h * num_slots;
+  for (int64_t h = 0; h < heads; ++h)
     for (int64_t j = 0; j < num_slots; ++j)
-      if (!keys[j]) sh[j] = -__builtin_inff();
-    sink_softmax_weights<Fused>(keys, num_slots, sinks[h], sh);
-  }
+      if (!keys[j]) scores[h * stride + j] = -__builtin_inff();
+}
 
-  fill_floats(out, heads * dim, 0.0f);
+// out[h * out_stride + d - d0] = sum_j p[h * p_stride + j] * key_j[d] for
+// d in [d0, d1), the slots added in order.
+template <bool Fused>
+void weighted_sum(const float* p, int64_t heads, int64_t p_stride, const uint8_t* const* keys, int64_t num_slots,
+                  const KvRowFormat& f, int64_t d0, int64_t d1, float* scratch, float* out, int64_t out_stride) {
+  const int64_t width = d1 - d0;
+  float* tile = scratch;  // [kKeyTile][width]
+  const float* rows[kKeyTile];
+  for (int64_t h = 0; h < heads; ++h) fill_floats(out + h * out_stride, width, 0.0f);
   for (int64_t j = 0; j < num_slots; j += kKeyTile) {
     const int64_t n = lesser(kKeyTile, num_slots - j);
-    decode_tile(keys, j, n, dim, tile, rows, decode);
+    for (int64_t s = 0; s < n; ++s) {
+      rows[s] = keys[j + s] ? tile + s * width : nullptr;
+      if (rows[s]) decode_kv_dims(keys[j + s], f, d0, d1, tile + s * width);
+    }
     for (int64_t h = 0; h < heads; ++h) {
-      const float* ph = scores + h * num_slots + j;
-      // 256 dimensions (16 vectors) per pass keep the sums in registers.
-      for (int64_t d0 = 0; d0 < dim; d0 += 256) {
-        if (dim - d0 >= 256) add_weighted<16, Fused>(rows, n, ph, d0, out + h * dim + d0);
-        else
-          for (int64_t d = d0; d < dim; d += kPanel) add_weighted<1, Fused>(rows, n, ph, d, out + h * dim + d);
-      }
+      const float* ph = p + h * p_stride + j;
+      float* oh = out + h * out_stride;
+      // 256 or 128 dimensions a pass keep the sums in registers.
+      int64_t d = 0;
+      for (; width - d >= 256; d += 256) add_weighted<16, Fused>(rows, n, ph, d, oh + d);
+      for (; width - d >= 128; d += 128) add_weighted<8, Fused>(rows, n, ph, d, oh + d);
+      for (; d < width; d += kPanel) add_weighted<1, Fused>(rows, n, ph, d, oh + d);
     }
   }
+}
+
+template <bool Fused>
+void attend(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_slots, const KvRowFormat& f,
+            const float* sinks, float scale, float* scratch, float* out) {
+  float* scores = scratch;  // [heads][num_slots]
+  float* rest = scratch + heads * num_slots;
+  scores_of<Fused>(q, heads, keys, num_slots, f, scale, rest, scores, num_slots);
+  for (int64_t h = 0; h < heads; ++h) sink_softmax_weights<Fused>(keys, num_slots, sinks[h], scores + h * num_slots);
+  weighted_sum<Fused>(scores, heads, num_slots, keys, num_slots, f, 0, f.dim(), rest, out, f.dim());
 }
 
 template <bool Fused>
@@ -239,6 +273,50 @@ void sink_attention_heads_fast(const float* q, int64_t heads, const uint8_t* con
   if (f.dim() % kPanel || heads > kPanel)
     return generic::sink_attention_heads(q, heads, keys, num_slots, f, sinks, scale, scratch, out);
   attend<true>(q, heads, keys, num_slots, f, sinks, scale, scratch, out);
+}
+
+// The two steps of sink attention (dispatch.h), exact (Fused false) and
+// fast; the generic bodies where the attention above falls back to them.
+template <bool Fused>
+void sink_scores_as(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_slots, const KvRowFormat& f,
+                    float scale, float* scratch, float* scores, int64_t stride) {
+  if (f.dim() % kPanel || heads > kPanel)
+    return generic::sink_scores(q, heads, keys, num_slots, f, scale, scratch, scores, stride);
+  scores_of<Fused>(q, heads, keys, num_slots, f, scale, scratch, scores, stride);
+}
+
+template <bool Fused>
+void sink_weighted_sum_as(const float* scores, int64_t heads, int64_t stride, const uint8_t* const* keys,
+                          int64_t num_slots, const KvRowFormat& f, const float* sinks, int64_t d0, int64_t d1,
+                          float* scratch, float* out, int64_t out_stride) {
+  if (f.dim() % kPanel)
+    return generic::sink_weighted_sum(scores, heads, stride, keys, num_slots, f, sinks, d0, d1, scratch, out,
+                                      out_stride);
+  float* p = scratch;  // [heads][num_slots]
+  for (int64_t h = 0; h < heads; ++h) {
+    std::copy(scores + h * stride, scores + h * stride + num_slots, p + h * num_slots);
+    sink_softmax_weights<Fused>(keys, num_slots, sinks[h], p + h * num_slots);
+  }
+  weighted_sum<Fused>(p, heads, num_slots, keys, num_slots, f, d0, d1, scratch + heads * num_slots, out, out_stride);
+}
+
+void sink_scores(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_slots, const KvRowFormat& f,
+                 float scale, float* scratch, float* scores, int64_t stride) {
+  sink_scores_as<false>(q, heads, keys, num_slots, f, scale, scratch, scores, stride);
+}
+void sink_scores_fast(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_slots,
+                      const KvRowFormat& f, float scale, float* scratch, float* scores, int64_t stride) {
+  sink_scores_as<true>(q, heads, keys, num_slots, f, scale, scratch, scores, stride);
+}
+void sink_weighted_sum(const float* scores, int64_t heads, int64_t stride, const uint8_t* const* keys,
+                       int64_t num_slots, const KvRowFormat& f, const float* sinks, int64_t d0, int64_t d1,
+                       float* scratch, float* out, int64_t out_stride) {
+  sink_weighted_sum_as<false>(scores, heads, stride, keys, num_slots, f, sinks, d0, d1, scratch, out, out_stride);
+}
+void sink_weighted_sum_fast(const float* scores, int64_t heads, int64_t stride, const uint8_t* const* keys,
+                            int64_t num_slots, const KvRowFormat& f, const float* sinks, int64_t d0, int64_t d1,
+                            float* scratch, float* out, int64_t out_stride) {
+  sink_weighted_sum_as<true>(scores, heads, stride, keys, num_slots, f, sinks, d0, d1, scratch, out, out_stride);
 }
 
 void head_dots(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_keys, int64_t dim,

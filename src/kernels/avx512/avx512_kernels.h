@@ -36,6 +36,11 @@ void v41_sparse_attention_fast(const float* q, int64_t heads, int64_t dim, const
                                const float* sinks, float scale, float* out);
 void sink_attention_heads(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_slots,
                           const KvRowFormat& f, const float* sinks, float scale, float* scratch, float* out);
+void sink_scores(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_slots, const KvRowFormat& f,
+                 float scale, float* scratch, float* scores, int64_t stride);
+void sink_weighted_sum(const float* scores, int64_t heads, int64_t stride, const uint8_t* const* keys, int64_t num_slots,
+                       const KvRowFormat& f, const float* sinks, int64_t d0, int64_t d1, float* scratch, float* out,
+                       int64_t out_stride);
 void head_dots(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_keys, int64_t dim,
                float* scratch, float* dots);
 
@@ -51,6 +56,11 @@ void matmul_quantized_pairs_fast(const uint32_t* pairs, int64_t m, int64_t k, co
                                  int64_t p_begin, int64_t p_end, float* y, int64_t ldy);
 void sink_attention_heads_fast(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_slots,
                                const KvRowFormat& f, const float* sinks, float scale, float* scratch, float* out);
+void sink_scores_fast(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_slots, const KvRowFormat& f,
+                 float scale, float* scratch, float* scores, int64_t stride);
+void sink_weighted_sum_fast(const float* scores, int64_t heads, int64_t stride, const uint8_t* const* keys, int64_t num_slots,
+                       const KvRowFormat& f, const float* sinks, int64_t d0, int64_t d1, float* scratch, float* out,
+                       int64_t out_stride);
 void head_dots_fast(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_keys, int64_t dim,
                     float* scratch, float* dots);
 

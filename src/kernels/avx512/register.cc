@@ -16,6 +16,8 @@ void set_exact(Kernels* k) {
   k->hadamard = &hadamard;
   k->store_kv_row = &store_kv_row;
   k->sink_attention_heads = &sink_attention_heads;
+  k->sink_scores = &sink_scores;
+  k->sink_weighted_sum = &sink_weighted_sum;
   k->head_dots = &head_dots;
   k->v41_block = &v41_block;
   k->v41_sparse_attention = &v41_sparse_attention;
@@ -30,6 +32,8 @@ void register_kernels(Kernels* exact, Kernels* fast) {
   fast->matmul_quantized = &matmul_quantized_fast;
   fast->matmul_quantized_pairs = &matmul_quantized_pairs_fast;
   fast->sink_attention_heads = &sink_attention_heads_fast;
+  fast->sink_scores = &sink_scores_fast;
+  fast->sink_weighted_sum = &sink_weighted_sum_fast;
   fast->head_dots = &head_dots_fast;
   fast->v41_sparse_attention = &v41_sparse_attention_fast;
 }

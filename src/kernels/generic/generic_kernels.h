@@ -25,6 +25,11 @@ void hadamard(float* x, int64_t n, float* scratch);
 void store_kv_row(const float* x, const KvRowFormat& f, uint8_t* row);
 void sink_attention_heads(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_slots,
                           const KvRowFormat& f, const float* sinks, float scale, float* scratch, float* out);
+void sink_scores(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_slots, const KvRowFormat& f,
+                 float scale, float* scratch, float* scores, int64_t stride);
+void sink_weighted_sum(const float* scores, int64_t heads, int64_t stride, const uint8_t* const* keys, int64_t num_slots,
+                       const KvRowFormat& f, const float* sinks, int64_t d0, int64_t d1, float* scratch, float* out,
+                       int64_t out_stride);
 void head_dots(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_keys, int64_t dim,
                float* scratch, float* dots);
 void v41_block(const float* a, int64_t lda, int64_t m, const float* tile, int64_t n, const float* sx,

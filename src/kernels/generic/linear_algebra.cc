@@ -102,31 +102,60 @@ int64_t sink_attention_scratch(int64_t heads, int64_t num_slots, int64_t dim) {
   return heads * num_slots + (kPanel + kKeyTile) * dim;
 }
 
-void generic::sink_attention_heads(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_slots,
-                                  const KvRowFormat& f, const float* sinks, float scale, float* scratch, float* out) {
+void generic::sink_scores(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_slots,
+                          const KvRowFormat& f, float scale, float* scratch, float* scores, int64_t stride) {
   const int64_t dim = f.dim();
-  float* scores = scratch;  // [heads][num_slots]
-  float* k = scratch + heads * num_slots;
+  float* k = scratch;
   for (int64_t j = 0; j < num_slots; ++j) {
     if (keys[j]) load_kv_row(keys[j], f, k);
-    for (int64_t h = 0; h < heads; ++h)
-      scores[h * num_slots + j] = keys[j] ? dot(q + h * dim, k, dim) * scale : -INFINITY;
+    for (int64_t h = 0; h < heads; ++h) scores[h * stride + j] = keys[j] ? dot(q + h * dim, k, dim) * scale : -INFINITY;
   }
-  // Each slot's weight p = e / denominator, as the reference divides.
-  for (int64_t h = 0; h < heads; ++h) {
-    float* sh = scores + h * num_slots;
-    const float denom = sink_softmax(keys, num_slots, sinks[h], sh);
-    for (int64_t j = 0; j < num_slots; ++j) sh[j] = sh[j] / denom;
-  }
-  for (int64_t i = 0; i < heads * dim; ++i) out[i] = 0.0f;
+}
+
+namespace {
+
+// Each slot's weight p = e / denominator, as the reference divides.
+void weights_of(const uint8_t* const* keys, int64_t num_slots, float sink, float* scores) {
+  const float denom = sink_softmax(keys, num_slots, sink, scores);
+  for (int64_t j = 0; j < num_slots; ++j) scores[j] = scores[j] / denom;
+}
+
+// Dimensions [d0, d1) of the rows weighted by p, the slots added in order.
+void weighted_rows(const float* p, int64_t heads, int64_t p_stride, const uint8_t* const* keys, int64_t num_slots,
+                   const KvRowFormat& f, int64_t d0, int64_t d1, float* scratch, float* out, int64_t out_stride) {
+  float* k = scratch;
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t d = d0; d < d1; ++d) out[h * out_stride + d - d0] = 0.0f;
   for (int64_t j = 0; j < num_slots; ++j) {
     if (!keys[j]) continue;
     load_kv_row(keys[j], f, k);
     for (int64_t h = 0; h < heads; ++h) {
-      const float p = scores[h * num_slots + j];
-      for (int64_t d = 0; d < dim; ++d) out[h * dim + d] += p * k[d];
+      const float w = p[h * p_stride + j];
+      for (int64_t d = d0; d < d1; ++d) out[h * out_stride + d - d0] += w * k[d];
     }
   }
+}
+
+}  // namespace
+
+void generic::sink_weighted_sum(const float* scores, int64_t heads, int64_t stride, const uint8_t* const* keys,
+                                int64_t num_slots, const KvRowFormat& f, const float* sinks, int64_t d0, int64_t d1,
+                                float* scratch, float* out, int64_t out_stride) {
+  float* p = scratch;  // [heads][num_slots]
+  for (int64_t h = 0; h < heads; ++h) {
+    for (int64_t j = 0; j < num_slots; ++j) p[h * num_slots + j] = scores[h * stride + j];
+    weights_of(keys, num_slots, sinks[h], p + h * num_slots);
+  }
+  weighted_rows(p, heads, num_slots, keys, num_slots, f, d0, d1, scratch + heads * num_slots, out, out_stride);
+}
+
+void generic::sink_attention_heads(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_slots,
+                                  const KvRowFormat& f, const float* sinks, float scale, float* scratch, float* out) {
+  float* scores = scratch;  // [heads][num_slots]
+  float* rest = scratch + heads * num_slots;
+  sink_scores(q, heads, keys, num_slots, f, scale, rest, scores, num_slots);
+  for (int64_t h = 0; h < heads; ++h) weights_of(keys, num_slots, sinks[h], scores + h * num_slots);
+  weighted_rows(scores, heads, num_slots, keys, num_slots, f, 0, f.dim(), rest, out, f.dim());
 }
 
 void generic::v41_block(const float* a, int64_t lda, int64_t m, const float* tile, int64_t n, const float* sx,
