@@ -15,7 +15,7 @@ namespace {
 // thousands of keys: split by rows alone it would be one task. A multiple
 // of the kernels' key tile, and each key's dots are their own lanes, so a
 // score does not depend on where its keys were cut.
-constexpr int64_t kKeyBlock = 32 * kernels::kKeyTile;
+constexpr int64_t kKeyBlock = 8 * kernels::kKeyTile;
 
 // Floats one pass over the query rows holds (the scores, and under tensor
 // parallelism the gathered per-head terms): a long prompt's chunk would
