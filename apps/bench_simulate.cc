@@ -57,7 +57,7 @@ StatusOr<std::unique_ptr<Engine>> make_engine(const SimulateOptions& o, const st
   }
   EngineOptions eo;
   eo.scheduler.max_num_seqs = 16;
-  eo.scheduler.max_num_batched_tokens = std::max<int64_t>(o.chunk, 16 * o.ctx);
+  eo.scheduler.max_num_batched_tokens = std::max<int64_t>(o.chunk, 4096);  // long contexts fill in chunks
   eo.cache.memory_bytes = (int64_t{512} << 20) * p.topology.tp * p.topology.dp;
   eo.cache.max_num_seqs = 16;
   DSV4_ASSIGN_OR_RETURN(KvCacheOptions cache, Engine::cache_options(config, eo));
