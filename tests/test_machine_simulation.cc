@@ -23,6 +23,7 @@
 #include "runtime/engine.h"
 #include "runtime/local_executor.h"
 #include "test_util.h"
+#include "tools/golden_verify.h"
 #include "tools/machine_simulation.h"
 
 namespace dsv4 {
@@ -172,6 +173,33 @@ bool same_bits(const float* a, const float* b, int64_t n) { return std::memcmp(a
 // every weight format): both numerics give the same bits on a simulated
 // 64-worker pool as on this machine's and for a row alone or among 64, and
 // fast stays within float rounding of exact.
+// A decode step's token on a many-core node is attended in blocks of key
+// slots and output dimensions (two jobs) instead of a task per head group:
+// on one worker and on 64 the golden's every tensor has the same bits,
+// bit-exact with the reference in exact numerics.
+TEST(AttentionTiles, ATokenCutAlongItsSlotsAndDimensionsKeepsItsBits) {
+  CountingObserver seen;
+  auto one = ThreadPool::simulated(1, &seen), wide = ThreadPool::simulated(64, &seen);
+  for (Numerics n : {Numerics::kExact, Numerics::kFast}) {
+    const DeepseekV4& model = testing::golden_model("small-real", n);
+    VerifyOptions opt;
+    opt.golden_path = testing::golden_dir() + "/small-real/golden.safetensors";
+    std::vector<TensorCheck> checks[2];
+    for (int run = 0; run < 2; ++run) {
+      ThreadPool::Scope scope(run ? wide.get() : one.get());
+      auto report = verify_golden(model, opt);
+      ASSERT_TRUE(report.ok()) << report.status().message();
+      checks[run] = report->tensors;
+    }
+    ASSERT_EQ(checks[0].size(), checks[1].size());
+    ASSERT_FALSE(checks[0].empty());
+    for (size_t i = 0; i < checks[0].size(); ++i) {
+      EXPECT_EQ(checks[0][i].rel_l2, checks[1][i].rel_l2) << kernels::numerics_name(n) << " " << checks[0][i].name;
+      if (n == Numerics::kExact) EXPECT_EQ(checks[1][i].rel_l2, 0.0) << checks[1][i].name;
+    }
+  }
+}
+
 TEST(LinearTiles, ManyWorkerTilesKeepEveryRowsBits) {
   struct Case {
     WeightFormat f;

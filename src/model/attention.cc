@@ -24,7 +24,10 @@ using Buffer = ScratchVector<float>;
 template <class PosOf, class Before = void (*)(int64_t), class After = void (*)(int64_t)>
 void rope_tail(const Rope& rope, float* x, int64_t count, int64_t stride, int rope_dim, PosOf pos_of, bool inverse,
                Before before = [](int64_t) {}, After after = [](int64_t) {}) {
-  parallel_for(count, 4, [&](int64_t v0, int64_t v1) {
+  // Up to 4 vectors a task, fewer when that leaves threads idle (a decode
+  // step's one token has only its heads).
+  const int64_t grain = std::clamp<int64_t>(count / ThreadPool::current().num_threads(), 1, 4);
+  parallel_for(count, grain, [&](int64_t v0, int64_t v1) {
     Buffer cos(rope_dim / 2), sin(rope_dim / 2);
     for (int64_t v = v0; v < v1; ++v) {
       before(v);
@@ -129,6 +132,77 @@ void derotate_heads(const Rope& rope, float* o, int64_t group, int hd, int rd, i
   sin.resize(rd / 2);
   rope.angles(t, cos.data(), sin.data());
   for (int64_t h = 0; h < group; ++h) kernels::rope(o + h * hd + hd - rd, cos.data(), sin.data(), rd / 2, true);
+}
+
+// One query row's attention when the rows are too few to give every
+// thread a group of heads (decode on a many-core node): the row's key
+// slots and its query rows' place.
+struct SlotAttention {
+  int64_t row = 0, pos = 0;
+  std::vector<const uint8_t*> slots;
+};
+
+// Attends each row in two jobs: the scores of 16 heads against a block of
+// the row's slots a task, then the weights and weighted sum of a few heads
+// over a block of the output's dimensions a task (the task holding the
+// RoPE dimensions de-rotates them). The same bits as a task per head group
+// (kernels.h), without a task that decodes every key row for one head.
+void attend_in_blocks(const LayerContext& ctx, const AttentionWeights& w, const float* q,
+                      const std::vector<SlotAttention>& rows, float scale, float* o) {
+  const ModelConfig& c = ctx.config;
+  const int64_t heads = static_cast<int64_t>(w.attn_sink.size()), hd = c.head_dim, rd = c.rope_head_dim;
+  const kernels::KvRowFormat kv_format{hd - rd, rd};
+  const auto n = static_cast<int64_t>(rows.size());
+  constexpr int64_t kSlotBlock = 2 * kernels::kKeyTile;
+  // Dimensions a sum takes: 128 when they hold the RoPE tail whole, else all.
+  const int64_t width = hd % 128 == 0 && rd <= 128 ? 128 : hd, widths = hd / width;
+  std::vector<int64_t> score_at(n + 1, 0);
+  struct Task {
+    int64_t row, first_head, first;  // first slot, or first dimension
+  };
+  std::vector<Task> score_tasks;
+  for (int64_t v = 0; v < n; ++v) {
+    const auto slots = static_cast<int64_t>(rows[v].slots.size());
+    score_at[v + 1] = score_at[v] + heads * slots;
+    for (int64_t h0 = 0; h0 < heads; h0 += kernels::kPanel)
+      for (int64_t j0 = 0; j0 < slots; j0 += kSlotBlock) score_tasks.push_back({v, h0, j0});
+  }
+  Buffer scores(score_at[n]);
+  parallel_for(static_cast<int64_t>(score_tasks.size()), 1, [&](int64_t t0, int64_t t1) {
+    thread_local Buffer scratch;
+    scratch.resize(kernels::sink_attention_scratch(0, 0, hd));
+    for (int64_t t = t0; t < t1; ++t) {
+      const Task& task = score_tasks[t];
+      const SlotAttention& r = rows[task.row];
+      const auto slots = static_cast<int64_t>(r.slots.size());
+      ctx.k.sink_scores(q + (r.row * heads + task.first_head) * hd, std::min<int64_t>(kernels::kPanel, heads - task.first_head),
+                        r.slots.data() + task.first, std::min(kSlotBlock, slots - task.first), kv_format, scale,
+                        scratch.data(), scores.data() + score_at[task.row] + task.first_head * slots + task.first, slots);
+    }
+  });
+  // Heads a sum takes: as many as leave a task for every thread.
+  const int64_t threads = ThreadPool::current().num_threads();
+  int64_t group = kernels::kPanel;
+  while (group > 1 && n * ((heads + group - 1) / group) * widths < threads) group /= 2;
+  std::vector<Task> sum_tasks;
+  for (int64_t v = 0; v < n; ++v)
+    for (int64_t h0 = 0; h0 < heads; h0 += group)
+      for (int64_t d0 = 0; d0 < hd; d0 += width) sum_tasks.push_back({v, h0, d0});
+  parallel_for(static_cast<int64_t>(sum_tasks.size()), 1, [&](int64_t t0, int64_t t1) {
+    thread_local Buffer scratch;
+    for (int64_t t = t0; t < t1; ++t) {
+      const Task& task = sum_tasks[t];
+      const SlotAttention& r = rows[task.row];
+      const auto slots = static_cast<int64_t>(r.slots.size());
+      const int64_t g = std::min(group, heads - task.first_head);
+      scratch.resize(kernels::sink_attention_scratch(g, slots, hd));
+      float* out = o + (r.row * heads + task.first_head) * hd;
+      ctx.k.sink_weighted_sum(scores.data() + score_at[task.row] + task.first_head * slots, g, slots, r.slots.data(),
+                              slots, kv_format, &w.attn_sink[task.first_head], task.first, task.first + width,
+                              scratch.data(), out + task.first, hd);
+      if (task.first + width == hd) derotate_heads(ctx.rope, out, g, hd, rd, r.pos);
+    }
+  });
 }
 
 // q [rows, heads, head_dim] from qr [rows, q_lora_rank], wq_a's output:
@@ -345,36 +419,54 @@ void attention_forward(const AttentionWeights& w, const LayerContext& ctx, const
   auto key_at = [&](const SeqChunk& ch, int64_t p) -> const uint8_t* {
     return p < ch.start_pos ? ch.cache->window_row(layer, p) : &kv_rows[(ch.row_begin + p - ch.start_pos) * kv_bytes];
   };
-  // Attends the tokens of chunks [c0, c1) in one job: a task per token and
-  // group of heads (the group shares the token's key slots).
+  auto slots_of = [&](const SeqChunk& ch, size_t ci, int64_t i, std::vector<const uint8_t*>* slots) {
+    attention_slots(
+        c, w, ch.start_pos + i, ch.prefill_len, w.indexer ? &picked[ci][i] : nullptr,
+        [&](int64_t p) { return key_at(ch, p); },
+        [&](int64_t j) -> const uint8_t* { return ch.cache->compressed_row(layer, j); }, slots);
+  };
+  // Attends the tokens of chunks [c0, c1): a task per token and group of
+  // heads (the group shares the token's key slots), or, when the tokens are
+  // too few for that to keep the pool busy, each token cut along its slots
+  // and its output dimensions.
   auto attend = [&](size_t c0, size_t c1) {
     std::vector<std::pair<size_t, int64_t>> tokens;  // (chunk, token in it)
     for (size_t ci = c0; ci < c1; ++ci)
       for (int64_t i = 0; i < chunks[ci].num_tokens; ++i) tokens.emplace_back(ci, i);
     const int64_t n = static_cast<int64_t>(tokens.size());
-    const int64_t per_task = heads_per_task(n, heads), head_groups = (heads + per_task - 1) / per_task;
-    parallel_for(n * head_groups, 1, [&](int64_t v0, int64_t v1) {
-      // Per thread and kept: one task per token would otherwise allocate
-      // and zero its scratch every time.
-      thread_local std::vector<const uint8_t*> slots;
-      thread_local Buffer scratch;
-      for (int64_t v = v0; v < v1; ++v) {
-        const auto [ci, i] = tokens[v / head_groups];
+    if (n * ((heads + kernels::kPanel - 1) / kernels::kPanel) < ThreadPool::current().num_threads()) {
+      std::vector<SlotAttention> split(n);
+      for (int64_t v = 0; v < n; ++v) {
+        const auto [ci, i] = tokens[v];
         const SeqChunk& ch = chunks[ci];
-        const int64_t h0 = v % head_groups * per_task, t = ch.start_pos + i;
-        const int64_t group = std::min<int64_t>(per_task, heads - h0);
-        attention_slots(
-            c, w, t, ch.prefill_len, w.indexer ? &picked[ci][i] : nullptr,
-            [&](int64_t p) { return key_at(ch, p); },
-            [&](int64_t j) -> const uint8_t* { return ch.cache->compressed_row(layer, j); }, &slots);
-        const auto need = static_cast<size_t>(kernels::sink_attention_scratch(group, static_cast<int64_t>(slots.size()), hd));
-        if (scratch.size() < need) scratch.resize(need);
-        const int64_t row = ch.row_begin + i;
-        ctx.k.sink_attention_heads(&q[(row * heads + h0) * hd], group, slots.data(), slots.size(), kv_format,
-                                   &w.attn_sink[h0], scale, scratch.data(), &o[(row * heads + h0) * hd]);
-        derotate_heads(ctx.rope, &o[(row * heads + h0) * hd], group, hd, rd, t);
+        split[v].row = ch.row_begin + i;
+        split[v].pos = ch.start_pos + i;
+        slots_of(ch, ci, i, &split[v].slots);
       }
-    });
+      attend_in_blocks(ctx, w, q.data(), split, scale, o.data());
+    } else {
+      // Enough tokens for a group of 16 heads a thread.
+      const int64_t per_task = kernels::kPanel, head_groups = (heads + per_task - 1) / per_task;
+      parallel_for(n * head_groups, 1, [&](int64_t v0, int64_t v1) {
+        // Per thread and kept: one task per token would otherwise allocate
+        // and zero its scratch every time.
+        thread_local std::vector<const uint8_t*> slots;
+        thread_local Buffer scratch;
+        for (int64_t v = v0; v < v1; ++v) {
+          const auto [ci, i] = tokens[v / head_groups];
+          const SeqChunk& ch = chunks[ci];
+          const int64_t h0 = v % head_groups * per_task, t = ch.start_pos + i;
+          const int64_t group = std::min<int64_t>(per_task, heads - h0);
+          slots_of(ch, ci, i, &slots);
+          const auto need = static_cast<size_t>(kernels::sink_attention_scratch(group, static_cast<int64_t>(slots.size()), hd));
+          if (scratch.size() < need) scratch.resize(need);
+          const int64_t row = ch.row_begin + i;
+          ctx.k.sink_attention_heads(&q[(row * heads + h0) * hd], group, slots.data(), slots.size(), kv_format,
+                                     &w.attn_sink[h0], scale, scratch.data(), &o[(row * heads + h0) * hd]);
+          derotate_heads(ctx.rope, &o[(row * heads + h0) * hd], group, hd, rd, t);
+        }
+      });
+    }
     // Only now the rings may take these chunks' keys: their queries read
     // them. Rows a prefix-cache block holds already are not written again.
     for (size_t ci = c0; ci < c1; ++ci) {
