@@ -399,8 +399,8 @@ void attention_forward(const AttentionWeights& w, const LayerContext& ctx, const
   }
 
   // Sparse attention: window keys then compressed rows. The indexer picks
-  // chunk by chunk (its collectives run in the same order on every rank),
-  // then one job attends every chunk's tokens.
+  // for every chunk at once (its collectives run in the same order on
+  // every rank), then one job attends every chunk's tokens.
   Buffer o(rows * heads * hd);
   const float scale = static_cast<float>(std::pow(hd, -0.5));
   const int layer = ctx.cache_layer;
@@ -408,13 +408,16 @@ void attention_forward(const AttentionWeights& w, const LayerContext& ctx, const
   if (w.indexer) {
     PhaseTimer::Scope time(Phase::kIndexer);
     const IndexerShape shape{ih, id, c.index_topk, w.ratio};
+    std::vector<std::vector<const uint8_t*>> keys(chunks.size());
+    std::vector<IndexerRows> seqs;
     for (size_t ci = 0; ci < chunks.size(); ++ci) {
       const SeqChunk& ch = chunks[ci];
-      std::vector<const uint8_t*> keys((ch.start_pos + ch.num_tokens) / w.ratio);
-      for (size_t j = 0; j < keys.size(); ++j) keys[j] = ch.cache->index_row(layer, j);
-      indexer_select(ctx.k, shape, iq.data() + ch.row_begin * ih * id, iw.data() + ch.row_begin * ih, keys.data(),
-                     ch.start_pos, ch.num_tokens, ch.prefill_len, ctx.tp, &picked[ci]);
+      keys[ci].resize((ch.start_pos + ch.num_tokens) / w.ratio);
+      for (size_t j = 0; j < keys[ci].size(); ++j) keys[ci][j] = ch.cache->index_row(layer, j);
+      seqs.push_back({iq.data() + ch.row_begin * ih * id, iw.data() + ch.row_begin * ih, keys[ci].data(), ch.start_pos,
+                      ch.num_tokens, ch.prefill_len, &picked[ci]});
     }
+    indexer_select(ctx.k, shape, seqs, ctx.tp);
   }
   auto key_at = [&](const SeqChunk& ch, int64_t p) -> const uint8_t* {
     return p < ch.start_pos ? ch.cache->window_row(layer, p) : &kv_rows[(ch.row_begin + p - ch.start_pos) * kv_bytes];

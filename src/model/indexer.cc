@@ -27,26 +27,34 @@ struct ScoreTask {
   int64_t row, key_begin, key_end;
 };
 
+// A query row: row i of a sequence's rows.
+struct QueryRow {
+  const IndexerRows* seq;
+  int64_t i;
+  int64_t pos() const { return seq->start_pos + i; }
+};
+
 // Scores a span of the query rows and ranks each row's keys.
 class Pass {
  public:
-  Pass(const kernels::Kernels& k, const IndexerShape& s, const float* q, const float* weights,
-       const uint8_t* const* keys, int64_t start_pos, Collectives* tp)
-      : k_(k), s_(s), q_(q), weights_(weights), keys_(keys), start_pos_(start_pos), tp_(tp),
-        ranks_(tp ? tp->size() : 1) {}
+  Pass(const kernels::Kernels& k, const IndexerShape& s, Collectives* tp)
+      : k_(k), s_(s), tp_(tp), ranks_(tp ? tp->size() : 1) {}
 
   // Floats a row holds in a pass.
-  int64_t floats_of(int64_t row) const { return visible(row) * (1 + (ranks_ > 1 ? s_.heads * (ranks_ + 1) : 0)); }
+  int64_t floats_of(const QueryRow& row) const {
+    return visible(row) * (1 + (ranks_ > 1 ? s_.heads * (ranks_ + 1) : 0));
+  }
 
-  // Rows [first, last): each row's choice to (*selected)[row].
-  void run(int64_t first, int64_t last, int64_t prefill_len, std::vector<std::vector<int32_t>>* selected) {
-    first_ = first;
-    offset_.assign(last - first + 1, 0);
+  // Each of `rows`' choice to its sequence's selected rows.
+  void run(const std::vector<QueryRow>& rows) {
+    rows_ = &rows;
+    const auto n = static_cast<int64_t>(rows.size());
+    offset_.assign(n + 1, 0);
     std::vector<ScoreTask> tasks;
-    for (int64_t i = first; i < last; ++i) {
-      const int64_t v = visible(i);
-      offset_[i - first + 1] = offset_[i - first] + v;
-      for (int64_t j = 0; j < v; j += kKeyBlock) tasks.push_back({i, j, std::min(v, j + kKeyBlock)});
+    for (int64_t r = 0; r < n; ++r) {
+      const int64_t v = visible(rows[r]);
+      offset_[r + 1] = offset_[r] + v;
+      for (int64_t j = 0; j < v; j += kKeyBlock) tasks.push_back({r, j, std::min(v, j + kKeyBlock)});
     }
     score_.resize(offset_.back());
     const auto num_tasks = static_cast<int64_t>(tasks.size());
@@ -66,24 +74,25 @@ class Pass {
         for (int64_t t = t0; t < t1; ++t) add_gathered(tasks[t]);
       });
     }
-    parallel_for(last - first, 1, [&](int64_t i0, int64_t i1) {
+    parallel_for(n, 1, [&](int64_t r0, int64_t r1) {
       std::vector<float> ranked_scores;
-      for (int64_t i = first + i0; i < first + i1; ++i) rank(i, prefill_len, &ranked_scores, &(*selected)[i]);
+      for (int64_t r = r0; r < r1; ++r) rank(r, &ranked_scores);
     });
   }
 
  private:
-  int64_t visible(int64_t row) const { return (start_pos_ + row + 1) / s_.ratio; }
-  int64_t term_index(int64_t row, int64_t key) const { return (offset_[row - first_] + key) * s_.heads; }
+  int64_t visible(const QueryRow& row) const { return (row.pos() + 1) / s_.ratio; }
+  int64_t term_index(int64_t row, int64_t key) const { return (offset_[row] + key) * s_.heads; }
 
   // Per head h of key j: relu(q_h . k_j) * weight_h, at t[(j - key_begin) * heads + h].
   void terms_of(const ScoreTask& task, float* t) const {
     thread_local ScratchVector<float> scratch;
     scratch.resize(kernels::head_dots_scratch(s_.heads, s_.head_dim));
+    const QueryRow& row = (*rows_)[task.row];
     const int64_t n = task.key_end - task.key_begin;
-    k_.head_dots(q_ + task.row * s_.heads * s_.head_dim, s_.heads, keys_ + task.key_begin, n, s_.head_dim,
-                 scratch.data(), t);
-    const float* w = weights_ + task.row * s_.heads;
+    k_.head_dots(row.seq->q + row.i * s_.heads * s_.head_dim, s_.heads, row.seq->keys + task.key_begin, n,
+                 s_.head_dim, scratch.data(), t);
+    const float* w = row.seq->weights + row.i * s_.heads;
     for (int64_t j = 0; j < n; ++j)
       for (int h = 0; h < s_.heads; ++h) t[j * s_.heads + h] = std::max(t[j * s_.heads + h], 0.0f) * w[h];
   }
@@ -93,7 +102,7 @@ class Pass {
     thread_local ScratchVector<float> t;
     t.resize((task.key_end - task.key_begin) * s_.heads);
     terms_of(task, t.data());
-    float* score = score_.data() + offset_[task.row - first_];
+    float* score = score_.data() + offset_[task.row];
     for (int64_t j = task.key_begin; j < task.key_end; ++j) {
       float acc = 0.0f;
       for (int h = 0; h < s_.heads; ++h) acc += t[(j - task.key_begin) * s_.heads + h];
@@ -104,7 +113,7 @@ class Pass {
   // The ranks' terms added in global head order: rank-major blocks.
   void add_gathered(const ScoreTask& task) {
     const auto per_rank = static_cast<int64_t>(terms_.size());
-    float* score = score_.data() + offset_[task.row - first_];
+    float* score = score_.data() + offset_[task.row];
     for (int64_t j = task.key_begin; j < task.key_end; ++j) {
       const int64_t at = term_index(task.row, j);
       float acc = 0.0f;
@@ -117,46 +126,59 @@ class Pass {
   // The reference ranks a one-shot prefill's rows over all of the prompt's
   // compressed rows (the future ones at -inf), a decode step's over those
   // it sees.
-  void rank(int64_t row, int64_t prefill_len, std::vector<float>* ranked_scores, std::vector<int32_t>* out) const {
-    const int64_t pos = start_pos_ + row, v = visible(row);
-    const int64_t ranked = pos < prefill_len ? prefill_len / s_.ratio : v;
-    const float* score = score_.data() + offset_[row - first_];
+  void rank(int64_t r, std::vector<float>* ranked_scores) const {
+    const QueryRow& row = (*rows_)[r];
+    const int64_t v = visible(row);
+    const int64_t ranked = row.pos() < row.seq->prefill_len ? row.seq->prefill_len / s_.ratio : v;
+    const float* score = score_.data() + offset_[r];
     ranked_scores->assign(score, score + v);
     ranked_scores->resize(ranked, -INFINITY);
     const int64_t k = std::min<int64_t>(s_.topk, ranked);
     std::vector<int32_t> top(k);
     topk_like_torch(ranked_scores->data(), ranked, k, top.data());
-    out->clear();
-    for (int32_t j : top) out->push_back(j < v ? j : -1);
+    std::vector<int32_t>& out = (*row.seq->selected)[row.i];
+    out.clear();
+    for (int32_t j : top) out.push_back(j < v ? j : -1);
   }
 
   const kernels::Kernels& k_;
   const IndexerShape& s_;
-  const float *q_, *weights_;
-  const uint8_t* const* keys_;
-  const int64_t start_pos_;
   Collectives* tp_;
   const int ranks_;
-  int64_t first_ = 0;
+  const std::vector<QueryRow>* rows_ = nullptr;
   std::vector<int64_t> offset_;  // each of the pass's rows' first score
   ScratchVector<float> score_, terms_, gathered_;
 };
 
 }  // namespace
 
-void indexer_select(const kernels::Kernels& k, const IndexerShape& s, const float* q, const float* weights, const uint8_t* const* keys,
-                    int64_t start_pos, int64_t n, int64_t prefill_len, Collectives* tp,
-                    std::vector<std::vector<int32_t>>* selected) {
-  selected->assign(n, {});
-  Pass pass(k, s, q, weights, keys, start_pos, tp);
-  // Every rank cuts the same passes (its rows and keys are the others'),
-  // so their collectives pair up.
-  for (int64_t first = 0; first < n;) {
-    int64_t last = first + 1, floats = pass.floats_of(first);
-    while (last < n && floats + pass.floats_of(last) <= kFloatsPerPass) floats += pass.floats_of(last++);
-    pass.run(first, last, prefill_len, selected);
-    first = last;
+void indexer_select(const kernels::Kernels& k, const IndexerShape& s, const std::vector<IndexerRows>& seqs,
+                    Collectives* tp) {
+  Pass pass(k, s, tp);
+  // Every rank cuts the same passes (its sequences, rows and keys are the
+  // others'), so their collectives pair up.
+  std::vector<QueryRow> rows;
+  int64_t floats = 0;
+  for (const IndexerRows& seq : seqs) {
+    seq.selected->assign(seq.n, {});
+    for (int64_t i = 0; i < seq.n; ++i) {
+      const QueryRow row{&seq, i};
+      if (!rows.empty() && floats + pass.floats_of(row) > kFloatsPerPass) {
+        pass.run(rows);
+        rows.clear();
+        floats = 0;
+      }
+      rows.push_back(row);
+      floats += pass.floats_of(row);
+    }
   }
+  if (!rows.empty()) pass.run(rows);
+}
+
+void indexer_select(const kernels::Kernels& k, const IndexerShape& s, const float* q, const float* weights,
+                    const uint8_t* const* keys, int64_t start_pos, int64_t n, int64_t prefill_len, Collectives* tp,
+                    std::vector<std::vector<int32_t>>* selected) {
+  indexer_select(k, s, {{q, weights, keys, start_pos, n, prefill_len, selected}}, tp);
 }
 
 }  // namespace dsv4

@@ -38,4 +38,18 @@ void indexer_select(const kernels::Kernels& k, const IndexerShape& shape, const 
                     int64_t start_pos, int64_t n, int64_t prefill_len, Collectives* tp,
                     std::vector<std::vector<int32_t>>* selected);
 
+// The rows of one sequence for the call below: the arguments above.
+struct IndexerRows {
+  const float* q;
+  const float* weights;
+  const uint8_t* const* keys;
+  int64_t start_pos, n, prefill_len;
+  std::vector<std::vector<int32_t>>* selected;
+};
+
+// Several sequences' rows at once (a decode batch): the same choices as a
+// call per sequence, in the same jobs and one collective.
+void indexer_select(const kernels::Kernels& k, const IndexerShape& shape, const std::vector<IndexerRows>& seqs,
+                    Collectives* tp);
+
 }  // namespace dsv4
