@@ -99,4 +99,18 @@ inline void parallel_for(int64_t n, int64_t grain, const std::function<void(int6
   ThreadPool::current().parallel_for(n, grain, fn);
 }
 
+// Work over `rows` rows of `width` values in pieces of `piece` values, at
+// least `grain` pieces a task: fn(row, begin, end) for each piece. For
+// elementwise steps, whose values do not depend on how a row is cut.
+template <class Fn>
+void parallel_for_pieces(int64_t rows, int64_t width, int64_t piece, int64_t grain, Fn fn) {
+  const int64_t pieces = (width + piece - 1) / piece;
+  parallel_for(rows * pieces, grain, [&](int64_t a, int64_t b) {
+    for (int64_t u = a; u < b; ++u) {
+      const int64_t r = u / pieces, d0 = u % pieces * piece;
+      fn(r, d0, d0 + piece < width ? d0 + piece : width);
+    }
+  });
+}
+
 }  // namespace dsv4

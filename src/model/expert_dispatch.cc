@@ -170,16 +170,16 @@ void run_expert_slots(const ExpertSlots& s, const float* x, int64_t dim, Collect
 
 void sum_slots_in_expert_order(const ExpertSlots& s, const float* slots_out, int64_t dim, float* out) {
   const int64_t k = s.k;
-  parallel_for(s.rows, 8, [&](int64_t r0, int64_t r1) {
-    std::vector<int64_t> order(k);
-    for (int64_t r = r0; r < r1; ++r) {
-      std::fill_n(out + r * dim, dim, 0.0f);
-      std::iota(order.begin(), order.end(), 0);
-      std::stable_sort(order.begin(), order.end(),
-                       [&](int64_t a, int64_t b) { return s.experts[r * k + a] < s.experts[r * k + b]; });
-      for (int64_t j : order)
-        for (int64_t d = 0; d < dim; ++d) out[r * dim + d] += slots_out[(r * k + j) * dim + d];
-    }
+  // A task a piece of a row (each value adds its own slots' values).
+  parallel_for_pieces(s.rows, dim, 512, 1, [&](int64_t r, int64_t d0, int64_t d1) {
+    thread_local std::vector<int64_t> order;
+    order.resize(k);
+    std::fill(out + r * dim + d0, out + r * dim + d1, 0.0f);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int64_t a, int64_t b) { return s.experts[r * k + a] < s.experts[r * k + b]; });
+    for (int64_t j : order)
+      for (int64_t d = d0; d < d1; ++d) out[r * dim + d] += slots_out[(r * k + j) * dim + d];
   });
 }
 

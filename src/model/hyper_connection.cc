@@ -22,13 +22,17 @@ namespace {
 constexpr int64_t kMixPiece = 512;
 constexpr int64_t kMixRowBlock = 32;
 
-// mixes [rows, num_mixes] = fn h[r] and squares [rows] = h[r] . h[r], in
-// pieces; a tile is a block of rows x a piece x a panel of outputs.
+// Each piece's share of the mixes, part [pieces][rows][num_mixes] = fn h[r]
+// over the piece, and of the squares, part_squares [pieces][rows]; a tile
+// is a block of rows x a piece x a panel of outputs.
 void piecewise_mixes(const kernels::Kernels& k, const Linear& fn, int64_t num_mixes, int64_t flat, const float* h,
-                     int64_t rows, float* mixes, float* squares) {
+                     int64_t rows, ScratchVector<float>* part_mixes, ScratchVector<float>* part_squares_out) {
   const int64_t pieces = flat / kMixPiece, blocks = (rows + kMixRowBlock - 1) / kMixRowBlock;
   const int64_t panels = (num_mixes + kernels::kPanel - 1) / kernels::kPanel;
-  ScratchVector<float> part(pieces * rows * num_mixes), part_squares(pieces * rows);
+  ScratchVector<float>& part = *part_mixes;
+  ScratchVector<float>& part_squares = *part_squares_out;
+  part.resize(pieces * rows * num_mixes);
+  part_squares.resize(pieces * rows);
   parallel_for(blocks * pieces * panels, 1, [&](int64_t a, int64_t b) {
     ScratchVector<float> gathered;
     for (int64_t u = a; u < b; ++u) {
@@ -48,55 +52,50 @@ void piecewise_mixes(const kernels::Kernels& k, const Linear& fn, int64_t num_mi
                    &part[(q * rows + r0) * num_mixes + p * kernels::kPanel], num_mixes);
     }
   });
-  parallel_for(rows, 8, [&](int64_t r0, int64_t r1) {
+}
+
+// mixes[r, m] = (fn[m] . h[r]) / rms(h[r]) over the flattened hc*dim
+// stream, each row's then handed to finish(r, mixes of r) in one job over
+// the rows, a task a row: the pieces' sums, the scaling and what the caller
+// makes of the mixes.
+template <class Finish>
+void stream_mixes(const kernels::Kernels& k, const Linear& fn, int64_t num_mixes, const ModelConfig& c, const float* h,
+                  int64_t rows, Finish finish) {
+  const int64_t flat = static_cast<int64_t>(c.hc_mult) * c.dim;
+  ScratchVector<float> mixes(rows * num_mixes), part, part_squares;
+  const bool pieces = k.numerics == kernels::Numerics::kFast && flat % kMixPiece == 0 && !fn.panels.empty();
+  if (pieces) piecewise_mixes(k, fn, num_mixes, flat, h, rows, &part, &part_squares);
+  else linear_forward(k, fn, h, rows, mixes.data());
+  parallel_for(rows, 1, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
-      float* m = mixes + r * num_mixes;
-      std::copy_n(&part[r * num_mixes], num_mixes, m);
-      squares[r] = part_squares[r];
-      for (int64_t q = 1; q < pieces; ++q) {
-        const float* pm = &part[(q * rows + r) * num_mixes];
-        for (int64_t j = 0; j < num_mixes; ++j) m[j] += pm[j];
-        squares[r] += part_squares[q * rows + r];
+      float* m = mixes.data() + r * num_mixes;
+      float squares;
+      if (pieces) {  // the pieces in order
+        std::copy_n(&part[r * num_mixes], num_mixes, m);
+        squares = part_squares[r];
+        for (int64_t q = 1; q < flat / kMixPiece; ++q) {
+          const float* pm = &part[(q * rows + r) * num_mixes];
+          for (int64_t j = 0; j < num_mixes; ++j) m[j] += pm[j];
+          squares += part_squares[q * rows + r];
+        }
+      } else {
+        squares = kernels::sum_squares(h + r * flat, flat);
       }
+      const float rs = 1.0f / std::sqrt(squares / static_cast<float>(flat) + c.norm_eps);
+      for (int64_t j = 0; j < num_mixes; ++j) m[j] *= rs;
+      finish(r, m);
     }
   });
 }
 
-// mixes[r, m] = (fn[m] . h[r]) / rms(h[r]) over the flattened hc*dim stream.
-std::vector<float> stream_mixes(const kernels::Kernels& k, const Linear& fn, int64_t num_mixes, const ModelConfig& c,
-                                const float* h, int64_t rows) {
-  const int64_t flat = static_cast<int64_t>(c.hc_mult) * c.dim;
-  std::vector<float> mixes(rows * num_mixes), squares(rows);
-  const bool pieces = k.numerics == kernels::Numerics::kFast && flat % kMixPiece == 0 && !fn.panels.empty();
-  if (pieces) {
-    piecewise_mixes(k, fn, num_mixes, flat, h, rows, mixes.data(), squares.data());
-  } else {
-    linear_forward(k, fn, h, rows, mixes.data());
-    parallel_for(rows, 64, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) squares[r] = kernels::sum_squares(h + r * flat, flat);
-    });
-  }
-  for (int64_t r = 0; r < rows; ++r) {
-    const float rs = 1.0f / std::sqrt(squares[r] / static_cast<float>(flat) + c.norm_eps);
-    for (int64_t m = 0; m < num_mixes; ++m) mixes[r * num_mixes + m] *= rs;
-  }
-  return mixes;
-}
-
-// Elementwise work over rows of `width` values, in pieces of a row, at
-// least `grain` pieces a task; fn(r, d0, d1). Work of a microsecond or two
-// a row stays whole (one task a row: a decode step's one row runs inline,
-// cheaper than waking a many-core pool), more is spread over the pool.
+// Elementwise work over a row goes in pieces of this many values. Work of
+// a microsecond or two a row stays whole (one task a row: a decode step's
+// one row runs inline, cheaper than waking a many-core pool), more is
+// spread over the pool.
 constexpr int64_t kRowPiece = 256;
 template <class Fn>
 void for_row_pieces(int64_t rows, int64_t width, int64_t grain, Fn fn) {
-  const int64_t pieces = (width + kRowPiece - 1) / kRowPiece;
-  parallel_for(rows * pieces, grain, [&](int64_t a, int64_t b) {
-    for (int64_t u = a; u < b; ++u) {
-      const int64_t r = u / pieces, d0 = u % pieces * kRowPiece;
-      fn(r, d0, std::min(width, d0 + kRowPiece));
-    }
-  });
+  parallel_for_pieces(rows, width, kRowPiece, grain, fn);
 }
 
 // x[d] = sum_s pre[s] * h[s][d] for d in [d0, d1), the copies in order.
@@ -150,24 +149,20 @@ HcMix mix_rows(const kernels::Kernels& k, const HyperConnWeights& w, const Model
                const ReferenceRows& rr, bool divide) {
   const int hc = c.hc_mult;
   const int64_t mix = c.mix_hc();
-  std::vector<float> mixes = stream_mixes(k, w.fn, mix, c, h, rows);
   HcMix out;
   out.pre.resize(rows * hc);
   out.post.resize(rows * hc);
   out.comb.resize(rows * hc * hc);
-  parallel_for(rows, 8, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const float* m = &mixes[r * mix];
-      for (int s = 0; s < hc; ++s) {
-        // pre and post are separate [rows, hc] tensors in the reference.
-        const int64_t at = rr.element(r, hc, s), n = rr.elements(r, hc);
-        out.pre[r * hc + s] = kernels::sigmoid_at(m[s] * w.scale[0] + w.base[s], at, n) + c.hc_eps;
-        out.post[r * hc + s] = 2.0f * kernels::sigmoid_at(m[hc + s] * w.scale[1] + w.base[hc + s], at, n);
-      }
-      float* comb = &out.comb[r * hc * hc];
-      for (int e = 0; e < hc * hc; ++e) comb[e] = m[2 * hc + e] * w.scale[2] + w.base[2 * hc + e];
-      sinkhorn(comb, hc, c.hc_sinkhorn_iters, c.hc_eps, divide);
+  stream_mixes(k, w.fn, mix, c, h, rows, [&](int64_t r, const float* m) {
+    for (int s = 0; s < hc; ++s) {
+      // pre and post are separate [rows, hc] tensors in the reference.
+      const int64_t at = rr.element(r, hc, s), n = rr.elements(r, hc);
+      out.pre[r * hc + s] = kernels::sigmoid_at(m[s] * w.scale[0] + w.base[s], at, n) + c.hc_eps;
+      out.post[r * hc + s] = 2.0f * kernels::sigmoid_at(m[hc + s] * w.scale[1] + w.base[hc + s], at, n);
     }
+    float* comb = &out.comb[r * hc * hc];
+    for (int e = 0; e < hc * hc; ++e) comb[e] = m[2 * hc + e] * w.scale[2] + w.base[2 * hc + e];
+    sinkhorn(comb, hc, c.hc_sinkhorn_iters, c.hc_eps, divide);
   });
   return out;
 }
@@ -226,15 +221,14 @@ void hc_post(const HcMix& mix, const ModelConfig& c, const float* x, int64_t row
 void hc_head(const kernels::Kernels& k, const HcHeadWeights& w, const ModelConfig& c, const float* h, int64_t rows,
              const int64_t* batch_row, const ReferenceRows& rr, float* x) {
   const int hc = c.hc_mult;
-  std::vector<float> mixes = stream_mixes(k, w.fn, hc, c, h, rows);
   std::vector<float> pre(rows * hc);
-  for (int64_t r = 0; r < rows; ++r) {
+  stream_mixes(k, w.fn, hc, c, h, rows, [&](int64_t r, const float* m) {
     for (int s = 0; s < hc; ++s) {
-      const float a = mixes[r * hc + s] * w.scale[0] + w.base[s];
+      const float a = m[s] * w.scale[0] + w.base[s];
       pre[r * hc + s] =
           kernels::sigmoid_at(a, rr.element(batch_row[r], hc, s), rr.elements(batch_row[r], hc)) + c.hc_eps;
     }
-  }
+  });
   hc_collapse(pre.data(), c, h, rows, x);
 }
 

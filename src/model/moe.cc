@@ -14,6 +14,9 @@
 namespace dsv4 {
 namespace {
 
+// SwiGLU's values a task: a piece of a hidden row.
+constexpr int64_t kSwigluPiece = 512;
+
 // An expert over its rows x [n, dim] -> out [n, w2.out]; row weights (may
 // be null) scale the hidden activations before w2, as the reference does.
 struct ExpertCall {
@@ -43,24 +46,27 @@ void experts_forward(const kernels::Kernels& k, float limit, const std::vector<E
   // Rows of all calls, in one numbering.
   std::vector<int64_t> row_of{0};
   for (const ExpertCall& c : calls) row_of.push_back(row_of.back() + c.n);
-  parallel_for(row_of.back(), 8, [&](int64_t a, int64_t b) {
-    size_t i = 0;
-    for (int64_t at = a; at < b; ++at) {
-      while (at >= row_of[i + 1]) ++i;
-      const ExpertCall& c = calls[i];
-      const int64_t inter = c.e->w1.out, r = at - row_of[i];
-      const int64_t width = inter * (group ? group->size() : 1), first = group ? group->rank() * inter : 0;
-      float* g = gate.data() + first_row[i] + r * inter;
-      float* u = up.data() + first_row[i] + r * inter;
-      if (limit > 0)
-        for (int64_t j = 0; j < inter; ++j) {
-          u[j] = std::clamp(u[j], -limit, limit);
-          g[j] = std::min(g[j], limit);
-        }
-      // Where the element sits in the whole [n, width] tensor decides its rounding.
-      k.silu(g, inter, r * width + first, c.n * width);
-      for (int64_t j = 0; j < inter; ++j) g[j] = c.row_weights ? c.row_weights[r] * (g[j] * u[j]) : g[j] * u[j];
-    }
+  // SwiGLU, elementwise: a task a piece of a row (a decode step has a few
+  // rows of thousands of values).
+  int64_t widest = 0;
+  for (const ExpertCall& c : calls) widest = std::max(widest, c.e->w1.out);
+  parallel_for_pieces(row_of.back(), widest, kSwigluPiece, 1, [&](int64_t at, int64_t j0, int64_t j1) {
+    const size_t i = std::upper_bound(row_of.begin(), row_of.end(), at) - row_of.begin() - 1;
+    const ExpertCall& c = calls[i];
+    const int64_t inter = c.e->w1.out, r = at - row_of[i];
+    if (j0 >= inter) return;
+    j1 = std::min(j1, inter);
+    const int64_t width = inter * (group ? group->size() : 1), first = group ? group->rank() * inter : 0;
+    float* g = gate.data() + first_row[i] + r * inter;
+    float* u = up.data() + first_row[i] + r * inter;
+    if (limit > 0)
+      for (int64_t j = j0; j < j1; ++j) {
+        u[j] = std::clamp(u[j], -limit, limit);
+        g[j] = std::min(g[j], limit);
+      }
+    // Where the element sits in the whole [n, width] tensor decides its rounding.
+    k.silu(g + j0, j1 - j0, r * width + first + j0, c.n * width);
+    for (int64_t j = j0; j < j1; ++j) g[j] = c.row_weights ? c.row_weights[r] * (g[j] * u[j]) : g[j] * u[j];
   });
   if (group) {
     const ExpertCall& c = calls[0];
@@ -86,7 +92,8 @@ Routing route_tokens(const kernels::Kernels& k, const MoEWeights& w, const Model
   rt.weights.resize(rows * topk);
   ScratchVector<float> logits(rows * E);
   linear_forward(k, w.gate, x, rows, logits.data());
-  parallel_for(rows, 16, [&](int64_t r0, int64_t r1) {
+  // A task a row: scoring and ranking all experts of a row is microseconds.
+  parallel_for(rows, 1, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       float* s = &logits[r * E];
       if (c.score_func == ScoreFunc::kSoftmax) {
