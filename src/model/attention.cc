@@ -153,9 +153,13 @@ void attend_in_blocks(const LayerContext& ctx, const AttentionWeights& w, const 
   const int64_t heads = static_cast<int64_t>(w.attn_sink.size()), hd = c.head_dim, rd = c.rope_head_dim;
   const kernels::KvRowFormat kv_format{hd - rd, rd};
   const auto n = static_cast<int64_t>(rows.size());
-  constexpr int64_t kSlotBlock = 2 * kernels::kKeyTile;
-  // Dimensions a sum takes: 128 when they hold the RoPE tail whole, else all.
-  const int64_t width = hd % 128 == 0 && rd <= 128 ? 128 : hd, widths = hd / width;
+  const int64_t threads = ThreadPool::current().num_threads(), head_panels = (heads + kernels::kPanel - 1) / kernels::kPanel;
+  int64_t all_slots = 0;
+  for (const SlotAttention& r : rows) all_slots += static_cast<int64_t>(r.slots.size());
+  // Slots a score task takes: two key tiles, or one when that leaves
+  // threads idle (each slot's key row is decoded once a task).
+  const int64_t slot_block =
+      all_slots * head_panels / (2 * kernels::kKeyTile) >= threads ? 2 * kernels::kKeyTile : kernels::kKeyTile;
   std::vector<int64_t> score_at(n + 1, 0);
   struct Task {
     int64_t row, first_head, first;  // first slot, or first dimension
@@ -165,7 +169,7 @@ void attend_in_blocks(const LayerContext& ctx, const AttentionWeights& w, const 
     const auto slots = static_cast<int64_t>(rows[v].slots.size());
     score_at[v + 1] = score_at[v] + heads * slots;
     for (int64_t h0 = 0; h0 < heads; h0 += kernels::kPanel)
-      for (int64_t j0 = 0; j0 < slots; j0 += kSlotBlock) score_tasks.push_back({v, h0, j0});
+      for (int64_t j0 = 0; j0 < slots; j0 += slot_block) score_tasks.push_back({v, h0, j0});
   }
   Buffer scores(score_at[n]);
   parallel_for(static_cast<int64_t>(score_tasks.size()), 1, [&](int64_t t0, int64_t t1) {
@@ -176,14 +180,22 @@ void attend_in_blocks(const LayerContext& ctx, const AttentionWeights& w, const 
       const SlotAttention& r = rows[task.row];
       const auto slots = static_cast<int64_t>(r.slots.size());
       ctx.k.sink_scores(q + (r.row * heads + task.first_head) * hd, std::min<int64_t>(kernels::kPanel, heads - task.first_head),
-                        r.slots.data() + task.first, std::min(kSlotBlock, slots - task.first), kv_format, scale,
+                        r.slots.data() + task.first, std::min(slot_block, slots - task.first), kv_format, scale,
                         scratch.data(), scores.data() + score_at[task.row] + task.first_head * slots + task.first, slots);
     }
   });
-  // Heads a sum takes: as many as leave a task for every thread.
-  const int64_t threads = ThreadPool::current().num_threads();
-  int64_t group = kernels::kPanel;
-  while (group > 1 && n * ((heads + group - 1) / group) * widths < threads) group /= 2;
+  // Heads and dimensions a sum takes: 16 heads and 128 dimensions, fewer
+  // while that leaves threads idle, but at least 4 heads (a task decodes
+  // its dimensions of every slot's row once for its heads) and 64
+  // dimensions holding the RoPE tail whole (the task that de-rotates it
+  // must hold it all).
+  int64_t group = kernels::kPanel, width = hd % 128 == 0 && rd <= 128 ? 128 : hd;
+  auto sum_tasks_of = [&] { return n * ((heads + group - 1) / group) * (hd / width); };
+  while (sum_tasks_of() < threads) {
+    if (group > 4) group /= 2;
+    else if (width == 128 && rd <= 64) width = 64;
+    else break;
+  }
   std::vector<Task> sum_tasks;
   for (int64_t v = 0; v < n; ++v)
     for (int64_t h0 = 0; h0 < heads; h0 += group)
