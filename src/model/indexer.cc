@@ -56,6 +56,8 @@ class Pass {
       offset_[r + 1] = offset_[r] + v;
       for (int64_t j = 0; j < v; j += kKeyBlock) tasks.push_back({r, j, std::min(v, j + kKeyBlock)});
     }
+    // Resized from empty: a pass never copies the last pass's values.
+    score_.clear();
     score_.resize(offset_.back());
     const auto num_tasks = static_cast<int64_t>(tasks.size());
     if (ranks_ == 1) {
@@ -63,11 +65,13 @@ class Pass {
         for (int64_t t = t0; t < t1; ++t) score_own(tasks[t]);
       });
     } else {
+      terms_.clear();
       terms_.resize(offset_.back() * s_.heads);
       parallel_for(num_tasks, 1, [&](int64_t t0, int64_t t1) {
         for (int64_t t = t0; t < t1; ++t)
           terms_of(tasks[t], terms_.data() + term_index(tasks[t].row, tasks[t].key_begin));
       });
+      gathered_.clear();
       gathered_.resize(terms_.size() * ranks_);
       tp_->all_gather(terms_.data(), sizeof(float) * terms_.size(), gathered_.data());
       parallel_for(num_tasks, 1, [&](int64_t t0, int64_t t1) {
