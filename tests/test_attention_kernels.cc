@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernels/cache_rows.h"
@@ -86,32 +87,57 @@ TEST(SinkAttentionHeads, GenericComputesSinkAttentionOnTheRowsValues) {
   }
 }
 
+// Random queries [heads, dim] and sinks [heads].
+struct HeadInputs {
+  std::vector<float> q, sinks;
+};
+HeadInputs random_heads(int64_t heads, int64_t dim, std::mt19937* rng) {
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  HeadInputs in{std::vector<float>(heads * dim), std::vector<float>(heads)};
+  for (auto& v : in.q) v = d(*rng);
+  for (auto& v : in.sinks) v = d(*rng);
+  return in;
+}
+
+// fn(kernels, label) for every attention body: each ISA in both numerics.
+template <class Fn>
+void for_each_body(Fn fn) {
+  for (kernels::Isa isa : {kernels::Isa::kGeneric, kernels::Isa::kAvx2, kernels::Isa::kAvx512})
+    for (kernels::Numerics n : {kernels::Numerics::kExact, kernels::Numerics::kFast})
+      fn(kernels::kernels_for(isa, n),
+         std::string(kernels::numerics_name(n)) + " isa " + std::to_string(static_cast<int>(isa)));
+}
+
+// The one-call attention of every head over all of `rows`' slots.
+std::vector<float> one_call(const kernels::Kernels& k, const HeadInputs& in, const CodedRows& rows) {
+  const auto heads = static_cast<int64_t>(in.sinks.size()), slots = static_cast<int64_t>(rows.slots.size());
+  const int64_t dim = rows.format.dim();
+  std::vector<float> out(heads * dim), scratch(kernels::sink_attention_scratch(heads, slots, dim));
+  k.sink_attention_heads(in.q.data(), heads, rows.slots.data(), slots, rows.format, in.sinks.data(), 0.125f,
+                         scratch.data(), out.data());
+  return out;
+}
+
 // Attention splits a token's heads into smaller groups when there are few
 // tokens for many threads: every body (each ISA, both numerics) gives each
 // head the same bits whichever group it is computed in.
 TEST(SinkAttentionHeads, AHeadsBitsDoNotDependOnItsGroup) {
   std::mt19937 rng(9);
-  std::normal_distribution<float> d(0.0f, 1.0f);
   const CodedRows rows = random_kv_rows({448, 64}, 150, &rng);
   const int64_t heads = 16, dim = rows.format.dim();
-  std::vector<float> q(heads * dim), sinks(heads);
-  for (auto& v : q) v = d(rng);
-  for (auto& v : sinks) v = d(rng);
-  for (kernels::Isa isa : {kernels::Isa::kGeneric, kernels::Isa::kAvx2, kernels::Isa::kAvx512})
-    for (kernels::Numerics n : {kernels::Numerics::kExact, kernels::Numerics::kFast}) {
-      const kernels::Kernels& k = kernels::kernels_for(isa, n);
-      std::vector<float> whole(heads * dim), scratch(kernels::sink_attention_scratch(heads, 150, dim));
-      k.sink_attention_heads(q.data(), heads, rows.slots.data(), 150, rows.format, sinks.data(), 0.125f,
-                             scratch.data(), whole.data());
-      for (int64_t group : {1, 2, 4, 8}) {
-        std::vector<float> split(heads * dim);
-        for (int64_t h0 = 0; h0 < heads; h0 += group)
-          k.sink_attention_heads(&q[h0 * dim], group, rows.slots.data(), 150, rows.format, &sinks[h0], 0.125f,
-                                 scratch.data(), &split[h0 * dim]);
-        EXPECT_EQ(std::memcmp(whole.data(), split.data(), sizeof(float) * whole.size()), 0)
-            << kernels::numerics_name(n) << " isa " << static_cast<int>(isa) << " groups of " << group;
-      }
+  const HeadInputs in = random_heads(heads, dim, &rng);
+  for_each_body([&](const kernels::Kernels& k, const std::string& label) {
+    const std::vector<float> whole = one_call(k, in, rows);
+    std::vector<float> scratch(kernels::sink_attention_scratch(heads, 150, dim));
+    for (int64_t group : {1, 2, 4, 8}) {
+      std::vector<float> split(heads * dim);
+      for (int64_t h0 = 0; h0 < heads; h0 += group)
+        k.sink_attention_heads(&in.q[h0 * dim], group, rows.slots.data(), 150, rows.format, &in.sinks[h0], 0.125f,
+                               scratch.data(), &split[h0 * dim]);
+      EXPECT_EQ(std::memcmp(whole.data(), split.data(), sizeof(float) * whole.size()), 0)
+          << label << " groups of " << group;
     }
+  });
 }
 
 // Decode on many cores cuts one token's attention along its key slots (the
@@ -119,36 +145,28 @@ TEST(SinkAttentionHeads, AHeadsBitsDoNotDependOnItsGroup) {
 // the bits of the one-call attention however the cuts fall.
 TEST(SinkAttentionHeads, ScoresBySlotBlocksAndSumsByDimensionsGiveTheOneCallsBits) {
   std::mt19937 rng(13);
-  std::normal_distribution<float> d(0.0f, 1.0f);
   for (const kernels::KvRowFormat f : {kernels::KvRowFormat{448, 64}, kernels::KvRowFormat{128, 2}}) {
-    const int64_t slots = 150;
+    const int64_t slots = 150, heads = 16, dim = f.dim();
     const CodedRows rows = random_kv_rows(f, slots, &rng);
-    const int64_t heads = 16, dim = f.dim();
-    std::vector<float> q(heads * dim), sinks(heads);
-    for (auto& v : q) v = d(rng);
-    for (auto& v : sinks) v = d(rng);
-    for (kernels::Isa isa : {kernels::Isa::kGeneric, kernels::Isa::kAvx2, kernels::Isa::kAvx512})
-      for (kernels::Numerics n : {kernels::Numerics::kExact, kernels::Numerics::kFast}) {
-        const kernels::Kernels& k = kernels::kernels_for(isa, n);
-        std::vector<float> whole(heads * dim), scratch(kernels::sink_attention_scratch(heads, slots, dim));
-        k.sink_attention_heads(q.data(), heads, rows.slots.data(), slots, f, sinks.data(), 0.125f, scratch.data(),
-                               whole.data());
-        for (int64_t block : {8, 24, 37}) {
-          for (int64_t width : {int64_t{64}, int64_t{128}, dim}) {
-            std::vector<float> scores(heads * slots), split(heads * dim);
-            for (int64_t j0 = 0; j0 < slots; j0 += block)
-              k.sink_scores(q.data(), heads, rows.slots.data() + j0, std::min(block, slots - j0), f, 0.125f,
-                            scratch.data(), &scores[j0], slots);
-            for (int64_t h0 = 0; h0 < heads; h0 += 4)
-              for (int64_t d0 = 0; d0 < dim; d0 += width)
-                k.sink_weighted_sum(&scores[h0 * slots], 4, slots, rows.slots.data(), slots, f, &sinks[h0], d0,
-                                    std::min(dim, d0 + width), scratch.data(), &split[h0 * dim + d0], dim);
-            EXPECT_EQ(std::memcmp(whole.data(), split.data(), sizeof(float) * whole.size()), 0)
-                << kernels::numerics_name(n) << " isa " << static_cast<int>(isa) << " dim " << dim << " slot blocks of "
-                << block << ", dimensions " << width << " a sum";
-          }
+    const HeadInputs in = random_heads(heads, dim, &rng);
+    for_each_body([&](const kernels::Kernels& k, const std::string& label) {
+      const std::vector<float> whole = one_call(k, in, rows);
+      std::vector<float> scratch(kernels::sink_attention_scratch(heads, slots, dim));
+      for (int64_t block : {8, 24, 37}) {
+        for (int64_t width : {int64_t{64}, int64_t{128}, dim}) {
+          std::vector<float> scores(heads * slots), split(heads * dim);
+          for (int64_t j0 = 0; j0 < slots; j0 += block)
+            k.sink_scores(in.q.data(), heads, rows.slots.data() + j0, std::min(block, slots - j0), f, 0.125f,
+                          scratch.data(), &scores[j0], slots);
+          for (int64_t h0 = 0; h0 < heads; h0 += 4)
+            for (int64_t d0 = 0; d0 < dim; d0 += width)
+              k.sink_weighted_sum(&scores[h0 * slots], 4, slots, rows.slots.data(), slots, f, &in.sinks[h0], d0,
+                                  std::min(dim, d0 + width), scratch.data(), &split[h0 * dim + d0], dim);
+          EXPECT_EQ(std::memcmp(whole.data(), split.data(), sizeof(float) * whole.size()), 0)
+              << label << " dim " << dim << " slot blocks of " << block << ", dimensions " << width << " a sum";
         }
       }
+    });
   }
 }
 
