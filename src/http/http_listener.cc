@@ -65,9 +65,11 @@ HttpListener::~HttpListener() {
   stop(0);
   for (auto& l : loops_)
     if (l->thread.joinable()) l->thread.join();
-  // Handlers still queued hold connections; they go with their io_context,
-  // the acceptor's loop last.
-  for (size_t i = loops_.size(); i-- > 0;) loops_[i].reset();
+  // Handlers still queued hold connections; they go with their io_context.
+  // The acceptor's loop goes first: an accept still queued on it holds a
+  // socket of the loop it was meant for, whose socket service must outlive
+  // it (destroyed after that loop, it called into a freed service).
+  for (auto& l : loops_) l.reset();
 }
 
 const HttpListenerOptions& HttpListener::options() const { return shared_->options; }
