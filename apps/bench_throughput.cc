@@ -17,6 +17,7 @@
 
 #include "base/phase_timer.h"
 #include "bench_peer.h"
+#include "bench_step_roofline.h"
 #include "base/thread_pool.h"
 #include "kernels/dispatch.h"
 #include "kernels/kernels.h"
@@ -31,52 +32,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// A kernel's FLOP/s on a prefill-sized problem (256 rows, 2048 x 2048),
-// best of three: the FP8 panels with BF16-pair inputs (what the released
-// formats' linears run in prefill) and the f32 panels.
-double gemm_peak(WeightFormat format, kernels::Numerics numerics) {
-  const int64_t m = 256, n = 2048, k = 2048;
-  Linear l;
-  l.out = n;
-  l.in = k;
-  std::mt19937 rng(1);
-  if (format == WeightFormat::kFp8Block) {
-    l.format = format;
-    l.round_input = true;
-    l.codes.resize(n * k);
-    for (auto& c : l.codes) c = static_cast<uint8_t>(rng() % 0x7E);  // finite e4m3 codes
-    l.scales.assign(n * (k / 128), 120);
-  } else {
-    l.w.resize(n * k);
-    for (float& v : l.w) v = static_cast<float>(rng() % 1000) / 1000.0f - 0.5f;
-  }
-  l.pack();
-  std::vector<float> x(m * k), y(m * n);
-  for (float& v : x) v = static_cast<float>(rng() % 1000) / 500.0f - 1.0f;
-  double best = 0;
-  for (int rep = 0; rep < 3; ++rep) {
-    const auto t0 = Clock::now();
-    linear_forward(kernels::kernels_for(numerics), l, x.data(), m, y.data());
-    best = std::max(best, 2.0 * m * n * k / seconds_since(t0));
-  }
-  return best;
-}
-
-// Multiply-adds x 2 a token costs in the linears: every main linear, the
-// routed experts' share top-k / experts, and the head when logits are
-// wanted (every decode token; only a chunk's last row in prefill).
-double linear_flops_per_token(const DeepseekV4& m, bool with_head) {
-  const ModelConfig& c = m.config();
-  double flops = 0;
-  m.weights().for_each_linear([&](const Linear& l, LinearKind kind) {
-    const double f = 2.0 * static_cast<double>(l.out) * static_cast<double>(l.in);
-    if (kind == LinearKind::kMain) flops += f;
-    if (kind == LinearKind::kRoutedExpert) flops += f * c.n_activated_experts / c.n_routed_experts;
-    if (kind == LinearKind::kHead && with_head) flops += f;
-  });
-  return flops;
-}
-
 // The weight bytes a plain decode step reads per token at batch 1: the main
 // model's linears, the routed experts it activates and the head (not the
 // MTP block, not the embedding table's other rows).
@@ -84,6 +39,8 @@ struct Row {
   std::string phase;
   int64_t batch = 0, ctx_from = 0, ctx_to = 0, tokens = 0;
   double seconds = 0;
+  double bandwidth = 0;          // measured just before the row
+  std::vector<StepWork> steps;   // each timed step's work (a prefill chunk, a decode step)
   double tok_s() const { return seconds > 0 ? tokens / seconds : 0.0; }
 };
 
@@ -105,8 +62,18 @@ std::array<double, kNumPhases> timed_phases(const std::function<Status()>& step,
   return PhaseTimer::totals();
 }
 
+// Runs `step` with the weight bytes its kernels stream counted; returns them.
+double metered(const std::function<void()>& step) {
+  UniqueWeightBytes bytes;
+  {
+    WorkMeter::ProcessScope scope(&bytes);
+    step();
+  }
+  return bytes.total();
+}
+
 StatusOr<Run> run_rows(DeepseekV4& m, kernels::Numerics numerics, const std::vector<int64_t>& contexts,
-                       const std::vector<int64_t>& batches, int64_t gen) {
+                       const std::vector<int64_t>& batches, int64_t gen, BandwidthProbe& probe) {
   m.set_numerics(numerics);
   const ModelConfig& c = m.config();
   Run run;
@@ -124,7 +91,8 @@ StatusOr<Run> run_rows(DeepseekV4& m, kernels::Numerics numerics, const std::vec
   for (int64_t L : contexts) {
     if (L < at) continue;
     // Prefill every sequence from `at` to L, one at a time (a row of batch 1).
-    Row pre{"prefill", 1, at, L, 0, 0};
+    Row pre{"prefill", 1, at, L, 0, 0, 0, {}};
+    pre.bandwidth = probe.measure();
     for (int64_t b = 0; b < max_batch; ++b) {
       const std::vector<int32_t> t = random_tokens(L - at);
       for (int64_t s0 = 0; s0 < L - at; s0 += 2048) {
@@ -134,10 +102,23 @@ StatusOr<Run> run_rows(DeepseekV4& m, kernels::Numerics numerics, const std::vec
         ForwardOutput out;
         Status st;
         const auto t0 = Clock::now();
-        if (b == 0 && s0 == 0 && at == 0) run.prefill_phases = timed_phases([&] { return m.forward(fb, &out); }, &st);
-        else st = m.forward(fb, &out);
-        if (b == 0) pre.seconds += seconds_since(t0), pre.tokens += n;
+        double weight_bytes = 0;
+        if (b == 0) {
+          // The timed sequence's chunks count their weight bytes as they
+          // run (a lock and a few words per kernel call: noise next to a
+          // chunk's seconds).
+          weight_bytes = metered([&] {
+            if (s0 == 0 && at == 0) run.prefill_phases = timed_phases([&] { return m.forward(fb, &out); }, &st);
+            else st = m.forward(fb, &out);
+          });
+        } else {
+          st = m.forward(fb, &out);
+        }
         DSV4_RETURN_IF_ERROR(st);
+        if (b != 0) continue;
+        pre.seconds += seconds_since(t0), pre.tokens += n;
+        pre.steps.push_back(sequence_step_work(m, at + s0, n, true));
+        pre.steps.back().weight_bytes = weight_bytes;
       }
     }
     at = L;
@@ -145,7 +126,9 @@ StatusOr<Run> run_rows(DeepseekV4& m, kernels::Numerics numerics, const std::vec
     // Decode: each batch size steps `gen` tokens from L, then rewinds.
     for (int64_t B : batches) {
       std::vector<ContiguousCache> copies(seqs.begin(), seqs.begin() + B);
-      Row dec{"decode", B, L, L + gen, 0, 0};
+      Row dec{"decode", B, L, L + gen, 0, 0, 0, {}};
+      dec.bandwidth = probe.measure();
+      double weight_bytes = 0;  // the warm-up step's, metered (the timed steps are not)
       for (int64_t s = -1; s < gen; ++s) {  // step -1: warm-up, not timed
         ForwardBatch fb;
         const std::vector<int32_t> t = random_tokens(B);
@@ -155,9 +138,15 @@ StatusOr<Run> run_rows(DeepseekV4& m, kernels::Numerics numerics, const std::vec
         const auto t0 = Clock::now();
         if (s == 0 && L == contexts.front())
           run.decode_phases.emplace_back(B, timed_phases([&] { return m.forward(fb, &out); }, &st));
+        else if (s < 0) weight_bytes = metered([&] { st = m.forward(fb, &out); });
         else st = m.forward(fb, &out);
-        if (s >= 0) dec.seconds += seconds_since(t0), dec.tokens += B;
         DSV4_RETURN_IF_ERROR(st);
+        if (s < 0) continue;
+        dec.seconds += seconds_since(t0), dec.tokens += B;
+        StepWork work;
+        for (int64_t b = 0; b < B; ++b) work += sequence_step_work(m, L + 1 + s, 1, false);
+        work.weight_bytes = weight_bytes;
+        dec.steps.push_back(work);
       }
       dec.ctx_to = L + gen + 1;
       run.rows.push_back(dec);
@@ -227,6 +216,43 @@ bool print_peer(const ThroughputOptions& o, const Run& ours, const Limits& limit
   return true;
 }
 
+// A row's roofline: the sum of its steps', each the larger of its bytes at
+// the bandwidth measured next to the row and its FLOPs at the peaks.
+double row_roofline_seconds(const Row& r, const KernelPeaks& peaks) {
+  double s = 0;
+  for (const StepWork& w : r.steps) s += roofline_time(w, r.bandwidth, peaks).roofline_s();
+  return s;
+}
+
+// Per row, one step's average work, its time at the bandwidth and at the
+// peaks, and the share of that roofline the row achieved.
+void print_step_rooflines(const Run& run, const KernelPeaks& peaks) {
+  std::printf("roofline per step, %s (a step: a prefill chunk or a decode step; bytes each read once a step, at the "
+              "bandwidth measured before the row; FLOPs at the kernel peaks above):\n",
+              kernels::numerics_name(run.numerics));
+  std::printf("  %-8s %5s %12s %6s %10s %8s %9s %9s %9s %9s %10s %10s %10s %10s %7s\n", "phase", "batch", "context",
+              "GB/s", "weight MiB", "KV MiB", "linear GF", "expert GF", "attn GF", "index GF", "memory ms", "flops ms",
+              "roof ms", "step ms", "of roof");
+  for (const Row& r : run.rows) {
+    if (r.steps.empty()) continue;
+    StepWork sum;
+    RooflineTime t;
+    for (const StepWork& w : r.steps) {
+      sum += w;
+      const RooflineTime one = roofline_time(w, r.bandwidth, peaks);
+      t.memory_s += one.memory_s, t.compute_s += one.compute_s;
+    }
+    const double n = static_cast<double>(r.steps.size()), roof = row_roofline_seconds(r, peaks);
+    const std::string ctx = std::to_string(r.ctx_from) + "-" + std::to_string(r.ctx_to);
+    std::printf("  %-8s %5lld %12s %6.1f %10.2f %8.3f %9.4f %9.4f %9.4f %9.4f %10.3f %10.3f %10.3f %10.3f %6.1f%%\n",
+                r.phase.c_str(), static_cast<long long>(r.batch), ctx.c_str(), r.bandwidth / 1e9,
+                sum.weight_bytes / n / 1048576.0, sum.kv_bytes / n / 1048576.0, sum.linear_flops / n / 1e9,
+                sum.expert_flops / n / 1e9, sum.attention_flops / n / 1e9, sum.indexer_flops / n / 1e9,
+                t.memory_s / n * 1e3, t.compute_s / n * 1e3, roof / n * 1e3, r.seconds / n * 1e3,
+                100.0 * roof / r.seconds);
+  }
+}
+
 // A step's phases as shares of its time.
 void print_phases(const char* what, const std::array<double, kNumPhases>& seconds) {
   double total = 0;
@@ -273,32 +299,7 @@ double decode_bytes_per_token(const DeepseekV4& m) {
   return bytes;
 }
 
-double read_bandwidth() {
-  const int64_t words = int64_t{1} << 27;  // 1 GiB of uint64
-  std::vector<uint64_t> buf(words);
-  parallel_for(words, 1 << 16, [&](int64_t a, int64_t b) {
-    for (int64_t i = a; i < b; ++i) buf[i] = static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ull;
-  });
-  double best = 0;
-  for (int rep = 0; rep < 3; ++rep) {
-    std::vector<uint64_t> partial(1024, 0);
-    const auto t0 = Clock::now();
-    parallel_for(1024, 1, [&](int64_t a, int64_t b) {
-      for (int64_t c = a; c < b; ++c) {
-        uint64_t acc = 0;
-        const uint64_t* p = buf.data() + c * (words / 1024);
-        for (int64_t i = 0; i < words / 1024; ++i) acc ^= p[i];
-        partial[c] = acc;
-      }
-    });
-    const double s = seconds_since(t0);
-    uint64_t sink = 0;
-    for (uint64_t v : partial) sink ^= v;
-    if (sink == 42) std::fputs("", stderr);  // keep the reads
-    best = std::max(best, 8.0 * words / s);
-  }
-  return best;
-}
+double read_bandwidth() { return BandwidthProbe().measure(); }
 
 int bench_throughput(DeepseekV4& m, const ThroughputOptions& o) {
   const ModelConfig& c = m.config();
@@ -317,16 +318,24 @@ int bench_throughput(DeepseekV4& m, const ThroughputOptions& o) {
   for (kernels::Numerics n : numerics) modes += std::string(modes.empty() ? "" : " and ") + kernels::numerics_name(n);
   std::printf("dsv4 bench: %s (%s), kernels %s, numerics %s, %d threads\n", o.name.c_str(), c.summary().c_str(),
               kernels::isa_name(kernels::active_isa()), modes.c_str(), ThreadPool::global().num_threads());
-  double bandwidth = read_bandwidth();
-  std::vector<double> peaks;
+  BandwidthProbe probe;
+  double bandwidth = probe.measure();
+  std::vector<KernelPeaks> kernel_peaks;
+  std::vector<double> peaks;  // the FP8-panel GEMM's, per numerics
   std::printf("machine: memory read %.2f GB/s; GEMM kernel peak (FP8 panels, BF16-pair inputs: what prefill's "
               "linears run)",
               bandwidth / 1e9);
   for (kernels::Numerics n : numerics) {
-    peaks.push_back(gemm_peak(WeightFormat::kFp8Block, n));
+    kernel_peaks.push_back(measure_kernel_peaks(m, n));
+    peaks.push_back(kernel_peaks.back().fp8_gemm);
     std::printf(" %.2f GFLOP/s %s", peaks.back() / 1e9, kernels::numerics_name(n));
   }
-  std::printf(", f32 panels %.2f GFLOP/s\n", gemm_peak(WeightFormat::kDense, numerics.back()) / 1e9);
+  std::printf(", f32 panels %.2f GFLOP/s\n", kernel_peaks.back().f32_gemm / 1e9);
+  for (size_t k = 0; k < numerics.size(); ++k)
+    std::printf("kernel peaks, %s (GFLOP/s, all threads): FP8 GEMM %.1f, FP4 GEMM %.1f, sink attention %.1f "
+                "(16 heads x 256 cached rows), indexer %.1f\n",
+                kernels::numerics_name(numerics[k]), kernel_peaks[k].fp8_gemm / 1e9, kernel_peaks[k].fp4_gemm / 1e9,
+                kernel_peaks[k].attention / 1e9, kernel_peaks[k].indexer / 1e9);
   const double prefill_flops = linear_flops_per_token(m, false);
   std::printf("linears: %.2f GFLOP per prefill token, %.2f per decode token (with the head)\n", prefill_flops / 1e9,
               linear_flops_per_token(m, true) / 1e9);
@@ -336,7 +345,7 @@ int bench_throughput(DeepseekV4& m, const ThroughputOptions& o) {
 
   std::vector<Run> runs;
   for (kernels::Numerics n : numerics) {
-    StatusOr<Run> run = run_rows(m, n, contexts, batches, gen);
+    StatusOr<Run> run = run_rows(m, n, contexts, batches, gen, probe);
     if (!run.ok()) {
       std::fprintf(stderr, "dsv4 bench: %s\n", run.status().message().c_str());
       return 2;
@@ -346,7 +355,7 @@ int bench_throughput(DeepseekV4& m, const ThroughputOptions& o) {
 
   // The bandwidth again after the rows (a shared machine's bandwidth moves
   // from minute to minute); the higher of the two is the roofline.
-  const double bandwidth_after = read_bandwidth();
+  const double bandwidth_after = probe.measure();
   std::printf("memory read %.2f GB/s after the rows; the roofline uses %.2f GB/s (%.1f tok/s at batch 1)\n",
               bandwidth_after / 1e9, std::max(bandwidth, bandwidth_after) / 1e9,
               std::max(bandwidth, bandwidth_after) / per_token_bytes);
@@ -374,6 +383,7 @@ int bench_throughput(DeepseekV4& m, const ThroughputOptions& o) {
     std::printf("\n");
   }
   std::printf("  (prefill: linear FLOP/s vs the GEMM peak of its numerics; decode batch 1: vs the memory roofline)\n");
+  for (size_t k = 0; k < runs.size(); ++k) print_step_rooflines(runs[k], kernel_peaks[k]);
   for (const Run& run : runs) {
     // Batch scaling at each context, and long-context decode against the
     // shortest context, at batch 1.
@@ -408,12 +418,16 @@ int bench_throughput(DeepseekV4& m, const ThroughputOptions& o) {
   print_kv_bytes_per_token(c);
   if (!csv.empty()) {
     std::ofstream f(csv);
-    f << "numerics,phase,batch,ctx_from,ctx_to,tokens,seconds,tok_s,mem_gbps,gemm_gflops,vs_limit\n";
+    f << "numerics,phase,batch,ctx_from,ctx_to,tokens,seconds,tok_s,mem_gbps,gemm_gflops,vs_limit,row_mem_gbps,"
+         "roofline_seconds,of_roofline\n";
     for (size_t k = 0; k < runs.size(); ++k)
-      for (const Row& r : runs[k].rows)
+      for (const Row& r : runs[k].rows) {
+        const double roof = row_roofline_seconds(r, kernel_peaks[k]);
         f << kernels::numerics_name(runs[k].numerics) << ',' << r.phase << ',' << r.batch << ',' << r.ctx_from << ','
           << r.ctx_to << ',' << r.tokens << ',' << r.seconds << ',' << r.tok_s() << ',' << bandwidth / 1e9 << ','
-          << peaks[k] / 1e9 << ',' << ratio(r, k) << '\n';
+          << peaks[k] / 1e9 << ',' << ratio(r, k) << ',' << r.bandwidth / 1e9 << ',' << roof << ','
+          << roof / r.seconds << '\n';
+      }
     std::printf("CSV written to %s\n", csv.c_str());
   }
   return peer_ok ? 0 : 1;

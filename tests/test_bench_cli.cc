@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <map>
 #include <regex>
 #include <string>
 
@@ -67,10 +68,54 @@ TEST(BenchCli, ThroughputRowsMachineLimitsAndCsv) {
     EXPECT_GT(std::stod(m[1]), std::stod(m[2])) << model;
     EXPECT_GT(std::stod(m[2]), std::stod(m[3])) << model;
   }
+  // The roofline per step: each row's bytes and FLOPs, its time at the
+  // bandwidth and at the kernel peaks, the larger of the two, and the
+  // share of it the row achieved.
+  for (const char* mode : {"exact", "fast"}) {
+    const std::string md(mode);
+    const auto from = r.output.find("roofline per step, " + md);
+    ASSERT_NE(from, std::string::npos) << r.output;
+    // The table: its heading, then its lines, each indented.
+    size_t end = r.output.find('\n', from);
+    while (end != std::string::npos && r.output.compare(end + 1, 2, "  ") == 0) end = r.output.find('\n', end + 1);
+    const std::string table = r.output.substr(from, end - from);
+    const std::regex row(R"(\n  (prefill|decode)\s+([0-9]+)\s+([0-9]+)-[0-9]+)"
+                         R"(\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+))"
+                         R"(\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)%)");
+    std::map<std::string, std::vector<double>> rows;  // "decode 3 192" -> its numbers
+    for (auto it = std::sregex_iterator(table.begin(), table.end(), row); it != std::sregex_iterator(); ++it) {
+      std::vector<double> v;
+      for (int i = 4; i <= 15; ++i) v.push_back(std::stod((*it)[i]));
+      rows[(*it)[1].str() + " " + (*it)[2].str() + " " + (*it)[3].str()] = v;
+    }
+    ASSERT_EQ(rows.size(), 6u) << table;  // 2 prefill rows, 2 contexts x 2 batch sizes
+    for (const auto& [name, v] : rows) {
+      // GB/s, weights MiB, KV MiB, 4 x GFLOP, memory ms, flops ms, roof ms, step ms, share
+      EXPECT_GT(v[0], 0.1) << name;
+      EXPECT_GT(v[1], 0.0) << name;                                          // weights streamed
+      EXPECT_GT(v[2], 0.0) << name;                                          // KV rows read
+      EXPECT_GT(v[3] * v[4] * v[5], 0.0) << name;                            // linears, experts, attention
+      EXPECT_NEAR(v[9], std::max(v[7], v[8]), 0.0011 + 1e-3 * v[9]) << name;  // roofline: the larger time
+      // (the times are printed to 0.001 ms)
+      EXPECT_NEAR(v[11], 100.0 * v[9] / v[10], 0.06 + v[11] * (5e-4 / v[9] + 5e-4 / v[10])) << name;
+    }
+    // A batch of 3 reads the weights of more experts than one token (the
+    // default model routes 6 of 64), and does 3 tokens' FLOPs.
+    const auto& one = rows["decode 1 192"];
+    const auto& three = rows["decode 3 192"];
+    EXPECT_GT(three[1], one[1]) << table;
+    EXPECT_NEAR(three[5], 3 * one[5], 1.1e-4 + 1e-3 * three[5]) << table;  // attention GFLOP
+    EXPECT_NEAR(three[4], 3 * one[4], 1.1e-4 + 1e-3 * three[4]) << table;  // experts GFLOP
+    // A longer context reads more KV rows, and a token attends more slots.
+    EXPECT_GT(rows["decode 1 192"][2], rows["decode 1 64"][2]) << table;
+    EXPECT_GT(rows["prefill 1 64"][5] / 128, rows["prefill 1 0"][5] / 64) << table;
+  }
   std::ifstream in(csv);
   std::string header, line;
   std::getline(in, header);
-  EXPECT_EQ(header, "numerics,phase,batch,ctx_from,ctx_to,tokens,seconds,tok_s,mem_gbps,gemm_gflops,vs_limit");
+  EXPECT_EQ(header,
+            "numerics,phase,batch,ctx_from,ctx_to,tokens,seconds,tok_s,mem_gbps,gemm_gflops,vs_limit,row_mem_gbps,"
+            "roofline_seconds,of_roofline");
   int lines = 0;
   while (std::getline(in, line)) ++lines;
   EXPECT_EQ(lines, 12);  // per numerics: 2 prefill rows + 2 contexts x 2 batch sizes

@@ -15,7 +15,8 @@ class WorkMeter {
   // `bytes` of weights read starting at `at`.
   virtual void read(const void* at, int64_t bytes) = 0;
 
-  // The meter of the tile running on this thread, or null.
+  // The meter of the tile running on this thread, else the process's
+  // (ProcessScope), or null.
   static WorkMeter* current();
   // Installs `meter` for this thread until the scope ends.
   class Scope {
@@ -24,6 +25,19 @@ class WorkMeter {
     ~Scope();
     Scope(const Scope&) = delete;
     Scope& operator=(const Scope&) = delete;
+
+   private:
+    WorkMeter* previous_;
+  };
+  // Installs `meter` for every thread without one of its own (a real
+  // pool's workers included) until the scope ends: dsv4 bench counts the
+  // weight bytes a step reads. `meter` takes calls from many threads.
+  class ProcessScope {
+   public:
+    explicit ProcessScope(WorkMeter* meter);
+    ~ProcessScope();
+    ProcessScope(const ProcessScope&) = delete;
+    ProcessScope& operator=(const ProcessScope&) = delete;
 
    private:
     WorkMeter* previous_;
