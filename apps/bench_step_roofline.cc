@@ -37,7 +37,14 @@ double gemm_peak(WeightFormat format, kernels::Numerics numerics) {
   l.out = n;
   l.in = k;
   std::mt19937 rng(1);
-  if (format == WeightFormat::kFp8Block || format == WeightFormat::kFp4Block) {
+  if (format == WeightFormat::kBf16) {
+    l.format = format;
+    l.codes.resize(n * k * 2);
+    for (int64_t i = 0; i < n * k; ++i) {  // bf16 of magnitudes near 1, either sign
+      l.codes[2 * i] = static_cast<uint8_t>(rng());
+      l.codes[2 * i + 1] = static_cast<uint8_t>(0x3F | (rng() & 0x80));
+    }
+  } else if (format == WeightFormat::kFp8Block || format == WeightFormat::kFp4Block) {
     const bool fp4 = format == WeightFormat::kFp4Block;
     l.format = format;
     l.round_input = true;
@@ -118,8 +125,9 @@ double indexer_peak(const ModelConfig& c, const kernels::Kernels& k) {
 StepWork& StepWork::operator+=(const StepWork& o) {
   weight_bytes += o.weight_bytes;
   kv_bytes += o.kv_bytes;
-  linear_flops += o.linear_flops;
-  expert_flops += o.expert_flops;
+  fp8_flops += o.fp8_flops;
+  fp4_flops += o.fp4_flops;
+  wide_flops += o.wide_flops;
   attention_flops += o.attention_flops;
   indexer_flops += o.indexer_flops;
   return *this;
@@ -141,15 +149,17 @@ StepWork sequence_step_work(const DeepseekV4& m, int64_t from, int64_t tokens, b
   const ModelConfig& c = m.config();
   const CacheGeometry g = CacheGeometry::of(c);
   StepWork w;
-  double main = 0, experts = 0, head = 0;
   m.weights().for_each_linear([&](const Linear& l, LinearKind kind) {
-    const double f = 2.0 * static_cast<double>(l.out) * static_cast<double>(l.in);
-    if (kind == LinearKind::kMain) main += f;
-    if (kind == LinearKind::kRoutedExpert) experts += f * c.n_activated_experts / c.n_routed_experts;
-    if (kind == LinearKind::kHead) head += f;
+    if (kind == LinearKind::kMtp) return;
+    // Each token runs every main linear and its top-k of the routed
+    // experts; the head runs for the tokens whose logits are wanted.
+    double f = 2.0 * static_cast<double>(l.out) * static_cast<double>(l.in);
+    if (kind == LinearKind::kRoutedExpert) f *= static_cast<double>(c.n_activated_experts) / c.n_routed_experts;
+    f *= kind == LinearKind::kHead && prefill_chunk ? 1 : static_cast<double>(tokens);
+    if (l.format == WeightFormat::kFp4Block) w.fp4_flops += f;
+    else if (l.format == WeightFormat::kBf16 || l.format == WeightFormat::kDense) w.wide_flops += f;
+    else w.fp8_flops += f;
   });
-  w.linear_flops = main * tokens + head * (prefill_chunk ? 1 : tokens);
-  w.expert_flops = experts * tokens;
   const int64_t to = from + tokens, win = c.window_size;
   for (int l = 0; l < c.n_layers; ++l) {
     const int ratio = c.compress_ratios[l];
@@ -180,6 +190,7 @@ KernelPeaks measure_kernel_peaks(const DeepseekV4& m, kernels::Numerics numerics
   KernelPeaks p;
   p.fp8_gemm = gemm_peak(WeightFormat::kFp8Block, numerics);
   p.fp4_gemm = gemm_peak(WeightFormat::kFp4Block, numerics);
+  p.bf16_gemm = gemm_peak(WeightFormat::kBf16, numerics);
   p.f32_gemm = gemm_peak(WeightFormat::kDense, numerics);
   p.attention = attention_peak(m.config(), k);
   p.indexer = indexer_peak(m.config(), k);
@@ -189,8 +200,10 @@ KernelPeaks measure_kernel_peaks(const DeepseekV4& m, kernels::Numerics numerics
 RooflineTime roofline_time(const StepWork& w, double bandwidth, const KernelPeaks& p) {
   RooflineTime t;
   t.memory_s = (w.weight_bytes + w.kv_bytes) / bandwidth;
-  t.compute_s = w.linear_flops / p.fp8_gemm + w.expert_flops / p.fp4_gemm + w.attention_flops / p.attention +
-                (p.indexer > 0 ? w.indexer_flops / p.indexer : 0.0);
+  // BF16 and f32 panels both run f32 multiply-adds; the BF16 kernel's peak
+  // (the head's) stands for both.
+  t.compute_s = w.fp8_flops / p.fp8_gemm + w.fp4_flops / p.fp4_gemm + w.wide_flops / p.bf16_gemm +
+                w.attention_flops / p.attention + (p.indexer > 0 ? w.indexer_flops / p.indexer : 0.0);
   return t;
 }
 

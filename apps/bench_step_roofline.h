@@ -21,8 +21,12 @@ namespace dsv4::app {
 struct StepWork {
   double weight_bytes = 0;     // linear panels streamed, each byte once a step
   double kv_bytes = 0;         // cache rows read (window, compressed, index keys), each once
-  double linear_flops = 0;     // main linears and the head: FP8 (or the checkpoint's) panels
-  double expert_flops = 0;     // routed experts: FP4 panels
+  // The linears' multiply-adds x 2 by the panels that hold their weights
+  // (each kind of panel runs its own kernel): FP8 (and int8), FP4 (the
+  // routed experts), BF16 and f32 (the head, small dequantized linears).
+  double fp8_flops = 0;
+  double fp4_flops = 0;
+  double wide_flops = 0;
   double attention_flops = 0;  // scores and weighted sums over the live key slots
   double indexer_flops = 0;    // the lightning indexer's scores over its keys
   StepWork& operator+=(const StepWork& o);
@@ -41,7 +45,7 @@ double linear_flops_per_token(const DeepseekV4& m, bool with_head);
 // three: GEMMs on prefill-sized problems (256 rows, 2048 x 2048), sink
 // attention of 16 heads over 256 cached KV rows, the indexer's head dots.
 struct KernelPeaks {
-  double fp8_gemm = 0, fp4_gemm = 0, f32_gemm = 0, attention = 0, indexer = 0;
+  double fp8_gemm = 0, fp4_gemm = 0, bf16_gemm = 0, f32_gemm = 0, attention = 0, indexer = 0;
 };
 KernelPeaks measure_kernel_peaks(const DeepseekV4& m, kernels::Numerics numerics);
 

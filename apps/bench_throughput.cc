@@ -230,9 +230,9 @@ void print_step_rooflines(const Run& run, const KernelPeaks& peaks) {
   std::printf("roofline per step, %s (a step: a prefill chunk or a decode step; bytes each read once a step, at the "
               "bandwidth measured before the row; FLOPs at the kernel peaks above):\n",
               kernels::numerics_name(run.numerics));
-  std::printf("  %-8s %5s %12s %6s %10s %8s %9s %9s %9s %9s %10s %10s %10s %10s %7s\n", "phase", "batch", "context",
-              "GB/s", "weight MiB", "KV MiB", "linear GF", "expert GF", "attn GF", "index GF", "memory ms", "flops ms",
-              "roof ms", "step ms", "of roof");
+  std::printf("  %-8s %5s %12s %6s %10s %8s %9s %9s %9s %9s %9s %10s %10s %10s %10s %7s\n", "phase", "batch",
+              "context", "GB/s", "weight MiB", "KV MiB", "FP8 GF", "FP4 GF", "BF16 GF", "attn GF", "index GF",
+              "memory ms", "flops ms", "roof ms", "step ms", "of roof");
   for (const Row& r : run.rows) {
     if (r.steps.empty()) continue;
     StepWork sum;
@@ -244,10 +244,12 @@ void print_step_rooflines(const Run& run, const KernelPeaks& peaks) {
     }
     const double n = static_cast<double>(r.steps.size()), roof = row_roofline_seconds(r, peaks);
     const std::string ctx = std::to_string(r.ctx_from) + "-" + std::to_string(r.ctx_to);
-    std::printf("  %-8s %5lld %12s %6.1f %10.2f %8.3f %9.4f %9.4f %9.4f %9.4f %10.3f %10.3f %10.3f %10.3f %6.1f%%\n",
+    std::printf(
+        "  %-8s %5lld %12s %6.1f %10.2f %8.3f %9.4f %9.4f %9.4f %9.4f %9.4f %10.3f %10.3f %10.3f %10.3f %6.1f%%\n",
                 r.phase.c_str(), static_cast<long long>(r.batch), ctx.c_str(), r.bandwidth / 1e9,
-                sum.weight_bytes / n / 1048576.0, sum.kv_bytes / n / 1048576.0, sum.linear_flops / n / 1e9,
-                sum.expert_flops / n / 1e9, sum.attention_flops / n / 1e9, sum.indexer_flops / n / 1e9,
+                sum.weight_bytes / n / 1048576.0, sum.kv_bytes / n / 1048576.0, sum.fp8_flops / n / 1e9,
+                sum.fp4_flops / n / 1e9, sum.wide_flops / n / 1e9, sum.attention_flops / n / 1e9,
+                sum.indexer_flops / n / 1e9,
                 t.memory_s / n * 1e3, t.compute_s / n * 1e3, roof / n * 1e3, r.seconds / n * 1e3,
                 100.0 * roof / r.seconds);
   }
@@ -332,10 +334,10 @@ int bench_throughput(DeepseekV4& m, const ThroughputOptions& o) {
   }
   std::printf(", f32 panels %.2f GFLOP/s\n", kernel_peaks.back().f32_gemm / 1e9);
   for (size_t k = 0; k < numerics.size(); ++k)
-    std::printf("kernel peaks, %s (GFLOP/s, all threads): FP8 GEMM %.1f, FP4 GEMM %.1f, sink attention %.1f "
-                "(16 heads x 256 cached rows), indexer %.1f\n",
+    std::printf("kernel peaks, %s (GFLOP/s, all threads): FP8 GEMM %.1f, FP4 GEMM %.1f, BF16 GEMM %.1f, sink "
+                "attention %.1f (16 heads x 256 cached rows), indexer %.1f\n",
                 kernels::numerics_name(numerics[k]), kernel_peaks[k].fp8_gemm / 1e9, kernel_peaks[k].fp4_gemm / 1e9,
-                kernel_peaks[k].attention / 1e9, kernel_peaks[k].indexer / 1e9);
+                kernel_peaks[k].bf16_gemm / 1e9, kernel_peaks[k].attention / 1e9, kernel_peaks[k].indexer / 1e9);
   const double prefill_flops = linear_flops_per_token(m, false);
   std::printf("linears: %.2f GFLOP per prefill token, %.2f per decode token (with the head)\n", prefill_flops / 1e9,
               linear_flops_per_token(m, true) / 1e9);
