@@ -6,8 +6,8 @@
 
 #include <array>
 #include <cstdint>
-#include <memory>
 
+#include "base/mapped_pages.h"
 #include "kv/page_layout.h"
 
 namespace dsv4 {
@@ -25,17 +25,15 @@ class PageStore {
   template <class Fn>
   void for_each_region(Fn&& fn) const {
     for (int f = 0; f < kNumCacheFamilies; ++f)
-      if (storage_[f]) fn(static_cast<const void*>(storage_[f].get()), num_pages_[f] * layout_.families[f].page_bytes);
+      if (storage_[f].data()) fn(static_cast<const void*>(storage_[f].data()), num_pages_[f] * layout_.families[f].page_bytes);
   }
 
  private:
   PageLayout layout_;
   std::array<int64_t, kNumCacheFamilies> num_pages_;
-  // Uninitialized: a page is written before it is read.
-  struct Free {
-    void operator()(uint8_t* p) const;
-  };
-  std::array<std::unique_ptr<uint8_t[], Free>, kNumCacheFamilies> storage_;
+  // Mapped, not from the heap (mapped_pages.h): most of a cache's pages
+  // are never touched. A page is written before it is read.
+  std::array<MappedPages, kNumCacheFamilies> storage_;
 };
 
 }  // namespace dsv4
