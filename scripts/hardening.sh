@@ -22,7 +22,8 @@
 #    benchmarks' output checks, the ISA checks of the release binary, llama.cpp's runs, and the
 #    MPI process tests (OpenMPI's own start-up trips LeakSanitizer). The
 #    sanitized dsv4 binary serves the CLI and server tests.
-# 2. Runs each fuzz target for FUZZ_SECONDS (default 30) from its seed corpus
+# 2. Runs each fuzz target for FUZZ_SECONDS (default 30), as many at once as
+#    there are cores, from its seed corpus
 #    in fuzz/corpus/<name>. A crash (or any other nonzero exit) fails the run; its input is left in
 #    build-hardening/fuzz/crash-<name>-* to be added to fuzz/corpus/<name>
 #    (tests/test_fuzz_corpus.cc then replays it in every build).
@@ -79,22 +80,36 @@ if [[ $what == all || $what == tests ]]; then
 fi
 
 if [[ $what == all || $what == fuzz ]]; then
-  for name in safetensors config tokenizer chat_parse request http; do
-    echo "hardening: fuzz_$name for ${FUZZ_SECONDS}s"
-    work=build-hardening/fuzz/corpus-$name
+  # One fuzzer per core at a time (each is one process on one thread).
+  fuzz_one() {
+    local name=$1 work=build-hardening/fuzz/corpus-$1 log=build-hardening/fuzz/fuzz_$1.log
     mkdir -p "$work"
-    log=build-hardening/fuzz/fuzz_$name.log
-    code=0
     build-hardening/fuzz/fuzz_$name -max_total_time="$FUZZ_SECONDS" -print_final_stats=1 -max_len=65536 \
-      -artifact_prefix="build-hardening/fuzz/crash-$name-" "$work" "fuzz/corpus/$name" >"$log" 2>&1 || code=$?
+      -artifact_prefix="build-hardening/fuzz/crash-$name-" "$work" "fuzz/corpus/$name" >"$log" 2>&1
+  }
+  names=(safetensors config tokenizer chat_parse request http)
+  declare -A pids
+  for name in "${names[@]}"; do
+    while (($(jobs -rp | wc -l) >= $(nproc))); do wait -n || true; done
+    echo "hardening: fuzz_$name for ${FUZZ_SECONDS}s"
+    fuzz_one "$name" &
+    pids[$name]=$!
+  done
+  failed=0
+  for name in "${names[@]}"; do
+    code=0
+    wait "${pids[$name]}" || code=$?
+    log=build-hardening/fuzz/fuzz_$name.log
+    echo "hardening: fuzz_$name:"
     grep -E "^(#[0-9]+ *DONE|stat::number_of_executed_units|==[0-9]+==|SUMMARY|.*ERROR)" "$log" || true
     if [[ $code -ne 0 ]] || ls build-hardening/fuzz/crash-$name-* >/dev/null 2>&1; then
       # The report's stack and the input (as Base64) are in the CI log, so a
       # crash found on a machine we cannot reach can still be reproduced.
       tail -n 60 "$log"
       echo "hardening: fuzz_$name exited with $code; its crash input: $(ls build-hardening/fuzz/crash-$name-* 2>/dev/null || echo none)"
-      exit 1
+      failed=1
     fi
   done
+  ((failed == 0)) || exit 1
 fi
 echo "hardening: ok"
