@@ -102,7 +102,8 @@ double attention_peak(const ModelConfig& c, const kernels::Kernels& k) {
   });
 }
 
-// The indexer's head dots: its heads against 1024 FP4 keys, 64 tasks.
+// The indexer's head dots: its heads against 1024 FP4 keys, 64 tasks; the
+// queries through FP4 as the model's are.
 double indexer_peak(const ModelConfig& c, const kernels::Kernels& k) {
   const int64_t heads = c.index_n_heads, dim = c.index_head_dim, keys_n = 1024, tasks = 64;
   if (heads == 0 || dim == 0) return 0;
@@ -111,7 +112,8 @@ double indexer_peak(const ModelConfig& c, const kernels::Kernels& k) {
       random_rows(keys_n, dim, bytes, [&](const float* x, uint8_t* row) { kernels::store_index_row(x, dim, row); });
   std::vector<const uint8_t*> keys(keys_n);
   for (int64_t j = 0; j < keys_n; ++j) keys[j] = &rows[j * bytes];
-  const std::vector<float> q = random_floats(heads * dim);
+  std::vector<float> q = random_floats(heads * dim);
+  kernels::fp4_quant_dequant(q.data(), heads * dim, kernels::kIndexScaleBlock);
   return best_of_three(2.0 * heads * dim * keys_n * tasks, [&] {
     parallel_for(tasks, 1, [&](int64_t t0, int64_t t1) {
       std::vector<float> scratch(kernels::head_dots_scratch(heads, dim)), dots(keys_n * heads);

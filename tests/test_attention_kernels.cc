@@ -210,6 +210,62 @@ TEST(HeadDots, AreDotsWithTheKeysValues) {
     }
 }
 
+// Fast numerics on AVX-512 score FP4 queries on the byte dot products: each
+// 32-dimension block's products add up exactly, so a dot is the blocks'
+// exact sums (each a float) added in order, bit for bit, whatever the heads,
+// dimensions and keys. A query that is not FP4 takes the f32 body.
+TEST(HeadDots, FastDotsOfFp4QueriesAreExactBlockSumsAddedInOrder) {
+  ASSERT_TRUE(kernels::isa_supported(kernels::Isa::kAvx512)) << "this test's machine runs the AVX-512 kernels";
+  const kernels::Kernels& fast = kernels::kernels_for(kernels::Isa::kAvx512, kernels::Numerics::kFast);
+  std::mt19937 rng(41);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  for (int64_t dim : {32, 64, 96, 128, 224})
+    for (int64_t heads : {1, 16, 20, 64, 72})
+      for (int64_t keys_n : {1, 9}) {
+        const int64_t row = kernels::index_row_bytes(dim), blocks = dim / kernels::kIndexScaleBlock;
+        std::vector<float> q(heads * dim), x(dim), values(keys_n * dim);
+        // Every other block 2^-20 smaller: an FMA chain rounds each of its
+        // products onto the partial sum, the blocks' exact sums do not.
+        for (int64_t i = 0; i < heads * dim; ++i)
+          q[i] = d(rng) * 40.0f * (i % dim / kernels::kIndexScaleBlock % 2 ? 0x1p-20f : 1.0f);
+        // A zero block, and one whose largest code rounds to 3 (the kernel
+        // doubles its codes to reach 6).
+        std::fill(q.begin(), q.begin() + kernels::kIndexScaleBlock, 0.0f);
+        if (dim >= 64)
+          for (int64_t i = 0; i < kernels::kIndexScaleBlock; ++i)
+            q[kernels::kIndexScaleBlock + i] = i == 0 ? 3.2f : 0.1f * static_cast<float>(i % 5);
+        kernels::fp4_quant_dequant(q.data(), heads * dim, kernels::kIndexScaleBlock);
+        std::vector<uint8_t> rows(keys_n * row);
+        std::vector<const uint8_t*> keys(keys_n);
+        for (int64_t j = 0; j < keys_n; ++j) {
+          for (auto& v : x) v = d(rng);
+          kernels::store_index_row(x.data(), dim, &rows[j * row]);
+          kernels::load_index_row(&rows[j * row], dim, &values[j * dim]);
+          keys[j] = &rows[j * row];
+        }
+        std::vector<float> got(keys_n * heads), scratch(kernels::head_dots_scratch(heads, dim));
+        fast.head_dots(q.data(), heads, keys.data(), keys_n, dim, scratch.data(), got.data());
+        for (int64_t j = 0; j < keys_n; ++j)
+          for (int64_t h = 0; h < heads; ++h) {
+            float want = 0.0f;
+            for (int64_t b = 0; b < blocks; ++b) {
+              double exact = 0.0;  // FP4 products of these sizes: every sum exact in double
+              for (int64_t i = b * kernels::kIndexScaleBlock; i < (b + 1) * kernels::kIndexScaleBlock; ++i)
+                exact += static_cast<double>(q[h * dim + i]) * values[j * dim + i];
+              want = b == 0 ? static_cast<float>(exact) : want + static_cast<float>(exact);
+            }
+            ASSERT_EQ(got[j * heads + h], want) << "dim " << dim << " heads " << heads << " key " << j << " head " << h;
+          }
+        // Not FP4: the f32 body, as near the values' dots as the oracle.
+        for (auto& v : q) v = d(rng);
+        std::vector<float> want(keys_n * heads);
+        oracle().head_dots(q.data(), heads, keys.data(), keys_n, dim, scratch.data(), want.data());
+        fast.head_dots(q.data(), heads, keys.data(), keys_n, dim, scratch.data(), got.data());
+        for (int64_t i = 0; i < keys_n * heads; ++i)
+          ASSERT_NEAR(got[i], want[i], 1e-4f * (1.0f + std::fabs(want[i]))) << "dim " << dim << " at " << i;
+      }
+}
+
 // A stored KV row stands for exactly what the reference's act_quant leaves
 // in its cache (FP8 dims rounded per 64, RoPE dims unchanged), and the
 // Flash row is 712 bytes (2048 as floats).

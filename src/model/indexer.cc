@@ -16,6 +16,9 @@ namespace {
 // of the kernels' key tile, and each key's dots are their own lanes, so a
 // score does not depend on where its keys were cut.
 constexpr int64_t kKeyBlock = 8 * kernels::kKeyTile;
+// With a task a row for every thread already, wider blocks: each task
+// readies its row's query for the kernel once (head_dots_fast encodes it).
+constexpr int64_t kWideKeyBlock = 64 * kernels::kKeyTile;
 
 // Floats one pass over the query rows holds (the scores, and under tensor
 // parallelism the gathered per-head terms): a long prompt's chunk would
@@ -51,10 +54,11 @@ class Pass {
     const auto n = static_cast<int64_t>(rows.size());
     offset_.assign(n + 1, 0);
     std::vector<ScoreTask> tasks;
+    const int64_t block = n >= ThreadPool::current().num_threads() ? kWideKeyBlock : kKeyBlock;
     for (int64_t r = 0; r < n; ++r) {
       const int64_t v = visible(rows[r]);
       offset_[r + 1] = offset_[r] + v;
-      for (int64_t j = 0; j < v; j += kKeyBlock) tasks.push_back({r, j, std::min(v, j + kKeyBlock)});
+      for (int64_t j = 0; j < v; j += block) tasks.push_back({r, j, std::min(v, j + block)});
     }
     // Resized from empty: a pass never copies the last pass's values.
     score_.clear();

@@ -325,8 +325,8 @@ void head_dots(const float* q, int64_t heads, const uint8_t* const* keys, int64_
   dots_of_heads<false>(q, heads, keys, num_keys, dim, scratch, dots);
 }
 
-void head_dots_fast(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_keys, int64_t dim,
-                    float* scratch, float* dots) {
+void head_dots_fused(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_keys, int64_t dim,
+                     float* scratch, float* dots) {
   if (dim % kPanel) return generic::head_dots(q, heads, keys, num_keys, dim, scratch, dots);
   dots_of_heads<true>(q, heads, keys, num_keys, dim, scratch, dots);
 }

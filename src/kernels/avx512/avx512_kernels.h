@@ -61,7 +61,11 @@ void sink_scores_fast(const float* q, int64_t heads, const uint8_t* const* keys,
 void sink_weighted_sum_fast(const float* scores, int64_t heads, int64_t stride, const uint8_t* const* keys, int64_t num_slots,
                        const KvRowFormat& f, const float* sinks, int64_t d0, int64_t d1, float* scratch, float* out,
                        int64_t out_stride);
+// The indexer's dots on the VNNI byte dot products (index_dots.cc), and the
+// f32 FMA body it falls back to for queries that are not FP4.
 void head_dots_fast(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_keys, int64_t dim,
                     float* scratch, float* dots);
+void head_dots_fused(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_keys, int64_t dim,
+                     float* scratch, float* dots);
 
 }  // namespace dsv4::kernels::avx512
