@@ -185,22 +185,38 @@ TEST(Kernels, SinkOnlyEntersTheDenominator) {
   EXPECT_NEAR(out[1], e1 / (e0 + e1 + es), 1e-6);
 }
 
+// `n` index key rows of random values, and what each row stands for.
+struct IndexKeys {
+  std::vector<uint8_t> bytes;
+  std::vector<float> values;
+  std::vector<const uint8_t*> keys;
+};
+
+IndexKeys random_index_keys(int64_t n, int64_t dim, std::mt19937* rng) {
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  const int64_t row = kernels::index_row_bytes(dim);
+  IndexKeys k{std::vector<uint8_t>(n * row), std::vector<float>(n * dim), std::vector<const uint8_t*>(n)};
+  std::vector<float> x(dim);
+  for (int64_t j = 0; j < n; ++j) {
+    for (auto& v : x) v = d(*rng);
+    kernels::store_index_row(x.data(), dim, &k.bytes[j * row]);
+    kernels::load_index_row(&k.bytes[j * row], dim, &k.values[j * dim]);
+    k.keys[j] = &k.bytes[j * row];
+  }
+  return k;
+}
+
 TEST(HeadDots, AreDotsWithTheKeysValues) {
   std::mt19937 rng(29);
   std::normal_distribution<float> d(0.0f, 1.0f);
   for (int64_t heads : {1, 5, 16, 20, 32, 64})
     for (int64_t keys_n : {1, 9, 40}) {
-      const int64_t dim = 128, row = kernels::index_row_bytes(dim);
-      std::vector<float> q(heads * dim), x(dim), values(keys_n * dim);
-      std::vector<uint8_t> rows(keys_n * row);
+      const int64_t dim = 128;
+      std::vector<float> q(heads * dim);
       for (auto& v : q) v = d(rng);
-      std::vector<const uint8_t*> keys(keys_n);
-      for (int64_t j = 0; j < keys_n; ++j) {
-        for (auto& v : x) v = d(rng);
-        kernels::store_index_row(x.data(), dim, &rows[j * row]);
-        kernels::load_index_row(&rows[j * row], dim, &values[j * dim]);
-        keys[j] = &rows[j * row];
-      }
+      const IndexKeys k = random_index_keys(keys_n, dim, &rng);
+      const std::vector<float>& values = k.values;
+      const std::vector<const uint8_t*>& keys = k.keys;
       std::vector<float> want(keys_n * heads);
       std::vector<float> scratch(kernels::head_dots_scratch(heads, dim));
       oracle().head_dots(q.data(), heads, keys.data(), keys_n, dim, scratch.data(), want.data());
@@ -222,8 +238,8 @@ TEST(HeadDots, FastDotsOfFp4QueriesAreExactBlockSumsAddedInOrder) {
   for (int64_t dim : {32, 64, 96, 128, 224})
     for (int64_t heads : {1, 16, 20, 64, 72})
       for (int64_t keys_n : {1, 9}) {
-        const int64_t row = kernels::index_row_bytes(dim), blocks = dim / kernels::kIndexScaleBlock;
-        std::vector<float> q(heads * dim), x(dim), values(keys_n * dim);
+        const int64_t blocks = dim / kernels::kIndexScaleBlock;
+        std::vector<float> q(heads * dim);
         // Every other block 2^-20 smaller: an FMA chain rounds each of its
         // products onto the partial sum, the blocks' exact sums do not.
         for (int64_t i = 0; i < heads * dim; ++i)
@@ -235,14 +251,9 @@ TEST(HeadDots, FastDotsOfFp4QueriesAreExactBlockSumsAddedInOrder) {
           for (int64_t i = 0; i < kernels::kIndexScaleBlock; ++i)
             q[kernels::kIndexScaleBlock + i] = i == 0 ? 3.2f : 0.1f * static_cast<float>(i % 5);
         kernels::fp4_quant_dequant(q.data(), heads * dim, kernels::kIndexScaleBlock);
-        std::vector<uint8_t> rows(keys_n * row);
-        std::vector<const uint8_t*> keys(keys_n);
-        for (int64_t j = 0; j < keys_n; ++j) {
-          for (auto& v : x) v = d(rng);
-          kernels::store_index_row(x.data(), dim, &rows[j * row]);
-          kernels::load_index_row(&rows[j * row], dim, &values[j * dim]);
-          keys[j] = &rows[j * row];
-        }
+        const IndexKeys k = random_index_keys(keys_n, dim, &rng);
+        const std::vector<float>& values = k.values;
+        const std::vector<const uint8_t*>& keys = k.keys;
         std::vector<float> got(keys_n * heads), scratch(kernels::head_dots_scratch(heads, dim));
         fast.head_dots(q.data(), heads, keys.data(), keys_n, dim, scratch.data(), got.data());
         for (int64_t j = 0; j < keys_n; ++j)
