@@ -4,7 +4,8 @@
  * `dsv4 convert --to gguf`, with the same protocol as dsv4 bench's rows:
  *
  *   prefill: one sequence grows through the contexts in chunks of 2048
- *            tokens (logits for the chunk's last token only), timed;
+ *            tokens (logits for the chunk's last token only), timed, after
+ *            one untimed warm-up chunk;
  *   decode:  at each context, for each batch size B, B sequences copied
  *            from the prefilled one step `gen` tokens together (one warm-up
  *            step first, not timed), every token's logits computed.
@@ -197,6 +198,23 @@ int main(int argc, char** argv) {
 
   struct llama_batch b = llama_batch_init(2048 > max_batch ? 2048 : (int32_t)max_batch, 0, 1);
   if (check) return prefill_logits(ctx, &b, prompt_file, logits_out, n_vocab);
+  /* Warm-up, not timed, as dsv4 bench does: one chunk of the first
+   * context's prefill in `master`, then dropped, so that the timed prefill
+   * does not also time the first reads of the mapped weights and the first
+   * touch of the compute buffers. */
+  {
+    const long n = contexts[0] < 2048 ? contexts[0] : 2048;
+    b.n_tokens = (int32_t)n;
+    for (long i = 0; i < n; ++i) {
+      b.token[i] = random_token(n_vocab);
+      b.pos[i] = (llama_pos)i;
+      b.n_seq_id[i] = 1;
+      b.seq_id[i][0] = master;
+      b.logits[i] = i == n - 1;
+    }
+    if (n > 0 && decode(ctx, &b)) return 1;
+    llama_memory_seq_rm(mem, master, -1, -1);
+  }
   long at = 0;
   for (int ci = 0; ci < n_ctxs; ++ci) {
     const long L = contexts[ci];
