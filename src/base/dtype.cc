@@ -89,12 +89,6 @@ float e4m3_to_f32(uint8_t v) {
   return sign ? -mag : mag;
 }
 
-float e8m0_to_f32(uint8_t v) {
-  if (v == 0xFF) return NAN;
-  // 2^(v-127): the biased exponent itself (2^-127 is a float subnormal).
-  return v ? std::bit_cast<float>(static_cast<uint32_t>(v) << 23) : std::bit_cast<float>(uint32_t{0x00400000});
-}
-
 float e2m1_to_f32(uint8_t nibble) {
   static const float kValues[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
   float mag = kValues[nibble & 7];

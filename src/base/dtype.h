@@ -3,8 +3,10 @@
 // e4m3fn weights and activations, ue8m0 power-of-two scales, e2m1 experts.
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string>
 
 namespace dsv4 {
@@ -21,7 +23,12 @@ float f16_to_f32(uint16_t v);
 uint16_t f32_to_f16(float v);  // round to nearest even, overflow to infinity
 float e4m3_to_f32(uint8_t v);
 uint8_t f32_to_e4m3(float v);  // round to nearest even, saturating at +-448
-float e8m0_to_f32(uint8_t v);  // 2^(v-127); 0xFF is NaN
+// 2^(v-127); 0xFF is NaN. Inline: attention decodes a scale every 16 codes.
+inline float e8m0_to_f32(uint8_t v) {
+  if (v == 0xFF) return std::numeric_limits<float>::quiet_NaN();
+  // The biased exponent itself (2^-127 is a float subnormal).
+  return v ? std::bit_cast<float>(static_cast<uint32_t>(v) << 23) : std::bit_cast<float>(uint32_t{0x00400000});
+}
 float e2m1_to_f32(uint8_t nibble);
 uint8_t f32_to_e2m1(float v);  // round to nearest even, saturating at +-6
 

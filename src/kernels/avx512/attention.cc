@@ -141,19 +141,45 @@ void transpose_heads(const float* q, int64_t heads, int64_t dim, float* qt) {
 
 __mmask16 lanes_of(int64_t heads) { return static_cast<__mmask16>((1u << heads) - 1); }
 
-// o[0, 16 V) += sum_s p[s] * rows[s][d0 + ...] over the tile's unmasked
-// slots, in slot order (V a constant: the sums stay in registers).
-template <int V, bool Fused>
-inline void add_weighted(const float* const* rows, int64_t n, const float* p, int64_t d0, float* o) {
-  __m512 acc[V];
-  for (int v = 0; v < V; ++v) acc[v] = _mm512_loadu_ps(o + v * kPanel);
+// The weighted sum decodes this many rows a tile: the scratch's rows for
+// the transposed queries and the score tile, free by then
+// (sink_attention_scratch).
+constexpr int64_t kValueTile = kPanel + kKeyTile;
+
+// For H heads at once: o[h][d + 16 v] += sum_s p[h][s] * rows[s][d + 16 v]
+// for v < V, over the tile's unmasked slots in slot order (the sums stay in
+// registers, and each key vector loaded serves the H heads).
+template <int H, int V, bool Fused>
+inline void add_weighted(const float* const* rows, int64_t n, const float* const (&p)[H], int64_t d,
+                         float* const (&o)[H]) {
+  __m512 acc[H][V];
+  for (int h = 0; h < H; ++h)
+    for (int v = 0; v < V; ++v) acc[h][v] = _mm512_loadu_ps(o[h] + d + v * kPanel);
   for (int64_t s = 0; s < n; ++s) {
     if (!rows[s]) continue;
-    const __m512 ps = _mm512_set1_ps(p[s]);
-    const float* k = rows[s] + d0;
-    for (int v = 0; v < V; ++v) acc[v] = mul_add(Fused, ps, _mm512_loadu_ps(k + v * kPanel), acc[v]);
+    __m512 ps[H];
+    for (int h = 0; h < H; ++h) ps[h] = _mm512_set1_ps(p[h][s]);
+    const float* k = rows[s] + d;
+    for (int v = 0; v < V; ++v) {
+      const __m512 kv = _mm512_loadu_ps(k + v * kPanel);
+      for (int h = 0; h < H; ++h) acc[h][v] = mul_add(Fused, ps[h], kv, acc[h][v]);
+    }
   }
-  for (int v = 0; v < V; ++v) _mm512_storeu_ps(o + v * kPanel, acc[v]);
+  for (int h = 0; h < H; ++h)
+    for (int v = 0; v < V; ++v) _mm512_storeu_ps(o[h] + d + v * kPanel, acc[h][v]);
+}
+
+// The dimensions [0, width) of heads [h, h + H), a register block at a time.
+template <int H, bool Fused>
+inline void add_weighted_heads(const float* const* rows, int64_t n, const float* p, int64_t p_stride, int64_t h,
+                               int64_t width, float* out, int64_t out_stride) {
+  const float* ph[H];
+  float* oh[H];
+  for (int i = 0; i < H; ++i) ph[i] = p + (h + i) * p_stride, oh[i] = out + (h + i) * out_stride;
+  constexpr int kWide = H == 1 ? 16 : 4;  // 16 or 4 H accumulators
+  int64_t d = 0;
+  for (; width - d >= kWide * kPanel; d += kWide * kPanel) add_weighted<H, kWide, Fused>(rows, n, ph, d, oh);
+  for (; d < width; d += kPanel) add_weighted<H, 1, Fused>(rows, n, ph, d, oh);
 }
 
 // The generic sink_softmax then the division by its denominator, 16 slots
@@ -209,24 +235,21 @@ template <bool Fused>
 void weighted_sum(const float* p, int64_t heads, int64_t p_stride, const uint8_t* const* keys, int64_t num_slots,
                   const KvRowFormat& f, int64_t d0, int64_t d1, float* scratch, float* out, int64_t out_stride) {
   const int64_t width = d1 - d0;
-  float* tile = scratch;  // [kKeyTile][width]
-  const float* rows[kKeyTile];
+  float* tile = scratch;  // [kValueTile][width]
+  const float* rows[kValueTile];
   for (int64_t h = 0; h < heads; ++h) fill_floats(out + h * out_stride, width, 0.0f);
-  for (int64_t j = 0; j < num_slots; j += kKeyTile) {
-    const int64_t n = lesser(kKeyTile, num_slots - j);
+  for (int64_t j = 0; j < num_slots; j += kValueTile) {
+    const int64_t n = lesser(kValueTile, num_slots - j);
     for (int64_t s = 0; s < n; ++s) {
       rows[s] = keys[j + s] ? tile + s * width : nullptr;
       if (rows[s]) decode_kv_dims(keys[j + s], f, d0, d1, tile + s * width);
     }
-    for (int64_t h = 0; h < heads; ++h) {
-      const float* ph = p + h * p_stride + j;
-      float* oh = out + h * out_stride;
-      // 256 or 128 dimensions a pass keep the sums in registers.
-      int64_t d = 0;
-      for (; width - d >= 256; d += 256) add_weighted<16, Fused>(rows, n, ph, d, oh + d);
-      for (; width - d >= 128; d += 128) add_weighted<8, Fused>(rows, n, ph, d, oh + d);
-      for (; d < width; d += kPanel) add_weighted<1, Fused>(rows, n, ph, d, oh + d);
-    }
+    // 4 heads x 64 dimensions a register block: each key vector loaded
+    // serves 4 heads (one head at a time, the loads and the sums' round
+    // trips through out kept half the FMA pipes idle).
+    int64_t h = 0;
+    for (; heads - h >= 4; h += 4) add_weighted_heads<4, Fused>(rows, n, p + j, p_stride, h, width, out, out_stride);
+    for (; h < heads; ++h) add_weighted_heads<1, Fused>(rows, n, p + j, p_stride, h, width, out, out_stride);
   }
 }
 
