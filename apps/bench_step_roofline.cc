@@ -30,8 +30,9 @@ double best_of_three(double flops, Run run) {
 }
 
 // A GEMM on a prefill-sized problem (256 rows, 2048 x 2048) with random
-// weights in `format` (finite codes, unit scales).
-double gemm_peak(WeightFormat format, kernels::Numerics numerics) {
+// weights in `format` (finite codes, unit scales); FP8 and FP4 panels
+// take their input rounded (dot products) unless `unrounded`.
+double gemm_peak(WeightFormat format, kernels::Numerics numerics, bool unrounded = false) {
   const int64_t m = 256, n = 2048, k = 2048;
   Linear l;
   l.out = n;
@@ -47,7 +48,7 @@ double gemm_peak(WeightFormat format, kernels::Numerics numerics) {
   } else if (format == WeightFormat::kFp8Block || format == WeightFormat::kFp4Block) {
     const bool fp4 = format == WeightFormat::kFp4Block;
     l.format = format;
-    l.round_input = true;
+    l.round_input = !unrounded;
     l.codes.resize(n * k);
     for (auto& c : l.codes) c = static_cast<uint8_t>(fp4 ? rng() % 16 : rng() % 0x7E);
     l.scales.assign(n * (k / (fp4 ? 32 : 128)), 127);
@@ -158,9 +159,12 @@ StepWork sequence_step_work(const DeepseekV4& m, int64_t from, int64_t tokens, b
     double f = 2.0 * static_cast<double>(l.out) * static_cast<double>(l.in);
     if (kind == LinearKind::kRoutedExpert) f *= static_cast<double>(c.n_activated_experts) / c.n_routed_experts;
     f *= kind == LinearKind::kHead && prefill_chunk ? 1 : static_cast<double>(tokens);
-    if (l.format == WeightFormat::kFp4Block) w.fp4_flops += f;
-    else if (l.format == WeightFormat::kBf16 || l.format == WeightFormat::kDense) w.wide_flops += f;
-    else w.fp8_flops += f;
+    // The kernel class: dot products on rounded inputs (FP4 and FP8 or
+    // int8 panels), else f32 multiply-adds (BF16 and f32 panels, and FP8
+    // panels the reference multiplies unrounded inputs by: wo_a, the
+    // compressors' projections, which run the f32-input FP8 kernel).
+    if (l.round_input) (l.format == WeightFormat::kFp4Block ? w.fp4_flops : w.fp8_flops) += f;
+    else w.wide_flops += f;
   });
   const int64_t to = from + tokens, win = c.window_size;
   for (int l = 0; l < c.n_layers; ++l) {
@@ -193,6 +197,7 @@ KernelPeaks measure_kernel_peaks(const DeepseekV4& m, kernels::Numerics numerics
   p.fp8_gemm = gemm_peak(WeightFormat::kFp8Block, numerics);
   p.fp4_gemm = gemm_peak(WeightFormat::kFp4Block, numerics);
   p.bf16_gemm = gemm_peak(WeightFormat::kBf16, numerics);
+  p.fp8_unrounded_gemm = gemm_peak(WeightFormat::kFp8Block, numerics, true);
   p.f32_gemm = gemm_peak(WeightFormat::kDense, numerics);
   p.attention = attention_peak(m.config(), k);
   p.indexer = indexer_peak(m.config(), k);
@@ -202,9 +207,7 @@ KernelPeaks measure_kernel_peaks(const DeepseekV4& m, kernels::Numerics numerics
 RooflineTime roofline_time(const StepWork& w, double bandwidth, const KernelPeaks& p) {
   RooflineTime t;
   t.memory_s = (w.weight_bytes + w.kv_bytes) / bandwidth;
-  // BF16 and f32 panels both run f32 multiply-adds; the BF16 kernel's peak
-  // (the head's) stands for both.
-  t.compute_s = w.fp8_flops / p.fp8_gemm + w.fp4_flops / p.fp4_gemm + w.wide_flops / p.bf16_gemm +
+  t.compute_s = w.fp8_flops / p.fp8_gemm + w.fp4_flops / p.fp4_gemm + w.wide_flops / p.wide_gemm() +
                 w.attention_flops / p.attention + (p.indexer > 0 ? w.indexer_flops / p.indexer : 0.0);
   return t;
 }

@@ -21,9 +21,10 @@ namespace dsv4::app {
 struct StepWork {
   double weight_bytes = 0;     // linear panels streamed, each byte once a step
   double kv_bytes = 0;         // cache rows read (window, compressed, index keys), each once
-  // The linears' multiply-adds x 2 by the panels that hold their weights
-  // (each kind of panel runs its own kernel): FP8 (and int8), FP4 (the
-  // routed experts), BF16 and f32 (the head, small dequantized linears).
+  // The linears' multiply-adds x 2 by the kernel class that runs them:
+  // dot products of rounded inputs with FP8 (and int8) or FP4 panels (the
+  // routed experts); f32 multiply-adds ("wide": the head's BF16 panels, f32
+  // panels, and FP8 panels taken with unrounded inputs, as wo_a is).
   double fp8_flops = 0;
   double fp4_flops = 0;
   double wide_flops = 0;
@@ -46,6 +47,10 @@ double linear_flops_per_token(const DeepseekV4& m, bool with_head);
 // attention of 16 heads over 256 cached KV rows, the indexer's head dots.
 struct KernelPeaks {
   double fp8_gemm = 0, fp4_gemm = 0, bf16_gemm = 0, f32_gemm = 0, attention = 0, indexer = 0;
+  double fp8_unrounded_gemm = 0;  // FP8 panels, f32 inputs (f32 multiply-adds)
+  // The f32 multiply-add class (StepWork::wide_flops) at its fastest
+  // kernel's peak: a roofline that errs short.
+  double wide_gemm() const { return bf16_gemm > fp8_unrounded_gemm ? bf16_gemm : fp8_unrounded_gemm; }
 };
 KernelPeaks measure_kernel_peaks(const DeepseekV4& m, kernels::Numerics numerics);
 

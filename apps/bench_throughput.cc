@@ -242,7 +242,7 @@ void print_step_rooflines(const Run& run, const KernelPeaks& peaks) {
               "bandwidth measured before the row; FLOPs at the kernel peaks above):\n",
               kernels::numerics_name(run.numerics));
   std::printf("  %-8s %5s %12s %6s %10s %8s %9s %9s %9s %9s %9s %10s %10s %10s %10s %7s\n", "phase", "batch",
-              "context", "GB/s", "weight MiB", "KV MiB", "FP8 GF", "FP4 GF", "BF16 GF", "attn GF", "index GF",
+              "context", "GB/s", "weight MiB", "KV MiB", "FP8 GF", "FP4 GF", "FMA GF", "attn GF", "index GF",
               "memory ms", "flops ms", "roof ms", "step ms", "of roof");
   for (const Row& r : run.rows) {
     if (r.steps.empty()) continue;
@@ -345,10 +345,11 @@ int bench_throughput(DeepseekV4& m, const ThroughputOptions& o) {
   }
   std::printf(", f32 panels %.2f GFLOP/s\n", kernel_peaks.back().f32_gemm / 1e9);
   for (size_t k = 0; k < numerics.size(); ++k)
-    std::printf("kernel peaks, %s (GFLOP/s, all threads): FP8 GEMM %.1f, FP4 GEMM %.1f, BF16 GEMM %.1f, sink "
-                "attention %.1f (16 heads x 256 cached rows), indexer %.1f\n",
+    std::printf("kernel peaks, %s (GFLOP/s, all threads): FP8 GEMM %.1f, FP4 GEMM %.1f, BF16 GEMM %.1f, FP8 GEMM of "
+                "unrounded inputs %.1f, sink attention %.1f (16 heads x 256 cached rows), indexer %.1f\n",
                 kernels::numerics_name(numerics[k]), kernel_peaks[k].fp8_gemm / 1e9, kernel_peaks[k].fp4_gemm / 1e9,
-                kernel_peaks[k].bf16_gemm / 1e9, kernel_peaks[k].attention / 1e9, kernel_peaks[k].indexer / 1e9);
+                kernel_peaks[k].bf16_gemm / 1e9, kernel_peaks[k].fp8_unrounded_gemm / 1e9,
+                kernel_peaks[k].attention / 1e9, kernel_peaks[k].indexer / 1e9);
   const double prefill_flops = linear_flops_per_token(m, false);
   std::printf("linears: %.2f GFLOP per prefill token, %.2f per decode token (with the head)\n", prefill_flops / 1e9,
               linear_flops_per_token(m, true) / 1e9);
