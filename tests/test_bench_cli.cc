@@ -6,6 +6,7 @@
 #include <regex>
 #include <string>
 
+#include "checkpoint/safetensors.h"
 #include "temp_dir.h"
 #include "test_util.h"
 
@@ -193,6 +194,33 @@ TEST(BenchCli, V41DecodeNextToV4AgainstEachRoofline) {
   const auto serving = testing::run_dsv4("bench --serving --model " + v41);
   EXPECT_EQ(serving.code, 2);
   EXPECT_NE(serving.output.find("--serving"), std::string::npos) << serving.output;
+}
+
+// The roofline prices each linear at the peak of the kernel class that runs
+// it: FP8 panels taking rounded inputs run BF16 dot products ("FP8 GF"),
+// while wo_a, which the reference multiplies by its unrounded input, runs
+// the f32-input FP8 kernel and is priced with the f32 multiply-adds.
+TEST(BenchCli, FlopsOfEachLinearGoToTheKernelClassThatRunsIt) {
+  const std::string model = testing::golden_dir() + "/small-fp8";
+  auto file = SafetensorsFile::open(model + "/model.safetensors");
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  auto ends_with = [](const std::string& s, const std::string& tail) {
+    return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  double dot_product_flops = 0, wo_a_flops = 0;  // a token's, the main layers' (not the MTP block's)
+  for (const auto& [name, t] : (*file)->tensors()) {
+    if (t.dtype != DType::kF8E4M3 || name.rfind("layers.", 0) != 0 || !ends_with(name, ".weight")) continue;
+    ASSERT_EQ(t.shape.size(), 2u) << name;
+    const double f = 2.0 * static_cast<double>(t.shape[0] * t.shape[1]);
+    (ends_with(name, ".wo_a.weight") ? wo_a_flops : dot_product_flops) += f;
+  }
+  ASSERT_GT(wo_a_flops, 1e-3 * 1e9);  // well above the table's 0.1 MFLOP resolution
+  const auto r = run_dsv4("bench --model " + model + " --ctx 64 --batch 1 --gen 1 --numerics exact");
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.output, m, std::regex(R"(\n  decode\s+1\s+64-[0-9]+\s+[0-9.]+\s+[0-9.]+\s+[0-9.]+\s+([0-9.]+))")))
+      << r.output;
+  EXPECT_NEAR(std::stod(m[1]), dot_product_flops / 1e9, 1e-4) << r.output;
 }
 
 namespace {
