@@ -57,6 +57,19 @@ static llama_token random_token(int n_vocab) {
   return (llama_token)((rng_state >> 33) % (unsigned long long)n_vocab);
 }
 
+/* Random tokens at positions [pos0, pos0 + n) of sequence `seq`, logits for
+ * the last only: a prefill chunk. */
+static void prefill_chunk(struct llama_batch* b, long n, long pos0, llama_seq_id seq, int n_vocab) {
+  b->n_tokens = (int32_t)n;
+  for (long i = 0; i < n; ++i) {
+    b->token[i] = random_token(n_vocab);
+    b->pos[i] = (llama_pos)(pos0 + i);
+    b->n_seq_id[i] = 1;
+    b->seq_id[i][0] = seq;
+    b->logits[i] = i == n - 1;
+  }
+}
+
 /* Decodes the batch; 0 on success. */
 static int decode(struct llama_context* ctx, struct llama_batch* b) {
   const int rc = llama_decode(ctx, *b);
@@ -204,14 +217,7 @@ int main(int argc, char** argv) {
    * touch of the compute buffers. */
   {
     const long n = contexts[0] < 2048 ? contexts[0] : 2048;
-    b.n_tokens = (int32_t)n;
-    for (long i = 0; i < n; ++i) {
-      b.token[i] = random_token(n_vocab);
-      b.pos[i] = (llama_pos)i;
-      b.n_seq_id[i] = 1;
-      b.seq_id[i][0] = master;
-      b.logits[i] = i == n - 1;
-    }
+    prefill_chunk(&b, n, 0, master, n_vocab);
     if (n > 0 && decode(ctx, &b)) return 1;
     llama_memory_seq_rm(mem, master, -1, -1);
   }
@@ -222,14 +228,7 @@ int main(int argc, char** argv) {
     double secs = 0;
     for (long s0 = at; s0 < L; s0 += 2048) {
       const long n = L - s0 < 2048 ? L - s0 : 2048;
-      b.n_tokens = (int32_t)n;
-      for (long i = 0; i < n; ++i) {
-        b.token[i] = random_token(n_vocab);
-        b.pos[i] = (llama_pos)(s0 + i);
-        b.n_seq_id[i] = 1;
-        b.seq_id[i][0] = master;
-        b.logits[i] = i == n - 1;
-      }
+      prefill_chunk(&b, n, s0, master, n_vocab);
       const double t0 = now_s();
       if (decode(ctx, &b)) return 1;
       secs += now_s() - t0;

@@ -98,7 +98,9 @@ float sink_softmax(const uint8_t* const* keys, int64_t num_slots, float sink, fl
 
 int64_t sink_attention_scratch(int64_t heads, int64_t num_slots, int64_t dim) {
   // Scores [heads][slots], then (AVX-512) the queries transposed [dim][16]
-  // and a tile of decoded keys, or (generic) one decoded key.
+  // and a tile of kKeyTile decoded keys for the scores, all 16 + kKeyTile
+  // rows a tile of decoded values for the weighted sum; or (generic) one
+  // decoded key.
   return heads * num_slots + (kPanel + kKeyTile) * dim;
 }
 
