@@ -124,12 +124,13 @@ void run(const Inputs& in, int64_t m, int64_t k, const QuantizedPanels& w, int64
     return;
   }
   // Several row blocks: each slice of 4 panels is decoded once (32 KiB,
-  // cache-resident) and every row block multiplies it.
+  // cache-resident) and every row block multiplies it. Panel groups outer:
+  // a group's outputs stay in cache between its slices.
   alignas(64) __m512i decoded[4 * 256 / 2];
-  for (int64_t t0 = 0; t0 < k; t0 += slice) {
-    const int64_t t1 = lesser(k, t0 + slice);
-    for (int64_t p = p_begin; p < p_end; p += 4) {
-      const int64_t np = lesser(4, p_end - p);
+  for (int64_t p = p_begin; p < p_end; p += 4) {
+    const int64_t np = lesser(4, p_end - p);
+    for (int64_t t0 = 0; t0 < k; t0 += slice) {
+      const int64_t t1 = lesser(k, t0 + slice);
       decode_slice<Chunks, true>(w, k, p, np, t0, t1, decoded);
       for (int64_t i = 0; i < m; i += 4)
         with_block(m - i, np, [&]<int R, int P>() {

@@ -99,10 +99,10 @@ void run(const uint32_t* pairs, int64_t m, int64_t k, const QuantizedPanels& w, 
     return;
   }
   alignas(64) __m512i decoded[4 * 256 / 2];
-  for (int64_t t0 = 0; t0 < k; t0 += 256) {
-    const int64_t t1 = lesser(k, t0 + 256), slice_pairs = (t1 - t0) / 2;
-    for (int64_t p = p_begin; p < p_end; p += 4) {
-      const int64_t np = lesser(4, p_end - p);
+  for (int64_t p = p_begin; p < p_end; p += 4) {  // panel groups outer, as chunked_matmul.cc
+    const int64_t np = lesser(4, p_end - p);
+    for (int64_t t0 = 0; t0 < k; t0 += 256) {
+      const int64_t t1 = lesser(k, t0 + 256), slice_pairs = (t1 - t0) / 2;
       decode_slice<Chunks, false>(w, k, p, np, t0, t1, decoded);
       for (int64_t i = 0; i < m; i += 4)
         with_block(m - i, np, [&]<int R, int P>() {

@@ -15,12 +15,14 @@ namespace {
 
 // Where a panel's 16 weights at step t come from.
 struct F32Source {
+  static constexpr int64_t kWeightBytes = 4;
   const float* packed;
   int64_t k;
   __m512 load(int64_t p, int64_t t) const { return _mm512_loadu_ps(packed + (p * k + t) * kPanel); }
 };
 
 struct Bf16Source {
+  static constexpr int64_t kWeightBytes = 2;
   const uint8_t* codes;
   int64_t k;
   __m512 load(int64_t p, int64_t t) const {
@@ -48,15 +50,24 @@ void block(const float* x, int64_t k, const Source& src, int64_t n, int64_t i, i
   finish_block<R, P>(acc, mask, i, p, y, ldy);
 }
 
+// Weight bytes of 4 panels' slice that every row block re-reads from L2.
+constexpr int64_t kPanelGroupSliceBytes = 512 * 1024;
+
+// Panel groups outer, slices of k inner: a group's slice of weights is read
+// from memory once and from L2 by every row block, and the group's outputs
+// (m x 64 floats) stay in cache between its slices. Slicing all panels per
+// slice instead swept the whole output through memory once per slice (the
+// LM head at 16 rows: 8 MiB eight times, 23% of its time).
 template <class Source, bool Fused = false>
 void run(const float* x, int64_t m, int64_t k, const Source& src, int64_t n, int64_t p_begin, int64_t p_end, float* y,
          int64_t ldy) {
   if (k == 0) return zero_outputs(m, n, kPanel, p_begin, p_end, y, ldy);
-  const int64_t slice = slice_steps(m, k);
-  for (int64_t t0 = 0; t0 < k; t0 += slice) {
-    const int64_t t1 = lesser(k, t0 + slice);
-    for (int64_t p = p_begin; p < p_end; p += 4) {
-      const int64_t np = lesser(4, p_end - p);
+  const int64_t step_bytes = 4 * kPanel * Source::kWeightBytes;
+  const int64_t slice = m <= 4 ? k : greater(256, kPanelGroupSliceBytes / step_bytes);
+  for (int64_t p = p_begin; p < p_end; p += 4) {
+    const int64_t np = lesser(4, p_end - p);
+    for (int64_t t0 = 0; t0 < k; t0 += slice) {
+      const int64_t t1 = lesser(k, t0 + slice);
       for (int64_t i = 0; i < m; i += 4)
         with_block(m - i, np, [&]<int R, int P>() { block<R, P, Source, Fused>(x, k, src, n, i, p, t0, t1, t0 == 0, y, ldy); });
     }
