@@ -152,10 +152,12 @@ struct Int8Panels {
   const uint8_t* sums_and_scales;
 };
 
-// Input steps per slice of a blocked GEMM: with more rows than one register
-// block, 256 (the rows' slice stays in cache while panels stream past);
-// with one block, all of k, so each panel is one sequential stream (what
-// the hardware prefetcher follows best in decode).
+// Input steps per slice of a blocked GEMM (AVX2's, and AVX-512's over
+// FP8/FP4 panels): with more rows than one register block, 256 (4 panels'
+// slice decoded fills 32 KiB, which every row block multiplies from L1;
+// AVX-512's F32/BF16 panels take longer slices); with one block, all of k, so
+// each panel is one sequential stream (what the hardware prefetcher follows
+// best in decode).
 inline int64_t slice_steps(int64_t m, int64_t k) { return m <= 4 ? k : 256; }
 
 // Sink attention (dispatch.h) of `heads` query heads (q [heads, dim], out
