@@ -43,7 +43,8 @@ SimulatedRank::SimulatedRank(const SimulatedMachine& machine, int node, int work
 
 void SimulatedRank::advance_serial() {
   const double now = thread_cpu_seconds();
-  if (serial_mark_ >= 0) phase().serial += now - serial_mark_;
+  // The span holds about one clock read, as a tile does.
+  if (serial_mark_ >= 0) phase().serial += std::max(0.0, now - serial_mark_ - machine_.clock_seconds);
   serial_mark_ = now;
 }
 

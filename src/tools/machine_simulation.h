@@ -35,9 +35,11 @@ struct SimulatedMachine {
   int cores = 128;                 // in all, cores / nodes a node
   double node_bandwidth = 400e9;   // bytes/s one node's memory streams
   double job_seconds = 0;          // one pool job's wake-up and join (measured on this machine)
-  // What reading the thread CPU clock costs here: a tile's measured time
-  // holds about one read, taken off it (tiles of a few microseconds would
-  // otherwise grow by a tenth or more).
+  // What reading the thread CPU clock costs here: a tile's measured time,
+  // and each span of the rank thread's serial time, holds about one read,
+  // taken off it (tiles of a few microseconds would otherwise grow by a
+  // tenth or more, and a decode token's serial time by a read for each of
+  // its hundreds of jobs, phase changes and inline calls).
   double clock_seconds = 0;
   double core_peak_bandwidth = 0;  // bytes/s one core streams when alone (0: no limit)
   int cores_per_node() const { return cores / nodes; }
