@@ -109,51 +109,62 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
     return;
   }
   jobs_.fetch_add(1, std::memory_order_relaxed);
-  std::unique_lock<std::mutex> lock(mu_);
   job_ = &fn;
   job_n_ = n;
   job_chunk_ = (n + chunks - 1) / chunks;
   num_chunks_ = (n + job_chunk_ - 1) / job_chunk_;
-  next_chunk_ = 0;
-  chunks_done_ = 0;
-  ++generation_;
+  chunks_done_.store(0, std::memory_order_relaxed);
+  const uint64_t generation = generation_.load(std::memory_order_relaxed) + 1;
+  claim_.store(static_cast<uint64_t>(num_chunks_) << 32 | static_cast<uint32_t>(generation), std::memory_order_release);
+  {
+    std::lock_guard<std::mutex> lock(mu_);  // a worker between its check and its sleep sees the bump
+    generation_.store(generation, std::memory_order_release);
+  }
   wake_.notify_all();
   // The caller works too.
   t_inside_pool = true;
-  while (next_chunk_ < num_chunks_) {
-    int64_t c = next_chunk_++;
-    lock.unlock();
-    fn(c * job_chunk_, std::min(n, (c + 1) * job_chunk_));
-    lock.lock();
-    ++chunks_done_;
-  }
+  run_chunks(generation);
   t_inside_pool = false;
   const int64_t total = num_chunks_;
-  lock.unlock();
-  spin_until([&] { return chunks_done_.load(std::memory_order_acquire) == total; });
-  lock.lock();
-  done_.wait(lock, [&] { return chunks_done_ == num_chunks_; });
-  job_ = nullptr;
+  const auto done = [&] { return chunks_done_.load(std::memory_order_acquire) == total; };
+  spin_until(done);
+  if (!done()) {
+    std::unique_lock<std::mutex> lock(mu_);
+    done_.wait(lock, done);
+  }
+}
+
+void ThreadPool::run_chunks(uint64_t generation) {
+  for (;;) {
+    uint64_t claim = claim_.load(std::memory_order_acquire);
+    int64_t left = 0;
+    do {
+      left = static_cast<int32_t>(claim >> 32);
+      if (static_cast<uint32_t>(claim) != static_cast<uint32_t>(generation) || left <= 0) return;
+    } while (!claim_.compare_exchange_weak(claim, claim - (uint64_t{1} << 32), std::memory_order_acq_rel,
+                                           std::memory_order_acquire));
+    const int64_t total = num_chunks_, c = total - left, chunk = job_chunk_;
+    (*job_)(c * chunk, std::min(job_n_, (c + 1) * chunk));
+    if (chunks_done_.fetch_add(1, std::memory_order_acq_rel) + 1 == total) {
+      std::lock_guard<std::mutex> lock(mu_);  // the caller may be between its check and its sleep
+      done_.notify_all();
+    }
+  }
 }
 
 void ThreadPool::worker_loop(int) {
   t_inside_pool = true;
   uint64_t seen = 0;
   for (;;) {
-    spin_until([&] { return stop_.load(std::memory_order_relaxed) || generation_.load(std::memory_order_acquire) != seen; });
-    std::unique_lock<std::mutex> lock(mu_);
-    wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
-    if (stop_) return;
-    seen = generation_;
-    while (job_ && next_chunk_ < num_chunks_) {
-      int64_t c = next_chunk_++;
-      const auto* fn = job_;
-      int64_t n = job_n_, chunk = job_chunk_;
-      lock.unlock();
-      (*fn)(c * chunk, std::min(n, (c + 1) * chunk));
-      lock.lock();
-      if (++chunks_done_ == num_chunks_) done_.notify_all();
+    const auto woken = [&] { return stop_.load(std::memory_order_acquire) || generation_.load(std::memory_order_acquire) != seen; };
+    spin_until(woken);
+    if (!woken()) {  // the lock only to sleep: 127 workers taking it at every job would queue on it
+      std::unique_lock<std::mutex> lock(mu_);
+      wake_.wait(lock, woken);
     }
+    if (stop_.load(std::memory_order_acquire)) return;
+    seen = generation_.load(std::memory_order_acquire);
+    run_chunks(seen);
   }
 }
 

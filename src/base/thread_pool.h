@@ -75,22 +75,28 @@ class ThreadPool {
 
  private:
   void worker_loop(int index);
+  // Claims and runs chunks of job `generation` until none are left.
+  void run_chunks(uint64_t generation);
   void run_simulated(int64_t n, int64_t chunks, const std::function<void(int64_t, int64_t)>& fn);
 
   JobObserver* observer_ = nullptr;
   int logical_workers_ = 1;
 
   std::vector<std::thread> workers_;
-  std::mutex mu_;
+  std::mutex mu_;         // only for sleeping and waking; chunks are claimed without it
   std::mutex submit_mu_;  // one job at a time; other callers run theirs inline
   std::condition_variable wake_, done_;
+  // The running job. Written before claim_ publishes it and read only by a
+  // thread holding a claimed chunk, which the job cannot end without.
   const std::function<void(int64_t, int64_t)>* job_ = nullptr;
-  int64_t job_n_ = 0, job_chunk_ = 0;
-  int64_t next_chunk_ = 0, num_chunks_ = 0;
-  // Written under mu_; atomic so that waiting threads can spin on them
-  // without the lock before they sleep.
+  int64_t job_n_ = 0, job_chunk_ = 0, num_chunks_ = 0;
+  // Chunks left to claim (high 32 bits, signed) and the job's generation
+  // (low 32): a claim is one compare-and-swap, and a thread still looking
+  // for chunks of an ended job fails it instead of taking a chunk of the
+  // next one. With a mutex a chunk, 64-128 threads queued on one lock.
+  std::atomic<uint64_t> claim_{0};
   std::atomic<int64_t> chunks_done_{0};
-  std::atomic<uint64_t> generation_{0};
+  std::atomic<uint64_t> generation_{0};  // bumped under mu_, spun on without it
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> jobs_{0}, calls_{0};
 };
