@@ -195,7 +195,9 @@ TEST(AttentionTiles, ATokenCutAlongItsSlotsAndDimensionsKeepsItsBits) {
     ASSERT_FALSE(checks[0].empty());
     for (size_t i = 0; i < checks[0].size(); ++i) {
       EXPECT_EQ(checks[0][i].rel_l2, checks[1][i].rel_l2) << kernels::numerics_name(n) << " " << checks[0][i].name;
-      if (n == Numerics::kExact) EXPECT_EQ(checks[1][i].rel_l2, 0.0) << checks[1][i].name;
+      if (n == Numerics::kExact) {
+        EXPECT_EQ(checks[1][i].rel_l2, 0.0) << checks[1][i].name;
+      }
     }
   }
 }
