@@ -114,7 +114,7 @@ StatusOr<VerifyReport> verify_v41_golden(const DeepseekV41& model, const V41Veri
     for (int64_t id : want_ids)
       if (id < 0 || id >= V) return invalid_argument(o.golden_path + ": a dspark_ids token is outside the vocabulary");
   }
-  const int64_t draft_ids = T * B ? static_cast<int64_t>(want_ids.size()) / (T * B) : 0;
+  const int64_t draft_ids = T * B != 0 ? static_cast<int64_t>(want_ids.size()) / (T * B) : 0;
   VerifyReport report;
   for (int64_t t = 0; t < T; ++t) {
     ForwardBatch batch;
