@@ -17,9 +17,15 @@ thread_local ThreadPool* t_current = nullptr;
 // wait first spins this many pauses (tens of microseconds).
 constexpr int kSpins = 4000;
 
+// Spins until ready(), then sleeps on `cv` under `mu` until it is; whoever
+// makes it true notifies `cv` holding `mu`, so the check and the sleep
+// cannot miss it. The lock is taken only to sleep.
 template <class Ready>
-void spin_until(Ready ready) {
+void spin_then_wait(std::mutex& mu, std::condition_variable& cv, Ready ready) {
   for (int i = 0; i < kSpins && !ready(); ++i) _mm_pause();
+  if (ready()) return;
+  std::unique_lock<std::mutex> lock(mu);
+  cv.wait(lock, ready);
 }
 
 }  // namespace
@@ -126,12 +132,7 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
   run_chunks(generation);
   t_inside_pool = false;
   const int64_t total = num_chunks_;
-  const auto done = [&] { return chunks_done_.load(std::memory_order_acquire) == total; };
-  spin_until(done);
-  if (!done()) {
-    std::unique_lock<std::mutex> lock(mu_);
-    done_.wait(lock, done);
-  }
+  spin_then_wait(mu_, done_, [&] { return chunks_done_.load(std::memory_order_acquire) == total; });
 }
 
 void ThreadPool::run_chunks(uint64_t generation) {
@@ -156,12 +157,10 @@ void ThreadPool::worker_loop(int) {
   t_inside_pool = true;
   uint64_t seen = 0;
   for (;;) {
-    const auto woken = [&] { return stop_.load(std::memory_order_acquire) || generation_.load(std::memory_order_acquire) != seen; };
-    spin_until(woken);
-    if (!woken()) {  // the lock only to sleep: 127 workers taking it at every job would queue on it
-      std::unique_lock<std::mutex> lock(mu_);
-      wake_.wait(lock, woken);
-    }
+    // Not the lock at every job: 127 workers taking it would queue on it.
+    spin_then_wait(mu_, wake_, [&] {
+      return stop_.load(std::memory_order_acquire) || generation_.load(std::memory_order_acquire) != seen;
+    });
     if (stop_.load(std::memory_order_acquire)) return;
     seen = generation_.load(std::memory_order_acquire);
     run_chunks(seen);
