@@ -1,6 +1,7 @@
 #include "ops/linear.h"
 
 #include <algorithm>
+#include <memory>
 
 #include "base/check.h"
 #include "base/scratch.h"
@@ -138,7 +139,23 @@ struct Prepared {
   ScratchVector<uint32_t> pair_buffer;
   ScratchVector<uint8_t> biased_buffer;
   ScratchVector<float> scale_buffer;
+  // The input is rounded by each task of the product job that needs it (a
+  // decode step's row or two), not by a job of its own; `same_as` is the
+  // earlier product whose rounded input it takes, or -1.
+  bool in_task = false;
+  int64_t same_as = -1;
 };
+
+// Whether a linear takes its input other than as given.
+bool rounds_input(const Linear& l) { return l.format == WeightFormat::kInt8Channel || l.quantizes_input(); }
+
+// Inputs of at most this many values (rows x inputs) are rounded inside the
+// product job by every task that needs them. Rounding one row of 4096 is a
+// microsecond or two, less than a pool job's wake-up and join, and the
+// rounded values are the same wherever they are computed. A decode step of
+// one or two rows saves a job a linear this way (issue 32: pool jobs per
+// token); bigger inputs are rounded once, in a job of their own.
+constexpr int64_t kRoundInTaskValues = 8192;
 
 // Whether b takes its input as a, prepared: the same rows, rounded alike
 // (an expert's w1 and w3).
@@ -219,6 +236,45 @@ void round_rows(const kernels::Kernels& k, Prepared& p, int64_t r0, int64_t r1) 
     for (int64_t piece = 0; piece < round_pieces(p); ++piece) round_piece_of_row(k, p, r, piece);
 }
 
+// The prepared products as one task of the product job sees them: those
+// whose input is rounded in the task get a copy holding this task's own
+// rounding, made when the task first needs it.
+class TaskInputs {
+ public:
+  TaskInputs(const kernels::Kernels& k, const std::vector<Prepared>& prepared) : k_(k), prepared_(prepared) {}
+
+  const Prepared& of(size_t i) {
+    const Prepared& p = prepared_[i];
+    if (!p.in_task) return p;
+    if (own_.empty()) own_.resize(prepared_.size());
+    if (!own_[i]) {
+      auto mine = std::make_unique<Prepared>();
+      mine->l = p.l;
+      mine->m = p.m;
+      mine->y = p.y;
+      mine->t = p.t;
+      if (p.same_as >= 0) {
+        const Prepared& s = of(static_cast<size_t>(p.same_as));
+        mine->source = s.source;
+        mine->x = s.x;
+        mine->pairs = s.pairs;
+        mine->biased = s.biased;
+        mine->row_scales = s.row_scales;
+      } else {
+        allocate_input(p.source, *mine);
+        round_rows(k_, *mine, 0, mine->m);
+      }
+      own_[i] = std::move(mine);
+    }
+    return *own_[i];
+  }
+
+ private:
+  const kernels::Kernels& k_;
+  const std::vector<Prepared>& prepared_;
+  std::vector<std::unique_ptr<Prepared>> own_;
+};
+
 // Rows [r0, r1) x panels [p0, p1) of a prepared product, on this thread.
 void run_tile(const kernels::Kernels& k, const Prepared& p, int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
   const Linear& l = *p.l;
@@ -267,11 +323,16 @@ void linear_forward_all(const kernels::Kernels& k, const std::vector<LinearProdu
     p.source = product.x;
     // An input an earlier product rounded already is taken from it.
     const auto earlier = std::find_if(prepared.begin(), prepared.end() - 1, [&](const Prepared& e) { return same_input(e, p); });
-    if (earlier != prepared.end() - 1) {
+    if (earlier != prepared.end() - 1 && earlier->in_task) {
+      p.in_task = true;
+      p.same_as = earlier - prepared.begin();
+    } else if (earlier != prepared.end() - 1) {
       p.x = earlier->x;
       p.pairs = earlier->pairs;
       p.biased = earlier->biased;
       p.row_scales = earlier->row_scales;
+    } else if (rounds_input(l) && p.m * l.in <= kRoundInTaskValues) {
+      p.in_task = true;
     } else if (allocate_input(product.x, p)) {
       rounded.push_back(prepared.size() - 1);
       first_piece.push_back(first_piece.back() + p.m * round_pieces(p));
@@ -280,7 +341,7 @@ void linear_forward_all(const kernels::Kernels& k, const std::vector<LinearProdu
     first_tile.push_back(first_tile.back() + p.t.tiles());
   }
   if (prepared.empty()) return;
-  // Every input that needs rounding, piece by piece of its rows, in one job.
+  // Every bigger input that needs rounding, piece by piece of its rows, in one job.
   parallel_for(first_piece.back(), 4, [&](int64_t a, int64_t b) {
     size_t i = static_cast<size_t>(std::upper_bound(first_piece.begin(), first_piece.end(), a) - first_piece.begin()) - 1;
     for (; a < b; ++a) {
@@ -293,10 +354,11 @@ void linear_forward_all(const kernels::Kernels& k, const std::vector<LinearProdu
   // One job: each task takes a run of tiles, each tile rows x panels of one
   // product; neighbouring tiles of one row block go to the kernel together.
   parallel_for(first_tile.back(), 1, [&](int64_t a, int64_t b) {
+    TaskInputs inputs(k, prepared);
     size_t i = static_cast<size_t>(std::upper_bound(first_tile.begin(), first_tile.end(), a) - first_tile.begin()) - 1;
     while (a < b) {
       while (a >= first_tile[i + 1]) ++i;
-      const Prepared& p = prepared[i];
+      const Prepared& p = inputs.of(i);
       const Tiling& t = p.t;
       const int64_t local = a - first_tile[i], rb = local / t.runs(), run = local % t.runs();
       const int64_t last = std::min(b - first_tile[i], (rb + 1) * t.runs());  // tiles of this row block in the task
