@@ -6,8 +6,11 @@
 // threads many times over.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <memory>
+#include <mutex>
 #include <set>
 #include <thread>
 #include <vector>
@@ -89,6 +92,41 @@ TEST(ThreadPool, WorkersThatSleptBetweenJobsWakeForTheNext) {
     std::set<std::thread::id> threads(who.begin(), who.end());
     EXPECT_FALSE(threads.contains(std::thread::id{}));
     EXPECT_GE(threads.size(), 2u) << "no worker woke for round " << round;
+  }
+}
+
+// The calls' sizes: every one at least the grain (all n when n is fewer),
+// within one of each other (a worker's last chunk is not a long one while
+// the others have nothing left), on real pools and simulated ones.
+TEST(ThreadPool, ChunksHoldTheGrainAndDifferByAtMostOne) {
+  struct NullObserver : JobObserver {
+    void read(const void*, int64_t) override {}
+    void phase_changes(Phase, Phase) override {}
+    void job_begins(int64_t) override {}
+    void tile_begins(int64_t) override {}
+    void tile_ends(double) override {}
+    void job_ends() override {}
+  } observer;
+  std::vector<std::unique_ptr<ThreadPool>> pools;
+  pools.push_back(std::make_unique<ThreadPool>(2));
+  pools.push_back(std::make_unique<ThreadPool>(8));
+  pools.push_back(ThreadPool::simulated(64, &observer));
+  for (auto& pool : pools) {
+    for (int64_t n : {1, 2, 4, 7, 10, 130, 257, 300, 1000, 4097}) {
+      for (int64_t grain : {1, 3, 4, 16, 500}) {
+        std::mutex mu;
+        std::vector<int64_t> sizes;
+        pool->parallel_for(n, grain, [&](int64_t a, int64_t b) {
+          std::lock_guard<std::mutex> lock(mu);
+          sizes.push_back(b - a);
+        });
+        const auto [low, high] = std::minmax_element(sizes.begin(), sizes.end());
+        SCOPED_TRACE(::testing::Message() << pool->num_threads() << " threads, n " << n << " grain " << grain);
+        EXPECT_GE(*low, std::min(n, grain));
+        EXPECT_LE(*high - *low, 1);
+        EXPECT_LE(static_cast<int64_t>(sizes.size()), 4 * pool->num_threads());
+      }
+    }
   }
 }
 

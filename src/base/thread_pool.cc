@@ -28,6 +28,11 @@ void spin_then_wait(std::mutex& mu, std::condition_variable& cv, Ready ready) {
   cv.wait(lock, ready);
 }
 
+// Chunk c of n items cut into `chunks` chunks whose sizes differ by at most
+// one: each holds at least n / chunks items (at least the grain), and no
+// worker's last chunk is a long one while the others have none left.
+int64_t chunk_begin(int64_t c, int64_t n, int64_t chunks) { return c * n / chunks; }
+
 }  // namespace
 
 std::unique_ptr<ThreadPool> ThreadPool::simulated(int logical_workers, JobObserver* observer) {
@@ -38,14 +43,13 @@ std::unique_ptr<ThreadPool> ThreadPool::simulated(int logical_workers, JobObserv
 }
 
 void ThreadPool::run_simulated(int64_t n, int64_t chunks, const std::function<void(int64_t, int64_t)>& fn) {
-  const int64_t chunk = (n + chunks - 1) / chunks, tiles = (n + chunk - 1) / chunk;
   WorkMeter::Scope metered(observer_);
-  observer_->job_begins(tiles);
+  observer_->job_begins(chunks);
   t_inside_pool = true;  // nested calls run inside their tile, as on a worker
-  for (int64_t c = 0; c < tiles; ++c) {
+  for (int64_t c = 0; c < chunks; ++c) {
     observer_->tile_begins(c);
     const double t0 = thread_cpu_seconds();
-    fn(c * chunk, std::min(n, (c + 1) * chunk));
+    fn(chunk_begin(c, n, chunks), chunk_begin(c + 1, n, chunks));
     observer_->tile_ends(thread_cpu_seconds() - t0);
   }
   t_inside_pool = false;
@@ -96,8 +100,8 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
   if (n <= 0) return;
   calls_.fetch_add(1, std::memory_order_relaxed);
   grain = std::max<int64_t>(1, grain);
-  int64_t max_chunks = (n + grain - 1) / grain;
-  int64_t chunks = std::min<int64_t>(max_chunks, static_cast<int64_t>(num_threads()) * 4);
+  // As many chunks as keep every chunk at least `grain` items, at most 4 a thread.
+  const int64_t chunks = std::min<int64_t>(std::max<int64_t>(1, n / grain), static_cast<int64_t>(num_threads()) * 4);
   // Nested calls, and callers that find the pool busy with another thread's
   // job (ranks as threads), run their range themselves.
   if (observer_) {
@@ -117,8 +121,7 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
   jobs_.fetch_add(1, std::memory_order_relaxed);
   job_ = &fn;
   job_n_ = n;
-  job_chunk_ = (n + chunks - 1) / chunks;
-  num_chunks_ = (n + job_chunk_ - 1) / job_chunk_;
+  num_chunks_ = chunks;
   chunks_done_.store(0, std::memory_order_relaxed);
   const uint64_t generation = generation_.load(std::memory_order_relaxed) + 1;
   claim_.store(static_cast<uint64_t>(num_chunks_) << 32 | static_cast<uint32_t>(generation), std::memory_order_release);
@@ -144,8 +147,8 @@ void ThreadPool::run_chunks(uint64_t generation) {
       if (static_cast<uint32_t>(claim) != static_cast<uint32_t>(generation) || left <= 0) return;
     } while (!claim_.compare_exchange_weak(claim, claim - (uint64_t{1} << 32), std::memory_order_acq_rel,
                                            std::memory_order_acquire));
-    const int64_t total = num_chunks_, c = total - left, chunk = job_chunk_;
-    (*job_)(c * chunk, std::min(job_n_, (c + 1) * chunk));
+    const int64_t total = num_chunks_, c = total - left;
+    (*job_)(chunk_begin(c, job_n_, total), chunk_begin(c + 1, job_n_, total));
     if (chunks_done_.fetch_add(1, std::memory_order_acq_rel) + 1 == total) {
       std::lock_guard<std::mutex> lock(mu_);  // the caller may be between its check and its sleep
       done_.notify_all();

@@ -51,8 +51,9 @@ class ThreadPool {
   int64_t jobs() const { return jobs_.load(std::memory_order_relaxed); }
   int64_t calls() const { return calls_.load(std::memory_order_relaxed); }
 
-  // Calls fn(begin, end) on disjoint ranges covering [0, n), at least `grain`
-  // items per call; the calling thread takes part. Nested calls run inline.
+  // Calls fn(begin, end) on disjoint ranges covering [0, n), each at least
+  // `grain` items (one call of all n when n is fewer), their sizes within
+  // one of each other; the calling thread takes part. Nested calls run inline.
   void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
   // The process-wide pool (DSV4_NUM_THREADS or the hardware count).
@@ -89,7 +90,7 @@ class ThreadPool {
   // The running job. Written before claim_ publishes it and read only by a
   // thread holding a claimed chunk, which the job cannot end without.
   const std::function<void(int64_t, int64_t)>* job_ = nullptr;
-  int64_t job_n_ = 0, job_chunk_ = 0, num_chunks_ = 0;
+  int64_t job_n_ = 0, num_chunks_ = 0;
   // Chunks left to claim (high 32 bits, signed) and the job's generation
   // (low 32): a claim is one compare-and-swap, and a thread still looking
   // for chunks of an ended job fails it instead of taking a chunk of the
