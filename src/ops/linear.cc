@@ -146,6 +146,14 @@ struct Prepared {
   int64_t same_as = -1;
 };
 
+// `to` takes the input `from` prepared (its rounded rows, pairs or int8 rows).
+void take_input(const Prepared& from, Prepared& to) {
+  to.x = from.x;
+  to.pairs = from.pairs;
+  to.biased = from.biased;
+  to.row_scales = from.row_scales;
+}
+
 // Whether a linear takes its input other than as given.
 bool rounds_input(const Linear& l) { return l.format == WeightFormat::kInt8Channel || l.quantizes_input(); }
 
@@ -254,12 +262,7 @@ class TaskInputs {
       mine->y = p.y;
       mine->t = p.t;
       if (p.same_as >= 0) {
-        const Prepared& s = of(static_cast<size_t>(p.same_as));
-        mine->source = s.source;
-        mine->x = s.x;
-        mine->pairs = s.pairs;
-        mine->biased = s.biased;
-        mine->row_scales = s.row_scales;
+        take_input(of(static_cast<size_t>(p.same_as)), *mine);
       } else {
         allocate_input(p.source, *mine);
         round_rows(k_, *mine, 0, mine->m);
@@ -327,10 +330,7 @@ void linear_forward_all(const kernels::Kernels& k, const std::vector<LinearProdu
       p.in_task = true;
       p.same_as = earlier - prepared.begin();
     } else if (earlier != prepared.end() - 1) {
-      p.x = earlier->x;
-      p.pairs = earlier->pairs;
-      p.biased = earlier->biased;
-      p.row_scales = earlier->row_scales;
+      take_input(*earlier, p);
     } else if (rounds_input(l) && p.m * l.in <= kRoundInTaskValues) {
       p.in_task = true;
     } else if (allocate_input(product.x, p)) {
