@@ -24,8 +24,7 @@ const char* phase_name(Phase p) {
     case Phase::kAttention: return "attention";
     case Phase::kIndexer: return "indexer";
     case Phase::kCompressor: return "compressor";
-    case Phase::kRoutedExperts: return "routed experts";
-    case Phase::kSharedExpert: return "shared expert";
+    case Phase::kExperts: return "experts";
     case Phase::kHead: return "embedding + head";
     case Phase::kHyperConnections: return "mHC + norms";
     case Phase::kSampling: return "sampling";

@@ -13,8 +13,7 @@ enum class Phase {
   kAttention,        // projections, RoPE, the attention kernels, the output projections
   kIndexer,          // the lightning indexer's queries, scores and top-k
   kCompressor,       // KV compression
-  kRoutedExperts,    // routing and the routed experts
-  kSharedExpert,
+  kExperts,          // routing, the routed experts and the shared expert (one set of jobs)
   kHead,             // embedding, the hc head, the final norm and the vocabulary projection
   kHyperConnections, // mHC mixing (Sinkhorn) and the norms
   kSampling,

@@ -19,21 +19,21 @@ constexpr int64_t kSwigluPiece = 512;
 
 // An expert over its rows x [n, dim] -> out [n, w2.out]; row weights (may
 // be null) scale the hidden activations before w2, as the reference does.
+// With a group, w1/w3 hold hidden features [rank * w1.out, +w1.out) of each
+// row (tensor parallelism): whole hidden rows are gathered before w2.
 struct ExpertCall {
   const ExpertWeights* e = nullptr;
   const float* x = nullptr;
   int64_t n = 0;
   const float* row_weights = nullptr;
   float* out = nullptr;
+  Collectives* group = nullptr;
 };
 
-// Every call's expert: w1 and w3 of all in one pool job, SwiGLU over all
-// rows, then w2 of all in one job. When w1/w3 hold hidden features
-// [hidden_begin, +w1.out) of hidden_width (tensor parallelism; one call),
-// `group` gathers the whole hidden rows before w2.
-void experts_forward(const kernels::Kernels& k, float limit, const std::vector<ExpertCall>& calls,
-                     Collectives* group = nullptr) {
-  DSV4_CHECK(!group || calls.size() == 1);
+// Every call's expert in three pool jobs: w1 and w3 of all, SwiGLU over all
+// rows, then w2 of all (a decode step's routed and shared experts together:
+// each job is a wake-up and a join of every worker).
+void experts_forward(const kernels::Kernels& k, float limit, const std::vector<ExpertCall>& calls) {
   std::vector<int64_t> first_row{0};  // of each call in the hidden buffers
   for (const ExpertCall& c : calls) first_row.push_back(first_row.back() + c.n * c.e->w1.out);
   ScratchVector<float> gate(first_row.back()), up(first_row.back());
@@ -56,7 +56,7 @@ void experts_forward(const kernels::Kernels& k, float limit, const std::vector<E
     const int64_t inter = c.e->w1.out, r = at - row_of[i];
     if (j0 >= inter) return;
     j1 = std::min(j1, inter);
-    const int64_t width = inter * (group ? group->size() : 1), first = group ? group->rank() * inter : 0;
+    const int64_t width = inter * (c.group ? c.group->size() : 1), first = c.group ? c.group->rank() * inter : 0;
     float* g = gate.data() + first_row[i] + r * inter;
     float* u = up.data() + first_row[i] + r * inter;
     if (limit > 0)
@@ -68,17 +68,19 @@ void experts_forward(const kernels::Kernels& k, float limit, const std::vector<E
     k.silu(g + j0, j1 - j0, r * width + first + j0, c.n * width);
     for (int64_t j = j0; j < j1; ++j) g[j] = c.row_weights ? c.row_weights[r] * (g[j] * u[j]) : g[j] * u[j];
   });
-  if (group) {
-    const ExpertCall& c = calls[0];
-    const int64_t inter = c.e->w1.out;
-    ScratchVector<float> hidden(c.n * inter * group->size());
-    gather_columns(group, TokenSplit::of(c.n, group), gate.data(), inter, hidden.data());
-    linear_forward(k, c.e->w2, hidden.data(), c.n, c.out);
-    return;
-  }
+  std::vector<ScratchVector<float>> whole(calls.size());  // gathered hidden rows
   products.clear();
-  for (size_t i = 0; i < calls.size(); ++i)
-    products.push_back({&calls[i].e->w2, gate.data() + first_row[i], calls[i].n, calls[i].out});
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const ExpertCall& c = calls[i];
+    const float* hidden = gate.data() + first_row[i];
+    if (c.group) {
+      const int64_t inter = c.e->w1.out;
+      whole[i].resize(c.n * inter * c.group->size());
+      gather_columns(c.group, TokenSplit::of(c.n, c.group), hidden, inter, whole[i].data());
+      hidden = whole[i].data();
+    }
+    products.push_back({&c.e->w2, hidden, c.n, c.out});
+  }
   linear_forward_all(k, products);
 }
 
@@ -132,23 +134,24 @@ void moe_forward(const kernels::Kernels& k, const MoEWeights& w, const ModelConf
   const int64_t dim = c.dim, topk = c.n_activated_experts;
   // Routed experts for this rank's block of rows.
   const int64_t first = split.begin(), n = split.count();
-  PhaseTimer::Scope routed_time(Phase::kRoutedExperts);
+  PhaseTimer::Scope experts_time(Phase::kExperts);
   Routing rt = route_tokens(k, w, c, x + first * dim, token_ids + first, n, rr.slice(first, n));
   const ExpertSlots slots{rt.experts.data(), rt.weights.data(), n, static_cast<int>(topk), c.n_routed_experts};
   ScratchVector<float> slot_out(n * topk * dim);
+  // The shared expert, for every row (this rank's share of its features),
+  // runs in the routed experts' jobs: its own would be three more a layer.
+  Collectives* tp = groups.tp && groups.tp->size() > 1 ? groups.tp : nullptr;
+  const ExpertCall shared{&w.shared, x, rows, nullptr, shared_out, tp};
   run_expert_slots(
       slots, x + first * dim, dim, groups.ep,
       [&](const std::vector<ExpertRows>& experts) {
         std::vector<ExpertCall> calls;
         for (const ExpertRows& e : experts) calls.push_back({&w.experts[e.expert], e.x, e.n, e.row_weights, e.y});
+        calls.push_back(shared);
         experts_forward(k, c.swiglu_limit, calls);
       },
       slot_out.data());
   sum_slots_in_expert_order(slots, slot_out.data(), dim, routed_out);
-  // The shared expert for every row, this rank's share of its features.
-  PhaseTimer::Scope shared_time(Phase::kSharedExpert);
-  Collectives* tp = groups.tp && groups.tp->size() > 1 ? groups.tp : nullptr;
-  experts_forward(k, c.swiglu_limit, {{&w.shared, x, rows, nullptr, shared_out}}, tp);
 }
 
 }  // namespace dsv4
