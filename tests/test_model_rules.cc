@@ -220,6 +220,58 @@ TEST(HyperConnections, FastMixesInPiecesDependOnTheirRowOnly) {
   }
 }
 
+// hc_post_pre updates the streams and takes the next sublayer's mixes in
+// one job in fast numerics (each tile makes the new values of its piece):
+// the streams, mixes and input are those of hc_post then hc_pre, bit for
+// bit, in both numerics, for one row and for more than a block of rows.
+TEST(HyperConnections, PostThenPreInOnePassGiveTheSameBits) {
+  ModelConfig c;
+  c.dim = 1024;
+  c.hc_mult = 4;
+  c.hc_sinkhorn_iters = 20;
+  c.hc_eps = 1e-6f;
+  c.norm_eps = 1e-6f;
+  const int hc = c.hc_mult;
+  const int64_t flat = int64_t{hc} * c.dim, mixes = c.mix_hc();
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 0.05f);
+  auto make_weights = [&] {
+    HyperConnWeights w;
+    w.fn.out = mixes;
+    w.fn.in = flat;
+    w.fn.w.resize(mixes * flat);
+    for (float& v : w.fn.w) v = normal(rng);
+    w.fn.pack();
+    w.base.assign(mixes, 0.1f);
+    w.scale = {0.5f, 0.7f, 0.9f};
+    return w;
+  };
+  const HyperConnWeights attn = make_weights(), ffn = make_weights();
+  for (const kernels::Kernels* k : {&kernels::kernels_for(kernels::Numerics::kFast), &exact_kernels()}) {
+    for (int64_t rows : {1, 3, 40}) {
+      SCOPED_TRACE(testing::Message() << "rows " << rows << (k == &exact_kernels() ? " exact" : " fast"));
+      ReferenceRows rr;
+      rr.index.assign(rows, 0);
+      rr.count.assign(rows, ReferenceRows::kDecodeRows);
+      std::vector<float> h(rows * flat), y(rows * c.dim), x(rows * c.dim);
+      for (float& v : h) v = normal(rng) * 20.0f;
+      for (float& v : y) v = normal(rng) * 10.0f;
+      const HcMix mix = hc_pre(*k, attn, c, h.data(), rows, rr, x.data());
+      // Separately: the update in place, then the next mixes.
+      std::vector<float> h_apart = h, x_apart(rows * c.dim);
+      hc_post(mix, c, y.data(), rows, h_apart.data(), h_apart.data());
+      const HcMix apart = hc_pre(*k, ffn, c, h_apart.data(), rows, rr, x_apart.data());
+      std::vector<float> h_out(rows * flat), x_out(rows * c.dim);
+      const HcMix together = hc_post_pre(*k, mix, y.data(), ffn, c, h.data(), rows, rr, h_out.data(), x_out.data());
+      EXPECT_EQ(h_out, h_apart);
+      EXPECT_EQ(x_out, x_apart);
+      EXPECT_EQ(together.pre, apart.pre);
+      EXPECT_EQ(together.post, apart.post);
+      EXPECT_EQ(together.comb, apart.comb);
+    }
+  }
+}
+
 CompressorWeights make_compressor(int ratio, int d) {
   CompressorWeights w;
   w.ratio = ratio;

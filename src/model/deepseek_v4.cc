@@ -112,6 +112,9 @@ void DeepseekV4::block(const kernels::Kernels& k, const BlockWeights& b, int cac
     else gather_columns(tensor_group_, split, cols.data(), width, y.data());
   };
 
+  // Between the sublayers the streams live in h_mid: the attention's
+  // hc_post and the MoE's hc_pre then run as one (hc_post_pre).
+  ScratchVector<float> h_mid(held * c.hc_mult * dim);
   HcMix mix;
   {
     PhaseTimer::Scope time(Phase::kHyperConnections);
@@ -125,8 +128,7 @@ void DeepseekV4::block(const kernels::Kernels& k, const BlockWeights& b, int cac
   held_rows(cols, b.attn.wo_b.out);
   {
     PhaseTimer::Scope time(Phase::kHyperConnections);
-    hc_post(mix, c, y.data(), held, h);
-    mix = hc_pre(k, b.hc_ffn, c, h, held, held_rr, x.data());
+    mix = hc_post_pre(k, mix, y.data(), b.hc_ffn, c, h, held, held_rr, h_mid.data(), x.data());
     rms_norm_rows(b.ffn_norm, c.norm_eps, x.data(), held, dim);
   }
   cols.resize(rows * b.ffn.shared.w2.out);
@@ -143,7 +145,7 @@ void DeepseekV4::block(const kernels::Kernels& k, const BlockWeights& b, int cac
   parallel_for(held, 16, [&](int64_t r0, int64_t r1) {
     for (int64_t i = r0 * dim; i < r1 * dim; ++i) y[i] += r[i];
   });
-  hc_post(mix, c, y.data(), held, h);
+  hc_post(mix, c, y.data(), held, h_mid.data(), h);
 }
 
 void DeepseekV4::head(const kernels::Kernels& k, const HcHeadWeights& hc, const std::vector<float>& norm,

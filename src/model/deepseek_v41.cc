@@ -188,12 +188,12 @@ void DeepseekV41::block(const V41Block& b, const Attend& attend, int top_k, cons
   hc_collapse(pre->data(), c, h, rows, x.data());
   rms_norm_rows(b.attn_norm, c.norm_eps, x.data(), rows, dim);
   attend(every_row(), y.data());
-  hc_post(attn, c, y.data(), rows, h);
+  hc_post(attn, c, y.data(), rows, h, h);
   const HcMix ffn = hc_mixes(k, b.hc_ffn, c, h, rows, held_rr, /*divide=*/true);
   hc_collapse(attn.pre.data(), c, h, rows, x.data());
   rms_norm_rows(b.ffn_norm, c.norm_eps, x.data(), rows, dim);
   moe(b.ffn, top_k, every_row(), all_rows, rr, held, y.data());
-  hc_post(ffn, c, y.data(), rows, h);
+  hc_post(ffn, c, y.data(), rows, h, h);
   *pre = ffn.pre;
 }
 

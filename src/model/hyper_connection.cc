@@ -24,9 +24,12 @@ constexpr int64_t kMixRowBlock = 32;
 
 // Each piece's share of the mixes, part [pieces][rows][num_mixes] = fn h[r]
 // over the piece, and of the squares, part_squares [pieces][rows]; a tile
-// is a block of rows x a piece x a panel of outputs.
-void piecewise_mixes(const kernels::Kernels& k, const Linear& fn, int64_t num_mixes, int64_t flat, const float* h,
-                     int64_t rows, ScratchVector<float>* part_mixes, ScratchVector<float>* part_squares_out) {
+// is a block of rows x a piece x a panel of outputs. source(r0, n, q, p,
+// buffer) gives piece q of rows [r0, r0 + n), the rows kMixPiece apart (in
+// buffer, or in place for one row).
+template <class Source>
+void piecewise_mixes(const kernels::Kernels& k, const Linear& fn, int64_t num_mixes, int64_t flat, int64_t rows,
+                     Source source, ScratchVector<float>* part_mixes, ScratchVector<float>* part_squares_out) {
   const int64_t pieces = flat / kMixPiece, blocks = (rows + kMixRowBlock - 1) / kMixRowBlock;
   const int64_t panels = (num_mixes + kernels::kPanel - 1) / kernels::kPanel;
   ScratchVector<float>& part = *part_mixes;
@@ -38,14 +41,10 @@ void piecewise_mixes(const kernels::Kernels& k, const Linear& fn, int64_t num_mi
     for (int64_t u = a; u < b; ++u) {
       const int64_t p = u % panels, q = u / panels % pieces, r0 = u / panels / pieces * kMixRowBlock;
       const int64_t n = std::min(rows - r0, kMixRowBlock);
-      const float* x = h + r0 * flat + q * kMixPiece;
+      const float* x = source(r0, n, q, p, gathered);
       if (p == 0)
-        for (int64_t r = 0; r < n; ++r) part_squares[q * rows + r0 + r] = kernels::sum_squares(x + r * flat, kMixPiece);
-      if (n > 1) {  // the kernel takes rows kMixPiece apart
-        gathered.resize(n * kMixPiece);
-        for (int64_t r = 0; r < n; ++r) std::copy_n(x + r * flat, kMixPiece, gathered.data() + r * kMixPiece);
-        x = gathered.data();
-      }
+        for (int64_t r = 0; r < n; ++r)
+          part_squares[q * rows + r0 + r] = kernels::sum_squares(x + r * kMixPiece, kMixPiece);
       const float* w = fn.panels.data() + (p * flat + q * kMixPiece) * kernels::kPanel;
       meter_read(w, static_cast<int64_t>(sizeof(float)) * kMixPiece * kernels::kPanel);
       k.matmul_f32(x, n, kMixPiece, w, std::min(kernels::kPanel, num_mixes - p * kernels::kPanel), 0, 1,
@@ -54,17 +53,35 @@ void piecewise_mixes(const kernels::Kernels& k, const Linear& fn, int64_t num_mi
   });
 }
 
+// Whether the mixes of fn sum in pieces (fast numerics).
+bool mixes_in_pieces(const kernels::Kernels& k, const Linear& fn, const ModelConfig& c) {
+  const int64_t flat = static_cast<int64_t>(c.hc_mult) * c.dim;
+  return k.numerics == kernels::Numerics::kFast && flat % kMixPiece == 0 && !fn.panels.empty();
+}
+
+// Piece q of rows [r0, r0 + n) of the streams h as they are.
+auto stored_pieces(const float* h, int64_t flat) {
+  return [h, flat](int64_t r0, int64_t n, int64_t q, int64_t, ScratchVector<float>& buffer) {
+    const float* x = h + r0 * flat + q * kMixPiece;
+    if (n == 1) return x;
+    buffer.resize(n * kMixPiece);
+    for (int64_t r = 0; r < n; ++r) std::copy_n(x + r * flat, kMixPiece, buffer.data() + r * kMixPiece);
+    return static_cast<const float*>(buffer.data());
+  };
+}
+
 // mixes[r, m] = (fn[m] . h[r]) / rms(h[r]) over the flattened hc*dim
 // stream, each row's then handed to finish(r, mixes of r) in one job over
 // the rows, a task a row: the pieces' sums, the scaling and what the caller
-// makes of the mixes.
-template <class Finish>
+// makes of the mixes. In pieces, source gives them (piecewise_mixes);
+// otherwise h holds the streams.
+template <class Source, class Finish>
 void stream_mixes(const kernels::Kernels& k, const Linear& fn, int64_t num_mixes, const ModelConfig& c, const float* h,
-                  int64_t rows, Finish finish) {
+                  int64_t rows, Source source, Finish finish) {
   const int64_t flat = static_cast<int64_t>(c.hc_mult) * c.dim;
   ScratchVector<float> mixes(rows * num_mixes), part, part_squares;
-  const bool pieces = k.numerics == kernels::Numerics::kFast && flat % kMixPiece == 0 && !fn.panels.empty();
-  if (pieces) piecewise_mixes(k, fn, num_mixes, flat, h, rows, &part, &part_squares);
+  const bool pieces = mixes_in_pieces(k, fn, c);
+  if (pieces) piecewise_mixes(k, fn, num_mixes, flat, rows, source, &part, &part_squares);
   else linear_forward(k, fn, h, rows, mixes.data());
   parallel_for(rows, 1, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
@@ -107,6 +124,20 @@ void weighted_stream_sum(const float* pre, const ModelConfig& c, const float* h,
   }
 }
 
+// out[d] = post * x[d] + sum_i comb[i][j] * old_i[d] for d < n, the sum
+// first (as the reference); old_i = old + i * stride. Copy j of a row's new
+// streams, a piece of it.
+void new_stream_piece(const float* comb, float post, int hc, int j, const float* x, const float* old, int64_t stride,
+                      int64_t n, float* out) {
+  for (int64_t d = 0; d < n; ++d) out[d] = 0.0f;
+  for (int i = 0; i < hc; ++i) {
+    const float cij = comb[i * hc + j];
+    const float* ri = old + i * stride;
+    for (int64_t d = 0; d < n; ++d) out[d] += cij * ri[d];
+  }
+  for (int64_t d = 0; d < n; ++d) out[d] = post * x[d] + out[d];
+}
+
 }  // namespace
 
 void sinkhorn(float* comb, int hc, int iters, float eps, bool divide) {
@@ -145,15 +176,16 @@ void sinkhorn(float* comb, int hc, int iters, float eps, bool divide) {
 namespace {
 
 // The mixes of every row.
+template <class Source>
 HcMix mix_rows(const kernels::Kernels& k, const HyperConnWeights& w, const ModelConfig& c, const float* h, int64_t rows,
-               const ReferenceRows& rr, bool divide) {
+               const ReferenceRows& rr, bool divide, Source source) {
   const int hc = c.hc_mult;
   const int64_t mix = c.mix_hc();
   HcMix out;
   out.pre.resize(rows * hc);
   out.post.resize(rows * hc);
   out.comb.resize(rows * hc * hc);
-  stream_mixes(k, w.fn, mix, c, h, rows, [&](int64_t r, const float* m) {
+  stream_mixes(k, w.fn, mix, c, h, rows, source, [&](int64_t r, const float* m) {
     for (int s = 0; s < hc; ++s) {
       // pre and post are separate [rows, hc] tensors in the reference.
       const int64_t at = rr.element(r, hc, s), n = rr.elements(r, hc);
@@ -171,7 +203,7 @@ HcMix mix_rows(const kernels::Kernels& k, const HyperConnWeights& w, const Model
 
 HcMix hc_mixes(const kernels::Kernels& k, const HyperConnWeights& w, const ModelConfig& c, const float* h,
                int64_t rows, const ReferenceRows& rr, bool divide) {
-  return mix_rows(k, w, c, h, rows, rr, divide);
+  return mix_rows(k, w, c, h, rows, rr, divide, stored_pieces(h, static_cast<int64_t>(c.hc_mult) * c.dim));
 }
 
 void hc_collapse(const float* pre, const ModelConfig& c, const float* h, int64_t rows, float* x) {
@@ -184,45 +216,65 @@ void hc_collapse(const float* pre, const ModelConfig& c, const float* h, int64_t
 
 HcMix hc_pre(const kernels::Kernels& k, const HyperConnWeights& w, const ModelConfig& c, const float* h, int64_t rows,
              const ReferenceRows& rr, float* x) {
-  HcMix mix = mix_rows(k, w, c, h, rows, rr, /*divide=*/false);
+  HcMix mix = hc_mixes(k, w, c, h, rows, rr);
   hc_collapse(mix.pre.data(), c, h, rows, x);
   return mix;
 }
 
-void hc_post(const HcMix& mix, const ModelConfig& c, const float* x, int64_t rows, float* h) {
+void hc_post(const HcMix& mix, const ModelConfig& c, const float* x, int64_t rows, const float* h, float* h_out) {
   const int hc = c.hc_mult;
   const int64_t dim = c.dim;
   // Element d of each new copy reads element d of every old one: a piece of
-  // the row is updated on its own, from a copy of its old values.
+  // the row is updated on its own, in place from a copy of its old values.
   for_row_pieces(rows, dim, 2, [&](int64_t r, int64_t d0, int64_t d1) {
     const int64_t n = d1 - d0;
-    thread_local std::vector<float> old;
-    old.resize(static_cast<size_t>(hc) * kRowPiece);
-    float* res = old.data();
-    float* hr = h + r * hc * dim;
-    for (int i = 0; i < hc; ++i) std::copy_n(hr + i * dim + d0, n, res + i * kRowPiece);
-    const float* comb = &mix.comb[r * hc * hc];
-    const float* xr = x + r * dim + d0;
-    for (int j = 0; j < hc; ++j) {
-      float* out = hr + j * dim + d0;
-      const float p = mix.post[r * hc + j];
-      // post * x + sum_i comb[i][j] * residual_i, the sum first (as the reference).
-      for (int64_t d = 0; d < n; ++d) out[d] = 0.0f;
-      for (int i = 0; i < hc; ++i) {
-        const float cij = comb[i * hc + j];
-        const float* ri = res + i * kRowPiece;
-        for (int64_t d = 0; d < n; ++d) out[d] += cij * ri[d];
-      }
-      for (int64_t d = 0; d < n; ++d) out[d] = p * xr[d] + out[d];
+    const float* old = h + r * hc * dim + d0;
+    int64_t stride = dim;
+    thread_local std::vector<float> copy;
+    if (h == h_out) {
+      copy.resize(static_cast<size_t>(hc) * kRowPiece);
+      for (int i = 0; i < hc; ++i) std::copy_n(old + i * dim, n, copy.data() + i * kRowPiece);
+      old = copy.data();
+      stride = kRowPiece;
     }
+    for (int j = 0; j < hc; ++j)
+      new_stream_piece(&mix.comb[r * hc * hc], mix.post[r * hc + j], hc, j, x + r * dim + d0, old, stride, n,
+                       h_out + (r * hc + j) * dim + d0);
   });
+}
+
+HcMix hc_post_pre(const kernels::Kernels& k, const HcMix& mix, const float* y, const HyperConnWeights& next,
+                  const ModelConfig& c, const float* h, int64_t rows, const ReferenceRows& rr, float* h_out, float* x) {
+  const int hc = c.hc_mult;
+  const int64_t dim = c.dim, flat = hc * dim;
+  if (!mixes_in_pieces(k, next.fn, c) || dim % kMixPiece != 0) {
+    hc_post(mix, c, y, rows, h, h_out);
+    return hc_pre(k, next, c, h_out, rows, rr, x);
+  }
+  // Piece q is a piece of one copy j: its new values, from the old copies'
+  // same elements, made by each tile that sums it (one per panel of the
+  // mixes; the first stores them), so the update and the mixes are one job.
+  auto updated = [&](int64_t r0, int64_t n, int64_t q, int64_t panel, ScratchVector<float>& buffer) {
+    const int64_t j = q * kMixPiece / dim, d0 = q * kMixPiece % dim;
+    buffer.resize(n * kMixPiece);
+    for (int64_t r = r0; r < r0 + n; ++r) {
+      float* out = buffer.data() + (r - r0) * kMixPiece;
+      new_stream_piece(&mix.comb[r * hc * hc], mix.post[r * hc + j], hc, static_cast<int>(j), y + r * dim + d0,
+                       h + r * flat + d0, dim, kMixPiece, out);
+      if (panel == 0) std::copy_n(out, kMixPiece, h_out + r * flat + j * dim + d0);
+    }
+    return static_cast<const float*>(buffer.data());
+  };
+  HcMix next_mix = mix_rows(k, next, c, h_out, rows, rr, /*divide=*/false, updated);
+  hc_collapse(next_mix.pre.data(), c, h_out, rows, x);
+  return next_mix;
 }
 
 void hc_head(const kernels::Kernels& k, const HcHeadWeights& w, const ModelConfig& c, const float* h, int64_t rows,
              const int64_t* batch_row, const ReferenceRows& rr, float* x) {
   const int hc = c.hc_mult;
   std::vector<float> pre(rows * hc);
-  stream_mixes(k, w.fn, hc, c, h, rows, [&](int64_t r, const float* m) {
+  stream_mixes(k, w.fn, hc, c, h, rows, stored_pieces(h, static_cast<int64_t>(hc) * c.dim), [&](int64_t r, const float* m) {
     for (int s = 0; s < hc; ++s) {
       const float a = m[s] * w.scale[0] + w.base[s];
       pre[r * hc + s] =

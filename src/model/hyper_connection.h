@@ -41,8 +41,16 @@ void hc_collapse(const float* pre, const ModelConfig& c, const float* h, int64_t
 HcMix hc_pre(const kernels::Kernels& k, const HyperConnWeights& w, const ModelConfig& c, const float* h, int64_t rows,
              const ReferenceRows& rr, float* x);
 
-// h (residual in, new streams out): h[j] = post[j] * x + sum_i comb[i][j] * h[i].
-void hc_post(const HcMix& mix, const ModelConfig& c, const float* x, int64_t rows, float* h);
+// The streams after a sublayer: h_out[j] = post[j] * x + sum_i comb[i][j] * h[i]
+// (h_out may be h).
+void hc_post(const HcMix& mix, const ModelConfig& c, const float* x, int64_t rows, const float* h, float* h_out);
+
+// hc_post into h_out (not h), then hc_pre of the next sublayer on h_out:
+// the same values, and in fast numerics one pool job for both where a
+// piece of the mixes lies in one copy (dim a multiple of 512): each tile
+// makes the new values of the piece it sums.
+HcMix hc_post_pre(const kernels::Kernels& k, const HcMix& mix, const float* y, const HyperConnWeights& next,
+                  const ModelConfig& c, const float* h, int64_t rows, const ReferenceRows& rr, float* h_out, float* x);
 
 // The head's reduction of the streams to one vector per row: sigmoid weights.
 // Row r is row batch_row[r] of the forward (the reference runs the head over
