@@ -5,6 +5,7 @@
 // a big machine's workers would get; the simulator schedules and charges
 // them as documented; and ranks placed on a simulated two-node machine bind
 // every weight and KV page they read to their own node.
+#include <atomic>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -307,6 +308,55 @@ TEST(LinearTiles, ProductsInOneJobGiveEachProductsBits) {
       if (m == 1) {
         EXPECT_EQ(wide->jobs(), 1);  // a decode row: one job for all five products
       }
+    }
+  }
+}
+
+// A product's `written` callback hears of every output exactly once, from
+// the task that wrote it, after its final value is in place (SwiGLU runs
+// there, on the pieces w1 and w3 have completed).
+TEST(LinearTiles, WrittenHearsOfEveryOutputOnceAfterItIsFinal) {
+  const Linear layers[] = {random_linear(WeightFormat::kFp8Block, 512, 4096, true, 21),
+                           random_linear(WeightFormat::kFp4Block, 96, 2048, true, 22),
+                           random_linear(WeightFormat::kDense, 24, 1024, false, 23)};
+  ThreadPool four(4);
+  for (int64_t m : {int64_t{1}, int64_t{5}, int64_t{70}}) {
+    SCOPED_TRACE(::testing::Message() << "rows " << m);
+    std::vector<std::vector<float>> x, expected, y;
+    std::vector<std::vector<std::atomic<int>>> heard;
+    std::vector<WrittenFn> written;
+    std::atomic<int64_t> early{0};
+    for (size_t i = 0; i < std::size(layers); ++i) {
+      std::mt19937 rng(static_cast<uint32_t>(30 + i));
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      x.emplace_back(m * layers[i].in);
+      for (float& v : x.back()) v = normal(rng);
+      expected.push_back(forward(layers[i], Numerics::kFast, x.back(), m));
+      y.emplace_back(m * layers[i].out, -1.0f);
+      heard.emplace_back(m * layers[i].out);
+    }
+    for (size_t i = 0; i < std::size(layers); ++i)
+      written.push_back([&, i](int64_t r0, int64_t r1, int64_t f0, int64_t f1) {
+        const int64_t out = layers[i].out;
+        for (int64_t r = r0; r < r1; ++r)
+          for (int64_t f = f0; f < f1; ++f) {
+            heard[i][r * out + f].fetch_add(1);
+            if (!same_bits(&y[i][r * out + f], &expected[i][r * out + f], 1)) early.fetch_add(1);
+          }
+      });
+    std::vector<LinearProduct> products;
+    for (size_t i = 0; i < std::size(layers); ++i)
+      products.push_back({&layers[i], x[i].data(), m, y[i].data(), &written[i]});
+    {
+      ThreadPool::Scope scope(&four);
+      linear_forward_all(kernels::kernels_for(Numerics::kFast), products);
+    }
+    EXPECT_EQ(early.load(), 0);
+    for (size_t i = 0; i < std::size(layers); ++i) {
+      EXPECT_TRUE(same_bits(expected[i].data(), y[i].data(), m * layers[i].out)) << "product " << i;
+      int64_t not_once = 0;
+      for (const std::atomic<int>& h : heard[i]) not_once += h.load() != 1;
+      EXPECT_EQ(not_once, 0) << "product " << i;
     }
   }
 }

@@ -1,6 +1,7 @@
 #include "model/moe.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 
 #include "base/check.h"
@@ -14,7 +15,8 @@
 namespace dsv4 {
 namespace {
 
-// SwiGLU's values a task: a piece of a hidden row.
+// SwiGLU goes in pieces of a hidden row, each run as soon as its w1 and w3
+// outputs are written.
 constexpr int64_t kSwigluPiece = 512;
 
 // An expert over its rows x [n, dim] -> out [n, w2.out]; row weights (may
@@ -30,32 +32,18 @@ struct ExpertCall {
   Collectives* group = nullptr;
 };
 
-// Every call's expert in three pool jobs: w1 and w3 of all, SwiGLU over all
-// rows, then w2 of all (a decode step's routed and shared experts together:
-// each job is a wake-up and a join of every worker).
+// Every call's expert in two pool jobs: w1 and w3 of all, each piece of a
+// hidden row taking its SwiGLU from the task that completes it, then w2 of
+// all (a decode step's routed and shared experts together: each job is a
+// wake-up and a join of every worker).
 void experts_forward(const kernels::Kernels& k, float limit, const std::vector<ExpertCall>& calls) {
   std::vector<int64_t> first_row{0};  // of each call in the hidden buffers
   for (const ExpertCall& c : calls) first_row.push_back(first_row.back() + c.n * c.e->w1.out);
   ScratchVector<float> gate(first_row.back()), up(first_row.back());
-  std::vector<LinearProduct> products;
-  for (size_t i = 0; i < calls.size(); ++i) {
-    products.push_back({&calls[i].e->w1, calls[i].x, calls[i].n, gate.data() + first_row[i]});
-    products.push_back({&calls[i].e->w3, calls[i].x, calls[i].n, up.data() + first_row[i]});
-  }
-  linear_forward_all(k, products);
-  // Rows of all calls, in one numbering.
-  std::vector<int64_t> row_of{0};
-  for (const ExpertCall& c : calls) row_of.push_back(row_of.back() + c.n);
-  // SwiGLU, elementwise: a task a piece of a row (a decode step has a few
-  // rows of thousands of values).
-  int64_t widest = 0;
-  for (const ExpertCall& c : calls) widest = std::max(widest, c.e->w1.out);
-  parallel_for_pieces(row_of.back(), widest, kSwigluPiece, 1, [&](int64_t at, int64_t j0, int64_t j1) {
-    const size_t i = std::upper_bound(row_of.begin(), row_of.end(), at) - row_of.begin() - 1;
+  // Row r, features [j0, j1) of call i: gate <- SwiGLU(gate, up), weighted.
+  auto swiglu = [&](size_t i, int64_t r, int64_t j0, int64_t j1) {
     const ExpertCall& c = calls[i];
-    const int64_t inter = c.e->w1.out, r = at - row_of[i];
-    if (j0 >= inter) return;
-    j1 = std::min(j1, inter);
+    const int64_t inter = c.e->w1.out;
     const int64_t width = inter * (c.group ? c.group->size() : 1), first = c.group ? c.group->rank() * inter : 0;
     float* g = gate.data() + first_row[i] + r * inter;
     float* u = up.data() + first_row[i] + r * inter;
@@ -67,7 +55,38 @@ void experts_forward(const kernels::Kernels& k, float limit, const std::vector<E
     // Where the element sits in the whole [n, width] tensor decides its rounding.
     k.silu(g + j0, j1 - j0, r * width + first + j0, c.n * width);
     for (int64_t j = j0; j < j1; ++j) g[j] = c.row_weights ? c.row_weights[r] * (g[j] * u[j]) : g[j] * u[j];
-  });
+  };
+  // Each piece of kSwigluPiece features of a hidden row counts the w1 and
+  // w3 outputs still to be written; the task writing the last runs its
+  // SwiGLU (acquiring the others' writes).
+  std::vector<int64_t> first_piece{0};  // of each call's rows' pieces
+  auto pieces_of = [](const ExpertCall& c) { return (c.e->w1.out + kSwigluPiece - 1) / kSwigluPiece; };
+  for (const ExpertCall& c : calls) first_piece.push_back(first_piece.back() + c.n * pieces_of(c));
+  std::vector<std::atomic<int64_t>> unwritten(first_piece.back());
+  std::vector<WrittenFn> written;
+  written.reserve(calls.size());
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const int64_t inter = calls[i].e->w1.out, pieces = pieces_of(calls[i]);
+    for (int64_t r = 0; r < calls[i].n; ++r)
+      for (int64_t q = 0; q < pieces; ++q)
+        unwritten[first_piece[i] + r * pieces + q].store(2 * (std::min(inter, (q + 1) * kSwigluPiece) - q * kSwigluPiece),
+                                                         std::memory_order_relaxed);
+    written.push_back([&, i, inter, pieces](int64_t r0, int64_t r1, int64_t f0, int64_t f1) {
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t q = f0 / kSwigluPiece; q * kSwigluPiece < f1; ++q) {
+          const int64_t j0 = q * kSwigluPiece, j1 = std::min(inter, j0 + kSwigluPiece);
+          const int64_t count = std::min(f1, j1) - std::max(f0, j0);
+          if (unwritten[first_piece[i] + r * pieces + q].fetch_sub(count, std::memory_order_acq_rel) == count)
+            swiglu(i, r, j0, j1);
+        }
+    });
+  }
+  std::vector<LinearProduct> products;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    products.push_back({&calls[i].e->w1, calls[i].x, calls[i].n, gate.data() + first_row[i], &written[i]});
+    products.push_back({&calls[i].e->w3, calls[i].x, calls[i].n, up.data() + first_row[i], &written[i]});
+  }
+  linear_forward_all(k, products);
   std::vector<ScratchVector<float>> whole(calls.size());  // gathered hidden rows
   products.clear();
   for (size_t i = 0; i < calls.size(); ++i) {

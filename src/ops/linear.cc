@@ -130,6 +130,7 @@ struct Prepared {
   const float* source = nullptr;  // the input as given
   int64_t m = 0;
   float* y = nullptr;
+  const WrittenFn* written = nullptr;
   Tiling t;
   const float* x = nullptr;        // f32 rows (rounded when the layer rounds its input)
   const uint32_t* pairs = nullptr;  // or BF16 pairs (exact BF16 inputs to FP8/FP4 panels)
@@ -260,6 +261,7 @@ class TaskInputs {
       mine->l = p.l;
       mine->m = p.m;
       mine->y = p.y;
+      mine->written = p.written;
       mine->t = p.t;
       if (p.same_as >= 0) {
         take_input(of(static_cast<size_t>(p.same_as)), *mine);
@@ -317,12 +319,14 @@ void linear_forward_all(const kernels::Kernels& k, const std::vector<LinearProdu
       if (allocate_input(product.x, p))
         parallel_for(p.m, 8, [&](int64_t r0, int64_t r1) { round_rows(k, p, r0, r1); });
       matmul(p.x, p.m, l.in, l.w.data(), l.out, product.y);
+      if (product.written) (*product.written)(0, p.m, 0, l.out);
       continue;
     }
     Prepared& p = prepared.emplace_back();
     p.l = &l;
     p.m = product.m;
     p.y = product.y;
+    p.written = product.written;
     p.source = product.x;
     // An input an earlier product rounded already is taken from it.
     const auto earlier = std::find_if(prepared.begin(), prepared.end() - 1, [&](const Prepared& e) { return same_input(e, p); });
@@ -363,7 +367,9 @@ void linear_forward_all(const kernels::Kernels& k, const std::vector<LinearProdu
       const int64_t local = a - first_tile[i], rb = local / t.runs(), run = local % t.runs();
       const int64_t last = std::min(b - first_tile[i], (rb + 1) * t.runs());  // tiles of this row block in the task
       const int64_t p0 = run * t.panels_per, p1 = std::min(t.panels, (last - rb * t.runs()) * t.panels_per);
-      run_tile(k, p, rb * t.rows_per, std::min(p.m, (rb + 1) * t.rows_per), p0, p1);
+      const int64_t r0 = rb * t.rows_per, r1 = std::min(p.m, (rb + 1) * t.rows_per);
+      run_tile(k, p, r0, r1, p0, p1);
+      if (p.written) (*p.written)(r0, r1, p0 * kernels::kPanel, std::min(p.l->out, p1 * kernels::kPanel));
       a = first_tile[i] + last;
     }
   });

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -82,11 +83,17 @@ void linear_forward(const kernels::Kernels& k, const Linear& layer, const float*
 // expert's w1 and w3, every active expert's) keep a many-core node busy
 // and cost one wake-up and join, not one each. Each y is what
 // linear_forward would give.
+// Called by the task that has just written outputs [r0, r1) x [f0, f1) of
+// a product, inside the product job: work that needs only those outputs
+// can follow them there instead of in a job of its own.
+using WrittenFn = std::function<void(int64_t r0, int64_t r1, int64_t f0, int64_t f1)>;
+
 struct LinearProduct {
   const Linear* layer = nullptr;
   const float* x = nullptr;
   int64_t m = 0;
   float* y = nullptr;
+  const WrittenFn* written = nullptr;  // may be null
 };
 void linear_forward_all(const kernels::Kernels& k, const std::vector<LinearProduct>& products);
 
