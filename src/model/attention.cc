@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "base/check.h"
 #include "base/phase_timer.h"
@@ -18,6 +19,15 @@ namespace {
 
 using Buffer = ScratchVector<float>;
 
+// RoPE on the last rope_dim dims of a vector of size `stride` at position pos.
+void rope_vector(const Rope& rope, float* v, int64_t stride, int rope_dim, int64_t pos, bool inverse) {
+  thread_local std::vector<float> cos, sin;
+  cos.resize(rope_dim / 2);
+  sin.resize(rope_dim / 2);
+  rope.angles(pos, cos.data(), sin.data());
+  kernels::rope(v + stride - rope_dim, cos.data(), sin.data(), rope_dim / 2, inverse);
+}
+
 // RoPE on the last rope_dim dims of `count` vectors of size `stride`, the
 // vector v at position pos_of(v), after before(v) and then after(v) on
 // each (in the same pool job: each vector's steps are its own).
@@ -28,11 +38,9 @@ void rope_tail(const Rope& rope, float* x, int64_t count, int64_t stride, int ro
   // step's one token has only its heads).
   const int64_t grain = std::clamp<int64_t>(count / ThreadPool::current().num_threads(), 1, 4);
   parallel_for(count, grain, [&](int64_t v0, int64_t v1) {
-    Buffer cos(rope_dim / 2), sin(rope_dim / 2);
     for (int64_t v = v0; v < v1; ++v) {
       before(v);
-      rope.angles(pos_of(v), cos.data(), sin.data());
-      kernels::rope(x + v * stride + stride - rope_dim, cos.data(), sin.data(), rope_dim / 2, inverse);
+      rope_vector(rope, x + v * stride, stride, rope_dim, pos_of(v), inverse);
       after(v);
     }
   });
@@ -229,11 +237,14 @@ void queries_from(const AttentionWeights& w, const LayerContext& ctx, int64_t ro
     for (int64_t r = r0; r < r1; ++r)
       kernels::rms_norm(&qr[r * c.q_lora_rank], w.q_norm.data(), c.q_lora_rank, c.norm_eps, &qr[r * c.q_lora_rank]);
   });
-  also.push_back({&w.wq_b, qr.data(), rows, q.data()});
+  // Each head normed and rotated in wq_b's job, as soon as it is written.
+  const WhenPiecesWritten head_written(rows, heads * hd, hd, 1, [&](int64_t r, int64_t j0, int64_t) {
+    float* head = &q[(r * heads + j0 / hd) * hd];
+    kernels::rms_norm(head, nullptr, hd, c.norm_eps, head);
+    rope_vector(ctx.rope, head, hd, rd, pos[r], false);
+  });
+  also.push_back({&w.wq_b, qr.data(), rows, q.data(), head_written.written()});
   linear_forward_all(ctx.k, also);
-  rope_tail(
-      ctx.rope, q.data(), rows * heads, hd, rd, [&](int64_t v) { return pos[v / heads]; }, false,
-      [&](int64_t v) { kernels::rms_norm(&q[v * hd], nullptr, hd, c.norm_eps, &q[v * hd]); });
 }
 
 // The single KV head from kv [rows, head_dim], wkv's output: norm, RoPE,
@@ -379,10 +390,21 @@ void attention_forward(const AttentionWeights& w, const LayerContext& ctx, const
   }
   linear_columns_all(ctx.k, ctx.tp, columns, local);
   // The indexer's queries come from the normed qr too, in wq_b's job.
+  // Its queries rotated, Hadamard-mixed and through FP4 there, each as
+  // soon as it is written.
   std::vector<LinearProduct> with_wq_b;
+  std::optional<WhenPiecesWritten> index_query_written;
   if (w.indexer) {
     iq.resize(rows * ih * id);
-    with_wq_b.push_back({&w.indexer->wq_b, qr.data(), rows, iq.data()});
+    index_query_written.emplace(rows, ih * id, id, 1, [&](int64_t r, int64_t j0, int64_t) {
+      float* v = &iq[(r * ih + j0 / id) * id];
+      rope_vector(rope, v, id, rd, pos[r], false);
+      thread_local Buffer scratch;
+      scratch.resize(id);
+      ctx.k.hadamard(v, id, scratch.data());
+      ctx.k.fp4_round_trip(v, id, kernels::kIndexScaleBlock);
+    });
+    with_wq_b.push_back({&w.indexer->wq_b, qr.data(), rows, iq.data(), index_query_written->written()});
   }
   queries_from(w, ctx, rows, pos, qr, q, with_wq_b);
   const kernels::KvRowFormat kv_format{hd - rd, rd};
@@ -393,17 +415,9 @@ void attention_forward(const AttentionWeights& w, const LayerContext& ctx, const
   // Compressed history (rows finished by this chunk are visible to it).
   if (w.compressor) run_compressor(*w.compressor, ctx, compressed, chunks, false);
 
-  // Indexer queries (rotated, Hadamard-mixed, through FP4) and head weights.
+  // The indexer's head weights.
   if (w.indexer) {
     PhaseTimer::Scope time(Phase::kIndexer);
-    rope_tail(
-        rope, iq.data(), rows * ih, id, rd, [&](int64_t v) { return pos[v / ih]; }, false, [](int64_t) {},
-        [&](int64_t v) {
-          thread_local Buffer scratch;
-          scratch.resize(id);
-          ctx.k.hadamard(&iq[v * id], id, scratch.data());
-          ctx.k.fp4_round_trip(&iq[v * id], id, kernels::kIndexScaleBlock);
-        });
     // Computed in double and rounded once, as the reference's Python scalars.
     const float wscale = static_cast<float>(std::pow(id, -0.5) * std::pow(c.index_n_heads, -0.5));
     for (float& v : iw) v *= wscale;

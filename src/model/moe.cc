@@ -1,7 +1,7 @@
 #include "model/moe.h"
 
 #include <algorithm>
-#include <atomic>
+#include <memory>
 #include <cmath>
 
 #include "base/check.h"
@@ -56,35 +56,15 @@ void experts_forward(const kernels::Kernels& k, float limit, const std::vector<E
     k.silu(g + j0, j1 - j0, r * width + first + j0, c.n * width);
     for (int64_t j = j0; j < j1; ++j) g[j] = c.row_weights ? c.row_weights[r] * (g[j] * u[j]) : g[j] * u[j];
   };
-  // Each piece of kSwigluPiece features of a hidden row counts the w1 and
-  // w3 outputs still to be written; the task writing the last runs its
-  // SwiGLU (acquiring the others' writes).
-  std::vector<int64_t> first_piece{0};  // of each call's rows' pieces
-  auto pieces_of = [](const ExpertCall& c) { return (c.e->w1.out + kSwigluPiece - 1) / kSwigluPiece; };
-  for (const ExpertCall& c : calls) first_piece.push_back(first_piece.back() + c.n * pieces_of(c));
-  std::vector<std::atomic<int64_t>> unwritten(first_piece.back());
-  std::vector<WrittenFn> written;
-  written.reserve(calls.size());
-  for (size_t i = 0; i < calls.size(); ++i) {
-    const int64_t inter = calls[i].e->w1.out, pieces = pieces_of(calls[i]);
-    for (int64_t r = 0; r < calls[i].n; ++r)
-      for (int64_t q = 0; q < pieces; ++q)
-        unwritten[first_piece[i] + r * pieces + q].store(2 * (std::min(inter, (q + 1) * kSwigluPiece) - q * kSwigluPiece),
-                                                         std::memory_order_relaxed);
-    written.push_back([&, i, inter, pieces](int64_t r0, int64_t r1, int64_t f0, int64_t f1) {
-      for (int64_t r = r0; r < r1; ++r)
-        for (int64_t q = f0 / kSwigluPiece; q * kSwigluPiece < f1; ++q) {
-          const int64_t j0 = q * kSwigluPiece, j1 = std::min(inter, j0 + kSwigluPiece);
-          const int64_t count = std::min(f1, j1) - std::max(f0, j0);
-          if (unwritten[first_piece[i] + r * pieces + q].fetch_sub(count, std::memory_order_acq_rel) == count)
-            swiglu(i, r, j0, j1);
-        }
-    });
-  }
+  // Each piece of a hidden row as soon as w1 and w3 have written it.
+  std::vector<std::unique_ptr<WhenPiecesWritten>> swiglu_when;
   std::vector<LinearProduct> products;
   for (size_t i = 0; i < calls.size(); ++i) {
-    products.push_back({&calls[i].e->w1, calls[i].x, calls[i].n, gate.data() + first_row[i], &written[i]});
-    products.push_back({&calls[i].e->w3, calls[i].x, calls[i].n, up.data() + first_row[i], &written[i]});
+    const ExpertCall& c = calls[i];
+    swiglu_when.push_back(std::make_unique<WhenPiecesWritten>(
+        c.n, c.e->w1.out, kSwigluPiece, 2, [&, i](int64_t r, int64_t j0, int64_t j1) { swiglu(i, r, j0, j1); }));
+    products.push_back({&c.e->w1, c.x, c.n, gate.data() + first_row[i], swiglu_when.back()->written()});
+    products.push_back({&c.e->w3, c.x, c.n, up.data() + first_row[i], swiglu_when.back()->written()});
   }
   linear_forward_all(k, products);
   std::vector<ScratchVector<float>> whole(calls.size());  // gathered hidden rows

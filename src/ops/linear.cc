@@ -375,6 +375,23 @@ void linear_forward_all(const kernels::Kernels& k, const std::vector<LinearProdu
   });
 }
 
+WhenPiecesWritten::WhenPiecesWritten(int64_t rows, int64_t out, int64_t piece, int products, Done done)
+    : out_(out), piece_(piece), pieces_((out + piece - 1) / piece), unwritten_(rows * pieces_), done_(std::move(done)) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t q = 0; q < pieces_; ++q)
+      unwritten_[r * pieces_ + q].store(products * (std::min(out, (q + 1) * piece) - q * piece), std::memory_order_relaxed);
+  written_ = [this](int64_t r0, int64_t r1, int64_t f0, int64_t f1) { wrote(r0, r1, f0, f1); };
+}
+
+void WhenPiecesWritten::wrote(int64_t r0, int64_t r1, int64_t f0, int64_t f1) {
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t q = f0 / piece_; q * piece_ < f1; ++q) {
+      const int64_t j0 = q * piece_, j1 = std::min(out_, j0 + piece_);
+      const int64_t count = std::min(f1, j1) - std::max(f0, j0);
+      if (unwritten_[r * pieces_ + q].fetch_sub(count, std::memory_order_acq_rel) == count) done_(r, j0, j1);
+    }
+}
+
 void linear_forward(const kernels::Kernels& k, const Linear& layer, const float* x, int64_t m, float* y) {
   linear_forward_all(k, {{&layer, x, m, y}});
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <atomic>
 #include <functional>
 #include <string>
 #include <vector>
@@ -87,6 +88,26 @@ void linear_forward(const kernels::Kernels& k, const Linear& layer, const float*
 // a product, inside the product job: work that needs only those outputs
 // can follow them there instead of in a job of its own.
 using WrittenFn = std::function<void(int64_t r0, int64_t r1, int64_t f0, int64_t f1)>;
+
+// Runs done(r, j0, j1) on each piece [j0, j1) of `piece` outputs of each
+// row r of a [rows, out] result once each of `products` products (say w1
+// and w3) has written it, in their job, by the task that writes the last
+// of it (acquiring the others' writes). The products take written().
+class WhenPiecesWritten {
+ public:
+  using Done = std::function<void(int64_t r, int64_t j0, int64_t j1)>;
+  WhenPiecesWritten(int64_t rows, int64_t out, int64_t piece, int products, Done done);
+  WhenPiecesWritten(const WhenPiecesWritten&) = delete;
+  WhenPiecesWritten& operator=(const WhenPiecesWritten&) = delete;
+  const WrittenFn* written() const { return &written_; }
+
+ private:
+  void wrote(int64_t r0, int64_t r1, int64_t f0, int64_t f1);
+  int64_t out_, piece_, pieces_;
+  std::vector<std::atomic<int64_t>> unwritten_;  // [rows, pieces]: outputs still to come
+  Done done_;
+  WrittenFn written_;
+};
 
 struct LinearProduct {
   const Linear* layer = nullptr;
