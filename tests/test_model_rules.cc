@@ -173,28 +173,42 @@ TEST(Indexer, ScoringInKeyBlocksPicksWhatOneCallOverAllKeysPicks) {
   }
 }
 
-// Fast numerics sum the mixes' projection over the flattened streams in
-// pieces (a tile each, so a decode step's one row spreads over the pool):
-// a row's mixes are still its own, bit for bit, alone or among others, and
-// within float rounding of the exact one-sum mixes.
-TEST(HyperConnections, FastMixesInPiecesDependOnTheirRowOnly) {
+// Four streams of 1024 (two pieces of the mixes to a copy).
+ModelConfig hc_config() {
   ModelConfig c;
   c.dim = 1024;
   c.hc_mult = 4;
   c.hc_sinkhorn_iters = 20;
   c.hc_eps = 1e-6f;
   c.norm_eps = 1e-6f;
-  const int64_t flat = int64_t{c.hc_mult} * c.dim, mixes = c.mix_hc(), rows = 20, row = 5;
+  return c;
+}
+
+// Random mixes of the streams of c, packed.
+HyperConnWeights random_hc_weights(const ModelConfig& c, std::mt19937& rng) {
+  const int64_t flat = int64_t{c.hc_mult} * c.dim, mixes = c.mix_hc();
+  std::normal_distribution<float> normal(0.0f, 0.05f);
   HyperConnWeights w;
   w.fn.out = mixes;
   w.fn.in = flat;
-  std::mt19937 rng(3);
-  std::normal_distribution<float> normal(0.0f, 0.05f);
   w.fn.w.resize(mixes * flat);
   for (float& v : w.fn.w) v = normal(rng);
   w.fn.pack();
   w.base.assign(mixes, 0.1f);
   w.scale = {0.5f, 0.7f, 0.9f};
+  return w;
+}
+
+// Fast numerics sum the mixes' projection over the flattened streams in
+// pieces (a tile each, so a decode step's one row spreads over the pool):
+// a row's mixes are still its own, bit for bit, alone or among others, and
+// within float rounding of the exact one-sum mixes.
+TEST(HyperConnections, FastMixesInPiecesDependOnTheirRowOnly) {
+  const ModelConfig c = hc_config();
+  const int64_t flat = int64_t{c.hc_mult} * c.dim, rows = 20, row = 5;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 0.05f);
+  const HyperConnWeights w = random_hc_weights(c, rng);
   std::vector<float> h(rows * flat);
   for (float& v : h) v = normal(rng) * 20.0f;
   auto decode_rows = [](int64_t n) {
@@ -225,28 +239,11 @@ TEST(HyperConnections, FastMixesInPiecesDependOnTheirRowOnly) {
 // the streams, mixes and input are those of hc_post then hc_pre, bit for
 // bit, in both numerics, for one row and for more than a block of rows.
 TEST(HyperConnections, PostThenPreInOnePassGiveTheSameBits) {
-  ModelConfig c;
-  c.dim = 1024;
-  c.hc_mult = 4;
-  c.hc_sinkhorn_iters = 20;
-  c.hc_eps = 1e-6f;
-  c.norm_eps = 1e-6f;
-  const int hc = c.hc_mult;
-  const int64_t flat = int64_t{hc} * c.dim, mixes = c.mix_hc();
+  const ModelConfig c = hc_config();
+  const int64_t flat = int64_t{c.hc_mult} * c.dim;
   std::mt19937 rng(5);
   std::normal_distribution<float> normal(0.0f, 0.05f);
-  auto make_weights = [&] {
-    HyperConnWeights w;
-    w.fn.out = mixes;
-    w.fn.in = flat;
-    w.fn.w.resize(mixes * flat);
-    for (float& v : w.fn.w) v = normal(rng);
-    w.fn.pack();
-    w.base.assign(mixes, 0.1f);
-    w.scale = {0.5f, 0.7f, 0.9f};
-    return w;
-  };
-  const HyperConnWeights attn = make_weights(), ffn = make_weights();
+  const HyperConnWeights attn = random_hc_weights(c, rng), ffn = random_hc_weights(c, rng);
   for (const kernels::Kernels* k : {&kernels::kernels_for(kernels::Numerics::kFast), &exact_kernels()}) {
     for (int64_t rows : {1, 3, 40}) {
       SCOPED_TRACE(testing::Message() << "rows " << rows << (k == &exact_kernels() ? " exact" : " fast"));
