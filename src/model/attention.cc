@@ -28,21 +28,26 @@ void rope_vector(const Rope& rope, float* v, int64_t stride, int rope_dim, int64
   kernels::rope(v + stride - rope_dim, cos.data(), sin.data(), rope_dim / 2, inverse);
 }
 
+// fn(v) for each of `count` vectors, up to 4 a task, fewer when that leaves
+// threads idle (a decode step's one token has only its heads).
+template <class Fn>
+void for_vectors(int64_t count, Fn fn) {
+  const int64_t grain = std::clamp<int64_t>(count / ThreadPool::current().num_threads(), 1, 4);
+  parallel_for(count, grain, [&](int64_t v0, int64_t v1) {
+    for (int64_t v = v0; v < v1; ++v) fn(v);
+  });
+}
+
 // RoPE on the last rope_dim dims of `count` vectors of size `stride`, the
 // vector v at position pos_of(v), after before(v) and then after(v) on
 // each (in the same pool job: each vector's steps are its own).
 template <class PosOf, class Before = void (*)(int64_t), class After = void (*)(int64_t)>
 void rope_tail(const Rope& rope, float* x, int64_t count, int64_t stride, int rope_dim, PosOf pos_of, bool inverse,
                Before before = [](int64_t) {}, After after = [](int64_t) {}) {
-  // Up to 4 vectors a task, fewer when that leaves threads idle (a decode
-  // step's one token has only its heads).
-  const int64_t grain = std::clamp<int64_t>(count / ThreadPool::current().num_threads(), 1, 4);
-  parallel_for(count, grain, [&](int64_t v0, int64_t v1) {
-    for (int64_t v = v0; v < v1; ++v) {
-      before(v);
-      rope_vector(rope, x + v * stride, stride, rope_dim, pos_of(v), inverse);
-      after(v);
-    }
+  for_vectors(count, [&](int64_t v) {
+    before(v);
+    rope_vector(rope, x + v * stride, stride, rope_dim, pos_of(v), inverse);
+    after(v);
   });
 }
 
@@ -237,14 +242,18 @@ void queries_from(const AttentionWeights& w, const LayerContext& ctx, int64_t ro
     for (int64_t r = r0; r < r1; ++r)
       kernels::rms_norm(&qr[r * c.q_lora_rank], w.q_norm.data(), c.q_lora_rank, c.norm_eps, &qr[r * c.q_lora_rank]);
   });
-  // Each head normed and rotated in wq_b's job, as soon as it is written.
-  const WhenPiecesWritten head_written(rows, heads * hd, hd, 1, [&](int64_t r, int64_t j0, int64_t) {
-    float* head = &q[(r * heads + j0 / hd) * hd];
-    kernels::rms_norm(head, nullptr, hd, c.norm_eps, head);
-    rope_vector(ctx.rope, head, hd, rd, pos[r], false);
-  });
-  also.push_back({&w.wq_b, qr.data(), rows, q.data(), head_written.written()});
+  // Each head normed and rotated: at decode in wq_b's job, as soon as it
+  // is written; otherwise in a job of its own.
+  auto norm_and_rotate = [&](int64_t v) {
+    kernels::rms_norm(&q[v * hd], nullptr, hd, c.norm_eps, &q[v * hd]);
+    rope_vector(ctx.rope, &q[v * hd], hd, rd, pos[v / heads], false);
+  };
+  const bool in_product = rows <= kStepInProductRows;
+  const WhenPiecesWritten head_written(in_product ? rows : 0, heads * hd, hd, 1,
+                                       [&](int64_t r, int64_t j0, int64_t) { norm_and_rotate(r * heads + j0 / hd); });
+  also.push_back({&w.wq_b, qr.data(), rows, q.data(), in_product ? head_written.written() : nullptr});
   linear_forward_all(ctx.k, also);
+  if (!in_product) for_vectors(rows * heads, norm_and_rotate);
 }
 
 // The single KV head from kv [rows, head_dim], wkv's output: norm, RoPE,
@@ -390,21 +399,25 @@ void attention_forward(const AttentionWeights& w, const LayerContext& ctx, const
   }
   linear_columns_all(ctx.k, ctx.tp, columns, local);
   // The indexer's queries come from the normed qr too, in wq_b's job.
-  // Its queries rotated, Hadamard-mixed and through FP4 there, each as
-  // soon as it is written.
+  // Its queries rotated, Hadamard-mixed and through FP4: at decode there,
+  // each as soon as it is written; otherwise in a job of their own.
+  auto finish_index_query = [&](int64_t v) {
+    float* iv = &iq[v * id];
+    rope_vector(rope, iv, id, rd, pos[v / ih], false);
+    thread_local Buffer scratch;
+    scratch.resize(id);
+    ctx.k.hadamard(iv, id, scratch.data());
+    ctx.k.fp4_round_trip(iv, id, kernels::kIndexScaleBlock);
+  };
+  const bool index_queries_in_product = rows <= kStepInProductRows;
   std::vector<LinearProduct> with_wq_b;
   std::optional<WhenPiecesWritten> index_query_written;
   if (w.indexer) {
     iq.resize(rows * ih * id);
-    index_query_written.emplace(rows, ih * id, id, 1, [&](int64_t r, int64_t j0, int64_t) {
-      float* v = &iq[(r * ih + j0 / id) * id];
-      rope_vector(rope, v, id, rd, pos[r], false);
-      thread_local Buffer scratch;
-      scratch.resize(id);
-      ctx.k.hadamard(v, id, scratch.data());
-      ctx.k.fp4_round_trip(v, id, kernels::kIndexScaleBlock);
-    });
-    with_wq_b.push_back({&w.indexer->wq_b, qr.data(), rows, iq.data(), index_query_written->written()});
+    index_query_written.emplace(index_queries_in_product ? rows : 0, ih * id, id, 1,
+                                [&](int64_t r, int64_t j0, int64_t) { finish_index_query(r * ih + j0 / id); });
+    with_wq_b.push_back({&w.indexer->wq_b, qr.data(), rows, iq.data(),
+                         index_queries_in_product ? index_query_written->written() : nullptr});
   }
   queries_from(w, ctx, rows, pos, qr, q, with_wq_b);
   const kernels::KvRowFormat kv_format{hd - rd, rd};
@@ -418,6 +431,7 @@ void attention_forward(const AttentionWeights& w, const LayerContext& ctx, const
   // The indexer's head weights.
   if (w.indexer) {
     PhaseTimer::Scope time(Phase::kIndexer);
+    if (!index_queries_in_product) for_vectors(rows * ih, finish_index_query);
     // Computed in double and rounded once, as the reference's Python scalars.
     const float wscale = static_cast<float>(std::pow(id, -0.5) * std::pow(c.index_n_heads, -0.5));
     for (float& v : iw) v *= wscale;

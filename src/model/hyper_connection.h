@@ -46,9 +46,9 @@ HcMix hc_pre(const kernels::Kernels& k, const HyperConnWeights& w, const ModelCo
 void hc_post(const HcMix& mix, const ModelConfig& c, const float* x, int64_t rows, const float* h, float* h_out);
 
 // hc_post into h_out (not h), then hc_pre of the next sublayer on h_out:
-// the same values, and in fast numerics one pool job for both where a
-// piece of the mixes lies in one copy (dim a multiple of 512): each tile
-// makes the new values of the piece it sums.
+// the same values, and for a decode step's few rows in fast numerics one
+// pool job for both where a piece of the mixes lies in one copy (dim a
+// multiple of 512): each tile makes the new values of the piece it sums.
 HcMix hc_post_pre(const kernels::Kernels& k, const HcMix& mix, const float* y, const HyperConnWeights& next,
                   const ModelConfig& c, const float* h, int64_t rows, const ReferenceRows& rr, float* h_out, float* x);
 

@@ -15,8 +15,7 @@
 namespace dsv4 {
 namespace {
 
-// SwiGLU goes in pieces of a hidden row, each run as soon as its w1 and w3
-// outputs are written.
+// SwiGLU goes in pieces of a hidden row.
 constexpr int64_t kSwigluPiece = 512;
 
 // An expert over its rows x [n, dim] -> out [n, w2.out]; row weights (may
@@ -32,10 +31,9 @@ struct ExpertCall {
   Collectives* group = nullptr;
 };
 
-// Every call's expert in two pool jobs: w1 and w3 of all, each piece of a
-// hidden row taking its SwiGLU from the task that completes it, then w2 of
-// all (a decode step's routed and shared experts together: each job is a
-// wake-up and a join of every worker).
+// Every call's expert in few pool jobs: w1 and w3 of all, SwiGLU (in their
+// job at decode), then w2 of all (a decode step's routed and shared experts
+// together: each job is a wake-up and a join of every worker).
 void experts_forward(const kernels::Kernels& k, float limit, const std::vector<ExpertCall>& calls) {
   std::vector<int64_t> first_row{0};  // of each call in the hidden buffers
   for (const ExpertCall& c : calls) first_row.push_back(first_row.back() + c.n * c.e->w1.out);
@@ -56,17 +54,36 @@ void experts_forward(const kernels::Kernels& k, float limit, const std::vector<E
     k.silu(g + j0, j1 - j0, r * width + first + j0, c.n * width);
     for (int64_t j = j0; j < j1; ++j) g[j] = c.row_weights ? c.row_weights[r] * (g[j] * u[j]) : g[j] * u[j];
   };
-  // Each piece of a hidden row as soon as w1 and w3 have written it.
+  // A decode step's SwiGLU: each piece of a hidden row as soon as w1 and w3
+  // have written it. More rows: a job of its own, a task a piece of a row.
+  const bool in_product = std::all_of(calls.begin(), calls.end(),
+                                      [](const ExpertCall& c) { return c.n <= kStepInProductRows; });
   std::vector<std::unique_ptr<WhenPiecesWritten>> swiglu_when;
   std::vector<LinearProduct> products;
   for (size_t i = 0; i < calls.size(); ++i) {
     const ExpertCall& c = calls[i];
-    swiglu_when.push_back(std::make_unique<WhenPiecesWritten>(
-        c.n, c.e->w1.out, kSwigluPiece, 2, [&, i](int64_t r, int64_t j0, int64_t j1) { swiglu(i, r, j0, j1); }));
-    products.push_back({&c.e->w1, c.x, c.n, gate.data() + first_row[i], swiglu_when.back()->written()});
-    products.push_back({&c.e->w3, c.x, c.n, up.data() + first_row[i], swiglu_when.back()->written()});
+    const WrittenFn* written = nullptr;
+    if (in_product) {
+      swiglu_when.push_back(std::make_unique<WhenPiecesWritten>(
+          c.n, c.e->w1.out, kSwigluPiece, 2, [&, i](int64_t r, int64_t j0, int64_t j1) { swiglu(i, r, j0, j1); }));
+      written = swiglu_when.back()->written();
+    }
+    products.push_back({&c.e->w1, c.x, c.n, gate.data() + first_row[i], written});
+    products.push_back({&c.e->w3, c.x, c.n, up.data() + first_row[i], written});
   }
   linear_forward_all(k, products);
+  if (!in_product) {
+    std::vector<int64_t> row_of{0};  // rows of all calls, in one numbering
+    int64_t widest = 0;
+    for (const ExpertCall& c : calls) {
+      row_of.push_back(row_of.back() + c.n);
+      widest = std::max(widest, c.e->w1.out);
+    }
+    parallel_for_pieces(row_of.back(), widest, kSwigluPiece, 1, [&](int64_t at, int64_t j0, int64_t j1) {
+      const size_t i = std::upper_bound(row_of.begin(), row_of.end(), at) - row_of.begin() - 1;
+      if (j0 < calls[i].e->w1.out) swiglu(i, at - row_of[i], j0, std::min(j1, calls[i].e->w1.out));
+    });
+  }
   std::vector<ScratchVector<float>> whole(calls.size());  // gathered hidden rows
   products.clear();
   for (size_t i = 0; i < calls.size(); ++i) {

@@ -89,6 +89,12 @@ void linear_forward(const kernels::Kernels& k, const Linear& layer, const float*
 // can follow them there instead of in a job of its own.
 using WrittenFn = std::function<void(int64_t r0, int64_t r1, int64_t f0, int64_t f1)>;
 
+// A step that follows a product runs in the product's job (written below)
+// for at most this many rows, a decode step's: there a job of its own costs
+// more than the step. For more rows the step gets its own job, which splits
+// it evenly (in the product's job it lands on the tasks finishing last).
+inline constexpr int64_t kStepInProductRows = 4;
+
 // Runs done(r, j0, j1) on each piece [j0, j1) of `piece` outputs of each
 // row r of a [rows, out] result once each of `products` products (say w1
 // and w3) has written it, in their job, by the task that writes the last
