@@ -112,9 +112,11 @@ void DeepseekV4::block(const kernels::Kernels& k, const BlockWeights& b, int cac
     else gather_columns(tensor_group_, split, cols.data(), width, y.data());
   };
 
-  // Between the sublayers the streams live in h_mid: the attention's
-  // hc_post and the MoE's hc_pre then run as one (hc_post_pre).
-  ScratchVector<float> h_mid(held * c.hc_mult * dim);
+  // At decode the streams live in h_mid between the sublayers, so the
+  // attention's hc_post and the MoE's hc_pre run as one job (hc_post_pre);
+  // more rows stay in h, updated in place.
+  ScratchVector<float> h_mid(held <= kStepInProductRows ? held * c.hc_mult * dim : 0);
+  float* mid = h_mid.empty() ? h : h_mid.data();
   HcMix mix;
   {
     PhaseTimer::Scope time(Phase::kHyperConnections);
@@ -128,7 +130,7 @@ void DeepseekV4::block(const kernels::Kernels& k, const BlockWeights& b, int cac
   held_rows(cols, b.attn.wo_b.out);
   {
     PhaseTimer::Scope time(Phase::kHyperConnections);
-    mix = hc_post_pre(k, mix, y.data(), b.hc_ffn, c, h, held, held_rr, h_mid.data(), x.data());
+    mix = hc_post_pre(k, mix, y.data(), b.hc_ffn, c, h, held, held_rr, mid, x.data());
     rms_norm_rows(b.ffn_norm, c.norm_eps, x.data(), held, dim);
   }
   cols.resize(rows * b.ffn.shared.w2.out);
@@ -145,7 +147,7 @@ void DeepseekV4::block(const kernels::Kernels& k, const BlockWeights& b, int cac
   parallel_for(held, 16, [&](int64_t r0, int64_t r1) {
     for (int64_t i = r0 * dim; i < r1 * dim; ++i) y[i] += r[i];
   });
-  hc_post(mix, c, y.data(), held, h_mid.data(), h);
+  hc_post(mix, c, y.data(), held, mid, h);
 }
 
 void DeepseekV4::head(const kernels::Kernels& k, const HcHeadWeights& hc, const std::vector<float>& norm,

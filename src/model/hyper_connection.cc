@@ -247,7 +247,7 @@ HcMix hc_post_pre(const kernels::Kernels& k, const HcMix& mix, const float* y, c
                   const ModelConfig& c, const float* h, int64_t rows, const ReferenceRows& rr, float* h_out, float* x) {
   const int hc = c.hc_mult;
   const int64_t dim = c.dim, flat = hc * dim;
-  if (!mixes_in_pieces(k, next.fn, c) || dim % kMixPiece != 0 || rows > kStepInProductRows) {
+  if (!mixes_in_pieces(k, next.fn, c) || dim % kMixPiece != 0 || rows > kStepInProductRows || h_out == h) {
     hc_post(mix, c, y, rows, h, h_out);
     return hc_pre(k, next, c, h_out, rows, rr, x);
   }

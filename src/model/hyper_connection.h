@@ -45,7 +45,8 @@ HcMix hc_pre(const kernels::Kernels& k, const HyperConnWeights& w, const ModelCo
 // (h_out may be h).
 void hc_post(const HcMix& mix, const ModelConfig& c, const float* x, int64_t rows, const float* h, float* h_out);
 
-// hc_post into h_out (not h), then hc_pre of the next sublayer on h_out:
+// hc_post into h_out, then hc_pre of the next sublayer on h_out (h_out may
+// be h, which takes the two steps apart):
 // the same values, and for a decode step's few rows in fast numerics one
 // pool job for both where a piece of the mixes lies in one copy (dim a
 // multiple of 512): each tile makes the new values of the piece it sums.
