@@ -92,7 +92,7 @@ std::vector<float> DeepseekV4::select_rows(const std::vector<int64_t>& batch_row
 // then hc_pre -> norm -> MoE -> hc_post. h holds the rows of the residual
 // stream this rank keeps (all, or its block under FlashComm1).
 void DeepseekV4::block(const kernels::Kernels& k, const BlockWeights& b, int cache_layer, const ForwardBatch& batch,
-                       const ReferenceRows& rr, float* h, const AttendFn* attend) const {
+                       const ReferenceRows& rr, float* h, const AttendFn* attend, NextBlock* link) const {
   const ModelConfig& c = config_;
   const ForwardScope& scope = ForwardScope::current();
   const TokenSplit& split = scope.split;
@@ -120,7 +120,13 @@ void DeepseekV4::block(const kernels::Kernels& k, const BlockWeights& b, int cac
   HcMix mix;
   {
     PhaseTimer::Scope time(Phase::kHyperConnections);
-    mix = hc_pre(k, b.hc_attn, c, h, held, held_rr, x.data());
+    if (link && link->ready) {  // the previous block's last job made them
+      mix = std::move(link->mix);
+      x.swap(link->x);
+      link->ready = false;
+    } else {
+      mix = hc_pre(k, b.hc_attn, c, h, held, held_rr, x.data());
+    }
     rms_norm_rows(b.attn_norm, c.norm_eps, x.data(), held, dim);
   }
   const LayerContext ctx{k, c, rope_for(b.attn.ratio), cache_layer, tensor_group_};
@@ -147,7 +153,10 @@ void DeepseekV4::block(const kernels::Kernels& k, const BlockWeights& b, int cac
   parallel_for(held, 16, [&](int64_t r0, int64_t r1) {
     for (int64_t i = r0 * dim; i < r1 * dim; ++i) y[i] += r[i];
   });
-  hc_post(mix, c, y.data(), held, mid, h);
+  if (!link || !link->next) return hc_post(mix, c, y.data(), held, mid, h);
+  link->x.resize(held * dim);
+  link->mix = hc_post_pre(k, mix, y.data(), *link->next, c, mid, held, held_rr, h, link->x.data());
+  link->ready = true;
 }
 
 void DeepseekV4::head(const kernels::Kernels& k, const HcHeadWeights& hc, const std::vector<float>& norm,
@@ -231,8 +240,10 @@ Status DeepseekV4::forward(const ForwardBatch& batch, ForwardOutput* out, bool w
       for (int s = 0; s < c.hc_mult; ++s) std::memcpy(&h[r * flat + s * dim], &e[r * dim], sizeof(float) * dim);
   });
 
+  NextBlock link;
   for (int i = 0; i < c.n_layers; ++i) {
-    block(k, weights_->blocks[i], i, batch, rr, h.data());
+    link.next = i + 1 < c.n_layers ? &weights_->blocks[i + 1].hc_attn : nullptr;
+    block(k, weights_->blocks[i], i, batch, rr, h.data(), nullptr, &link);
     const auto tap = std::find(c.dspark_target_layer_ids.begin(), c.dspark_target_layer_ids.end(), i);
     const bool tapped = taps && tap != c.dspark_target_layer_ids.end();
     if (batch.trace || tapped) all_streams(h.data(), all.data(), rows);

@@ -8,11 +8,13 @@
 #include <memory>
 #include <string>
 
+#include "base/scratch.h"
 #include "base/status.h"
 #include "kernels/dispatch.h"
 #include "model/config.h"
 #include "model/contiguous_cache.h"
 #include "model/dspark.h"
+#include "model/hyper_connection.h"
 #include "model/serving_model.h"
 #include "model/forward_batch.h"
 #include "model/forward_scope.h"
@@ -84,8 +86,18 @@ class DeepseekV4 : public ServingModel {
   void embed(const ForwardBatch& batch, float* out) const;
   // attend: the attention to run instead of attention_forward (DSpark stages).
   using AttendFn = std::function<void(const float* x, int64_t rows, float* out)>;
+  // The next block's first hc_pre, taken by this block's last hc_post (at
+  // decode one pool job for both, as within a block): the next block's
+  // attention mixes (next, set by the caller) and, once this block has run,
+  // the mixes and the sublayer input they give.
+  struct NextBlock {
+    const HyperConnWeights* next = nullptr;
+    bool ready = false;
+    HcMix mix;
+    ScratchVector<float> x;
+  };
   void block(const kernels::Kernels& k, const BlockWeights& b, int cache_layer, const ForwardBatch& batch,
-             const ReferenceRows& rr, float* h, const AttendFn* attend = nullptr) const;
+             const ReferenceRows& rr, float* h, const AttendFn* attend = nullptr, NextBlock* link = nullptr) const;
   // x [n, dim] (normed) -> logits [n, vocab], gathered over a vocabulary split.
   void full_logits(const kernels::Kernels& k, const float* x, int64_t n, float* logits) const;
   void head(const kernels::Kernels& k, const HcHeadWeights& hc, const std::vector<float>& norm,
