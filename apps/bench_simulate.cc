@@ -28,7 +28,8 @@ using Clock = std::chrono::steady_clock;
 // rank's loads over the measured steps.
 struct Outcome {
   std::vector<std::vector<int32_t>> tokens;
-  std::vector<PhaseLoads> loads;  // by rank (simulated runs)
+  std::vector<PhaseLoads> loads;  // by rank (simulated runs): each place's rare long times clamped (clamped_loads)
+  std::vector<PhaseLoads> raw;    // by rank: every tile and span at the time it took here
   std::vector<CollectiveLoad> comm;  // by rank, over the measured steps
   int64_t tokens_measured = 0;    // tokens the measured steps produced (prefill: the chunk's prompt tokens)
 };
@@ -114,10 +115,15 @@ Status run(Engine& engine, const Scenario& s, std::vector<std::unique_ptr<Simula
     for (int64_t g = 0; g < s.gen; ++g) {
       DSV4_ASSIGN_OR_RETURN(int64_t made, step());
       out->tokens_measured += made;
+      if (sims)
+        for (auto& sim : *sims) sim->step_ends();
     }
   }
   if (sims)
-    for (auto& sim : *sims) out->loads.push_back(sim->loads());
+    for (auto& sim : *sims) {
+      out->loads.push_back(sim->clamped_loads());
+      out->raw.push_back(sim->loads());
+    }
   if (ranks) {
     const auto after = ranks->traffic();
     for (size_t r = 0; r < after.size(); ++r)
@@ -179,14 +185,23 @@ void print_scenario(const SimulateOptions& o, const Scenario& s, const Outcome& 
                 1e3 * l.busiest * per, 1e3 * l.serial * per, mib(l.bytes() * per), mib(l.remote * per),
                 mib(l.unplaced * per), 1e3 * projected_seconds(l0, static_cast<Phase>(p), m, comm0) * per);
   }
-  double step_s = 0, bytes = 0, remote = 0, worst_balance = 1;
+  // The busiest rank's projected step, and the worst rank's balance.
+  auto step_of = [&](const std::vector<PhaseLoads>& loads, double* balance) {
+    double seconds = 0;
+    *balance = 1;
+    for (int r = 0; r < ranks; ++r) {
+      const CollectiveLoad comm = r < static_cast<int>(out.comm.size()) ? out.comm[r] : CollectiveLoad{};
+      seconds = std::max(seconds, projected_step_seconds(loads[r], m, comm));
+      *balance = std::min(*balance, total_of(loads[r]).balance(workers));
+    }
+    return seconds;
+  };
+  double bytes = 0, remote = 0, worst_balance = 1, raw_balance = 1;
+  const double step_s = step_of(out.loads, &worst_balance), raw_step_s = step_of(out.raw, &raw_balance);
   for (int r = 0; r < ranks; ++r) {
     const PhaseLoad t = total_of(out.loads[r]);
-    step_s = std::max(step_s, projected_step_seconds(out.loads[r], m, r < static_cast<int>(out.comm.size())
-                                                                          ? out.comm[r] : CollectiveLoad{}));
     bytes = std::max(bytes, t.bytes());
     remote += t.remote + t.unplaced;
-    worst_balance = std::min(worst_balance, t.balance(workers));
   }
   const PhaseLoad t0 = total_of(l0);
   std::printf("  %-18s %9.1f %9.0f %7.1f%% %11.3f %10.3f %12.2f %11.2f %13.2f %13.3f\n", "whole step", t0.jobs * per,
@@ -204,12 +219,18 @@ void print_scenario(const SimulateOptions& o, const Scenario& s, const Outcome& 
               "reading rank's node, all ranks: %.0f\n",
               t0.jobs * per * (s.gen ? 1.0 : static_cast<double>(out.tokens_measured)) / layers, 100 * worst_balance,
               remote * per);
-  if (s.gen == 0)  // a prefill chunk reads each weight once for thousands of tokens: no memory roofline
+  if (s.gen == 0) {  // a prefill chunk reads each weight once for thousands of tokens: no memory roofline
     std::printf("  projected %.2f tok/s\n", projected);
-  else
-    std::printf("  projected %.2f tok/s; roofline %.2f tok/s (the busiest rank's weight bytes a step over its node's "
-                "%.0f GB/s): %.1f%% of roofline\n",
-                projected, roofline, m.node_bandwidth / 1e9, 100 * projected / roofline);
+    return;
+  }
+  std::printf("  projected %.2f tok/s; roofline %.2f tok/s (the busiest rank's weight bytes a step over its node's "
+              "%.0f GB/s): %.1f%% of roofline\n",
+              projected, roofline, m.node_bandwidth / 1e9, 100 * projected / roofline);
+  const double raw = static_cast<double>(out.tokens_measured) / raw_step_s;
+  std::printf("  above, each tile's and serial span's time at most the next longest after the longest eighth of its "
+              "times at its place in the %lld steps; at the times they took: projected %.2f tok/s, %.1f%% of "
+              "roofline, balance of the whole step %.1f%% (worst rank)\n",
+              static_cast<long long>(s.gen), raw, 100 * raw / roofline, 100 * raw_balance);
 }
 
 }  // namespace

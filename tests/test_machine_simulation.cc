@@ -112,6 +112,47 @@ TEST(SimulatedPool, TheSimulatorSchedulesAndChargesTilesAsDocumented) {
   EXPECT_DOUBLE_EQ(m.share_of(64), 1000);
 }
 
+// Over the steps of a run, a tile's rare long time (this VM's interrupts
+// and preemptions) is cut to the usual times of its place, while work that
+// comes every few steps (at the same place or in jobs of its own) keeps
+// its cost.
+TEST(SimulatedPool, ClampedLoadsCutARareLongTileAndKeepPeriodicWork) {
+  SimulatedMachine m;
+  m.nodes = 1;
+  m.cores = 2;
+  SimulatedRank rank(m, 0, 2, nullptr);
+  auto job = [&](Phase phase, std::vector<double> cpu) {
+    PhaseTimer::Scope in(phase);
+    rank.job_begins(static_cast<int64_t>(cpu.size()));
+    for (size_t t = 0; t < cpu.size(); ++t) {
+      rank.tile_begins(static_cast<int64_t>(t));
+      rank.tile_ends(cpu[t]);
+    }
+    rank.job_ends();
+  };
+  for (int step = 0; step < 16; ++step) {
+    job(Phase::kAttention, {1.0, step == 5 ? 9.0 : 1.0});      // one preempted tile
+    job(Phase::kHyperConnections, {step % 4 ? 1.0 : 3.0, 1.0});  // longer every 4th step
+    if (step % 4 == 0) job(Phase::kExperts, {2.0, 2.0});        // a job every 4th step
+    rank.step_ends();
+  }
+  const PhaseLoads raw = rank.loads(), clamped = rank.clamped_loads();
+  auto busiest = [](const PhaseLoads& l, Phase p) { return l[static_cast<int>(p)].busiest; };
+  EXPECT_DOUBLE_EQ(busiest(raw, Phase::kAttention), 15.0 + 9.0);
+  EXPECT_DOUBLE_EQ(busiest(clamped, Phase::kAttention), 16.0);
+  EXPECT_DOUBLE_EQ(busiest(raw, Phase::kHyperConnections), 12.0 + 4 * 3.0);
+  EXPECT_DOUBLE_EQ(busiest(clamped, Phase::kHyperConnections), 12.0 + 4 * 3.0);
+  EXPECT_DOUBLE_EQ(busiest(clamped, Phase::kExperts), 4 * 2.0);
+  EXPECT_DOUBLE_EQ(clamped[static_cast<int>(Phase::kAttention)].work, 32.0);
+  for (int p = 0; p < kNumPhases; ++p) {
+    EXPECT_EQ(clamped[p].jobs, raw[p].jobs);
+    EXPECT_EQ(clamped[p].tiles, raw[p].tiles);
+    EXPECT_LE(clamped[p].serial, raw[p].serial);
+  }
+  rank.reset();
+  EXPECT_EQ(total_of(rank.clamped_loads()).jobs, 0);
+}
+
 TEST(MemoryBinding, ARecordedRequestReplacesWhatItOverlaps) {
   RecordedMemoryBinding b;
   std::vector<char> buf(1000);

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <functional>
+#include <map>
 #include <queue>
+#include <tuple>
 
 namespace dsv4 {
 
@@ -41,10 +43,23 @@ SimulatedRank::SimulatedRank(const SimulatedMachine& machine, int node, int work
                              const RecordedMemoryBinding* memory)
     : machine_(machine), node_(node), workers_(std::max(1, workers)), memory_(memory) {}
 
+void SimulatedRank::reset() {
+  loads_ = {};
+  steps_.assign(1, {});
+}
+
+void SimulatedRank::step_ends() { steps_.emplace_back(); }
+
 void SimulatedRank::advance_serial() {
   const double now = thread_cpu_seconds();
-  // The span holds about one clock read, as a tile does.
-  if (serial_mark_ >= 0) phase().serial += std::max(0.0, now - serial_mark_ - machine_.clock_seconds);
+  if (serial_mark_ >= 0) {
+    // The span holds about one clock read, as a tile does.
+    const double span = std::max(0.0, now - serial_mark_ - machine_.clock_seconds);
+    const int p = static_cast<int>(PhaseTimer::current());
+    loads_[p].serial += span;
+    StepRecord& step = steps_.back();
+    step.spans.push_back({p, step.spans_in[p]++, span});
+  }
   serial_mark_ = now;
 }
 
@@ -79,26 +94,82 @@ void SimulatedRank::tile_ends(double cpu_seconds) {
   in_tile_ = false;
 }
 
-void SimulatedRank::job_ends() {
+SimulatedRank::Schedule SimulatedRank::schedule(const std::vector<Tile>& tiles) const {
   // Each tile, in order, to the worker that is free first.
   std::priority_queue<double, std::vector<double>, std::greater<double>> free_at;
   for (int w = 0; w < workers_; ++w) free_at.push(0.0);
-  double work = 0, busiest = 0;
-  const double share = machine_.share_of(std::min<int>(workers_, static_cast<int>(job_.size())));
-  for (const Tile& t : job_) {
+  Schedule s;
+  const double share = machine_.share_of(std::min<int>(workers_, static_cast<int>(tiles.size())));
+  for (const Tile& t : tiles) {
     const double seconds = std::max(t.cpu, t.bytes / share);
     const double done = free_at.top() + seconds;
     free_at.pop();
     free_at.push(done);
-    work += seconds;
-    busiest = std::max(busiest, done);
+    s.work += seconds;
+    s.busiest = std::max(s.busiest, done);
   }
+  return s;
+}
+
+void SimulatedRank::job_ends() {
+  const Schedule s = schedule(job_);
   PhaseLoad& p = phase();
   ++p.jobs;
   p.tiles += static_cast<int64_t>(job_.size());
-  p.work += work;
-  p.busiest += busiest;
+  p.work += s.work;
+  p.busiest += s.busiest;
+  const int phase = static_cast<int>(PhaseTimer::current());
+  StepRecord& step = steps_.back();
+  step.jobs.push_back({phase, step.jobs_in[phase]++, job_});
   serial_mark_ = thread_cpu_seconds();
+}
+
+namespace {
+
+// The cap of a place's times: the (n - n / 8)-th shortest of its n times.
+double cap_of(std::vector<double> v) {
+  const size_t keep = v.size() - v.size() / 8;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(keep - 1), v.end());
+  return v[keep - 1];
+}
+
+}  // namespace
+
+PhaseLoads SimulatedRank::clamped_loads() const {
+  // Each place's times over the steps: jobs by (phase, ordinal, tiles),
+  // a vector of times a tile; spans by (phase, ordinal).
+  using JobPlace = std::tuple<int, int64_t, size_t>;
+  using SpanPlace = std::pair<int, int64_t>;
+  std::map<JobPlace, std::vector<std::vector<double>>> job_times;
+  std::map<SpanPlace, std::vector<double>> span_times;
+  for (const StepRecord& step : steps_) {
+    for (const JobRecord& j : step.jobs) {
+      auto& times = job_times[{j.phase, j.ordinal, j.tiles.size()}];
+      times.resize(j.tiles.size());
+      for (size_t t = 0; t < j.tiles.size(); ++t) times[t].push_back(j.tiles[t].cpu);
+    }
+    for (const SpanRecord& s : step.spans) span_times[{s.phase, s.ordinal}].push_back(s.seconds);
+  }
+  std::map<JobPlace, std::vector<double>> job_caps;
+  for (const auto& [place, times] : job_times)
+    for (const std::vector<double>& t : times) job_caps[place].push_back(cap_of(t));
+  std::map<SpanPlace, double> span_caps;
+  for (const auto& [place, times] : span_times) span_caps[place] = cap_of(times);
+
+  PhaseLoads out = loads_;  // jobs, tiles and bytes as they were
+  for (PhaseLoad& l : out) l.work = l.busiest = l.serial = 0;
+  for (const StepRecord& step : steps_) {
+    for (const JobRecord& j : step.jobs) {
+      std::vector<Tile> tiles = j.tiles;
+      const std::vector<double>& caps = job_caps.at({j.phase, j.ordinal, j.tiles.size()});
+      for (size_t t = 0; t < tiles.size(); ++t) tiles[t].cpu = std::min(tiles[t].cpu, caps[t]);
+      const Schedule s = schedule(tiles);
+      out[j.phase].work += s.work;
+      out[j.phase].busiest += s.busiest;
+    }
+    for (const SpanRecord& s : step.spans) out[s.phase].serial += std::min(s.seconds, span_caps.at({s.phase, s.ordinal}));
+  }
+  return out;
 }
 
 }  // namespace dsv4

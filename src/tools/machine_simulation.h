@@ -94,9 +94,25 @@ class SimulatedRank : public JobObserver {
   std::unique_ptr<ThreadPool> make_pool() { return ThreadPool::simulated(workers_, this); }
   int workers() const { return workers_; }
   int node() const { return node_; }
-  // By phase, since the last reset (read between steps).
+  // By phase, since the last reset (read between steps), each tile and
+  // serial span at the time it took here.
   const PhaseLoads& loads() const { return loads_; }
-  void reset() { loads_ = {}; }
+  void reset();
+  // Marks the end of a step (between steps, as reset). Steps after the
+  // last reset are kept for clamped_loads.
+  void step_ends();
+  // The loads since the last reset with each tile's CPU time, and each
+  // serial span, clamped to the high end of its times at the same place in
+  // every step: the same phase, the same count of jobs (or spans) before it
+  // in that phase in the step, and for a tile the same job size and index.
+  // Of n times at a place, the n / 8 longest are cut to the next longest
+  // (a winsorized mean): a decode step repeats its jobs, and a tile's time
+  // here is now and then a multiple of its usual (an interrupt of this VM,
+  // about 18 us, lands in a tile of a few microseconds; 1-3 ms preemptions
+  // happen), which the big machine's cores would not see, while work that
+  // comes every few steps (a compressor's row every 4 tokens) keeps its
+  // cost. Places seen in fewer than 8 steps keep their times.
+  PhaseLoads clamped_loads() const;
 
   void read(const void* at, int64_t bytes) override;
   void job_begins(int64_t tiles) override;
@@ -109,6 +125,28 @@ class SimulatedRank : public JobObserver {
   struct Tile {
     double cpu = 0, bytes = 0;
   };
+  // A job or serial span as recorded, at its place in its step.
+  struct JobRecord {
+    int phase = 0;
+    int64_t ordinal = 0;  // jobs of the phase before it in the step
+    std::vector<Tile> tiles;
+  };
+  struct SpanRecord {
+    int phase = 0;
+    int64_t ordinal = 0;
+    double seconds = 0;
+  };
+  struct StepRecord {
+    std::vector<JobRecord> jobs;
+    std::vector<SpanRecord> spans;
+    std::array<int64_t, kNumPhases> jobs_in{}, spans_in{};  // by phase, so far
+  };
+  // A job's projected work (all tiles) and busiest worker, its tiles handed
+  // out in order, each to the worker that frees up first.
+  struct Schedule {
+    double work = 0, busiest = 0;
+  };
+  Schedule schedule(const std::vector<Tile>& tiles) const;
   // Adds the rank thread's CPU time since the last event to the current
   // phase's serial time: the time between a step's jobs, and of the calls
   // the pool ran inline (a step's tail counts toward the next step's head).
@@ -120,6 +158,7 @@ class SimulatedRank : public JobObserver {
   const RecordedMemoryBinding* memory_;
   PhaseLoads loads_{};
   std::vector<Tile> job_;  // the running job's tiles
+  std::vector<StepRecord> steps_{1};  // since the last reset; the last one running
   bool in_tile_ = false;
   double serial_mark_ = -1;  // thread CPU time at the last event
 };
