@@ -57,11 +57,14 @@ StatusOr<GroupResult> RankWorker::forward(const StepPlan& plan) {
   batch.local_logits = argmax_only(plan);
   batch.want_taps = plan.keep_taps;
   ForwardOutput out;
+  out.logits.swap(logits_);
   DSV4_RETURN_IF_ERROR(model_->forward(batch, &out, plan.keep_hidden));
   hidden_ = std::move(out.hidden);
   taps_ = std::move(out.taps);
   hidden_row_begin_ = std::move(row_begin);
-  return logit_results(out, static_cast<int64_t>(batch.logit_row_indices().size()), batch.local_logits);
+  GroupResult result = logit_results(out, static_cast<int64_t>(batch.logit_row_indices().size()), batch.local_logits);
+  logits_.swap(out.logits);
+  return result;
 }
 
 // The MTP block continues the kept rows of the step's forward (row i of a

@@ -48,6 +48,12 @@ class RankWorker {
   std::vector<int64_t> hidden_row_begin_;
   // The last forward's DSpark taps [rows, taps * dim] (rows as hidden_).
   std::vector<float> taps_;
+  // The logits' buffer, kept from step to step: a decode row of a 129K
+  // vocabulary is 0.25-0.5 MiB, which allocated afresh was zeroed (and its
+  // pages faulted in) by the rank's thread every step: most of the head's
+  // serial time in bench --simulate (0.2 of 0.27 ms a token at Flash
+  // shapes, TP2).
+  std::vector<float> logits_;
 };
 
 }  // namespace dsv4
