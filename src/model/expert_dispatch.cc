@@ -12,11 +12,14 @@
 namespace dsv4 {
 namespace {
 
-// One slot on its way to the rank holding its expert.
+// One slot on its way to the rank holding its expert: the header, padded
+// so that the row after it keeps the buffer's 64-byte alignment (an
+// expert with one row reads it where it arrived).
 struct SlotHeader {
   int32_t expert;
   float weight;
 };
+constexpr int64_t kHeaderBytes = 64;
 
 }  // namespace
 
@@ -58,18 +61,35 @@ void run_local_expert_slots(const ExpertSlots& s, const float* x, int64_t dim, c
     slot[at] = i;
     weights[at] = s.weights[i];
   }
-  ScratchVector<float> xin(n_slots * dim), yout(n_slots * dim);
+  // An expert with one row (most of them at decode) reads it in x and
+  // writes its slot of slots_out; the others' rows are packed.
+  std::vector<int64_t> packed;  // of each packed row, its place in `slot`
   std::vector<ExpertRows> experts;
-  for (int e = 0; e < s.num_experts; ++e)
-    if (first[e + 1] > first[e])
-      experts.push_back({e, xin.data() + first[e] * dim, first[e + 1] - first[e], weights.data() + first[e],
-                         yout.data() + first[e] * dim});
-  parallel_for(n_slots, 64, [&](int64_t a, int64_t b) {
-    for (int64_t j = a; j < b; ++j) std::copy_n(x + slot[j] / k * dim, dim, xin.data() + j * dim);
+  for (int e = 0; e < s.num_experts; ++e) {
+    const int64_t n = first[e + 1] - first[e];
+    if (n == 0) continue;
+    experts.push_back({e, nullptr, n, weights.data() + first[e], nullptr});
+    if (n == 1) {
+      experts.back().x = x + slot[first[e]] / k * dim;
+      experts.back().y = slots_out + slot[first[e]] * dim;
+    } else {
+      for (int64_t j = first[e]; j < first[e + 1]; ++j) packed.push_back(j);
+    }
+  }
+  const auto rows = static_cast<int64_t>(packed.size());
+  ScratchVector<float> xin(rows * dim), yout(rows * dim);
+  for (int64_t i = 0, row = 0; i < static_cast<int64_t>(experts.size()); ++i) {
+    if (experts[i].n == 1) continue;
+    experts[i].x = xin.data() + row * dim;
+    experts[i].y = yout.data() + row * dim;
+    row += experts[i].n;
+  }
+  parallel_for(rows, 64, [&](int64_t a, int64_t b) {
+    for (int64_t i = a; i < b; ++i) std::copy_n(x + slot[packed[i]] / k * dim, dim, xin.data() + i * dim);
   });
   run(experts);
-  parallel_for(n_slots, 64, [&](int64_t a, int64_t b) {
-    for (int64_t j = a; j < b; ++j) std::copy_n(yout.data() + j * dim, dim, slots_out + slot[j] * dim);
+  parallel_for(rows, 64, [&](int64_t a, int64_t b) {
+    for (int64_t i = a; i < b; ++i) std::copy_n(yout.data() + i * dim, dim, slots_out + slot[packed[i]] * dim);
   });
 }
 
@@ -83,7 +103,7 @@ void run_expert_slots(const ExpertSlots& s, const float* x, int64_t dim, Collect
   const ExpertShard shard{ep ? ep->rank() : 0, ranks};
   const int per_rank = s.num_experts / ranks;
   // Pack each destination's slots, in slot order: header then the row.
-  const int64_t record = sizeof(SlotHeader) + sizeof(float) * dim;
+  const int64_t record = kHeaderBytes + sizeof(float) * dim;
   std::vector<std::vector<int64_t>> to(ranks);
   for (int64_t i = 0; i < n_slots; ++i) to[s.experts[i] / per_rank].push_back(i);
   std::vector<size_t> send_bytes(ranks), recv_bytes(ranks), count_bytes(ranks, sizeof(int64_t));
@@ -101,7 +121,7 @@ void run_expert_slots(const ExpertSlots& s, const float* x, int64_t dim, Collect
       char* at = send.data() + j * record;
       const SlotHeader hdr{s.experts[i], s.weights[i]};
       std::memcpy(at, &hdr, sizeof hdr);
-      std::memcpy(at + sizeof hdr, x + i / k * dim, sizeof(float) * dim);
+      std::memcpy(at + kHeaderBytes, x + i / k * dim, sizeof(float) * dim);
     }
   });
   ScratchVector<char> recv;
@@ -129,25 +149,35 @@ void run_expert_slots(const ExpertSlots& s, const float* x, int64_t dim, Collect
     wts[hdr.expert].push_back(hdr.weight);
   }
   // Each expert's rows side by side (expert order, arrival order within).
+  // An expert with one row (most of them at decode) reads it where it
+  // arrived and writes its output where the output leaves from.
+  auto arrived = [&](int64_t i) { return reinterpret_cast<const float*>(&recv[i * record + kHeaderBytes]); };
   std::vector<int64_t> arrival;  // received slot of each packed row
-  arrival.reserve(got);
   std::vector<ExpertRows> experts;
   for (int e = 0; e < s.num_experts; ++e) {
     if (mine[e].empty()) continue;
-    experts.push_back({e, nullptr, static_cast<int64_t>(mine[e].size()), wts[e].data(), nullptr});
-    arrival.insert(arrival.end(), mine[e].begin(), mine[e].end());
+    const auto n = static_cast<int64_t>(mine[e].size());
+    experts.push_back({e, nullptr, n, wts[e].data(), nullptr});
+    if (n == 1) {
+      experts.back().x = arrived(mine[e][0]);
+      experts.back().y = &results[mine[e][0] * dim];
+    } else {
+      arrival.insert(arrival.end(), mine[e].begin(), mine[e].end());
+    }
   }
-  ScratchVector<float> xin(got * dim), yout(got * dim);
-  for (int64_t i = 0, row = 0; i < static_cast<int64_t>(experts.size()); row += experts[i].n, ++i) {
+  const auto packed = static_cast<int64_t>(arrival.size());
+  ScratchVector<float> xin(packed * dim), yout(packed * dim);
+  for (int64_t i = 0, row = 0; i < static_cast<int64_t>(experts.size()); ++i) {
+    if (experts[i].n == 1) continue;
     experts[i].x = xin.data() + row * dim;
     experts[i].y = yout.data() + row * dim;
+    row += experts[i].n;
   }
-  parallel_for(got, 64, [&](int64_t a, int64_t b) {
-    for (int64_t i = a; i < b; ++i)
-      std::memcpy(&xin[i * dim], &recv[arrival[i] * record + sizeof(SlotHeader)], sizeof(float) * dim);
+  parallel_for(packed, 64, [&](int64_t a, int64_t b) {
+    for (int64_t i = a; i < b; ++i) std::copy_n(arrived(arrival[i]), dim, &xin[i * dim]);
   });
   run(experts);
-  parallel_for(got, 64, [&](int64_t a, int64_t b) {
+  parallel_for(packed, 64, [&](int64_t a, int64_t b) {
     for (int64_t i = a; i < b; ++i) std::copy_n(&yout[i * dim], dim, &results[arrival[i] * dim]);
   });
   // Outputs travel back the way their slots came.
