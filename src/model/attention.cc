@@ -300,23 +300,30 @@ void attention_output(const AttentionWeights& w, const LayerContext& ctx, const 
     oheads = c.n_heads;
     first_head = tp_rank / (tp_size / G) * group_heads;
   }
-  // Each group's heads as its own rows, every group's wo_a in one job.
-  Buffer og(rows * gl * olr), ogroups(gl * rows * olr), xin(gl * rows * group_in);
-  parallel_for(rows, 16, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r)
-      for (int64_t gi = 0; gi < gl; ++gi)
-        std::memcpy(&xin[(gi * rows + r) * group_in], oin + (r * oheads + first_head) * hd + gi * group_in,
-                    sizeof(float) * group_in);
-  });
+  // Each group's heads as its own rows, every group's wo_a in one job. One
+  // row (decode) is laid out so already: each group reads its heads in o
+  // and writes its part of og's row.
+  const bool one_row = rows == 1;
+  Buffer og(rows * gl * olr), ogroups(one_row ? 0 : gl * rows * olr), xin(one_row ? 0 : gl * rows * group_in);
+  if (!one_row)
+    parallel_for(rows, 16, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t gi = 0; gi < gl; ++gi)
+          std::memcpy(&xin[(gi * rows + r) * group_in], oin + (r * oheads + first_head) * hd + gi * group_in,
+                      sizeof(float) * group_in);
+    });
   std::vector<LinearProduct> groups;
-  for (int64_t gi = 0; gi < gl; ++gi)
-    groups.push_back({&w.wo_a[gi], xin.data() + gi * rows * group_in, rows, ogroups.data() + gi * rows * olr});
+  for (int64_t gi = 0; gi < gl; ++gi) {
+    if (one_row) groups.push_back({&w.wo_a[gi], oin + first_head * hd + gi * group_in, 1, og.data() + gi * olr});
+    else groups.push_back({&w.wo_a[gi], xin.data() + gi * rows * group_in, rows, ogroups.data() + gi * rows * olr});
+  }
   linear_forward_all(ctx.k, groups);
-  parallel_for(rows, 16, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r)
-      for (int64_t gi = 0; gi < gl; ++gi)
-        std::memcpy(&og[(r * gl + gi) * olr], &ogroups[(gi * rows + r) * olr], sizeof(float) * olr);
-  });
+  if (!one_row)
+    parallel_for(rows, 16, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t gi = 0; gi < gl; ++gi)
+          std::memcpy(&og[(r * gl + gi) * olr], &ogroups[(gi * rows + r) * olr], sizeof(float) * olr);
+    });
   if (!tp) {
     linear_forward(ctx.k, w.wo_b, og.data(), rows, out);
     return;
