@@ -39,6 +39,29 @@ RunExperts one_expert_at_a_time(RunExpert run) {
 
 namespace {
 
+// Runs the experts: those with one row already read it and write its output
+// in place (experts[i].x and .y set); the others' `packed` rows are copied
+// side by side (expert order), packed row i from input(i), and their
+// outputs copied back, packed row i's to output(i).
+template <class Input, class Output>
+void run_with_rows_packed(std::vector<ExpertRows>& experts, int64_t packed, int64_t dim, const RunExperts& run,
+                          Input input, Output output) {
+  ScratchVector<float> xin(packed * dim), yout(packed * dim);
+  for (int64_t i = 0, row = 0; i < static_cast<int64_t>(experts.size()); ++i) {
+    if (experts[i].n == 1) continue;
+    experts[i].x = xin.data() + row * dim;
+    experts[i].y = yout.data() + row * dim;
+    row += experts[i].n;
+  }
+  parallel_for(packed, 64, [&](int64_t a, int64_t b) {
+    for (int64_t i = a; i < b; ++i) std::copy_n(input(i), dim, &xin[i * dim]);
+  });
+  run(experts);
+  parallel_for(packed, 64, [&](int64_t a, int64_t b) {
+    for (int64_t i = a; i < b; ++i) std::copy_n(&yout[i * dim], dim, output(i));
+  });
+}
+
 // One rank holding every expert: each expert's slots, in slot order (the
 // order the packed path's arrival gives), straight from x into its rows and
 // from its outputs into slots_out, with nothing packed or sent. A 4K
@@ -76,21 +99,10 @@ void run_local_expert_slots(const ExpertSlots& s, const float* x, int64_t dim, c
       for (int64_t j = first[e]; j < first[e + 1]; ++j) packed.push_back(j);
     }
   }
-  const auto rows = static_cast<int64_t>(packed.size());
-  ScratchVector<float> xin(rows * dim), yout(rows * dim);
-  for (int64_t i = 0, row = 0; i < static_cast<int64_t>(experts.size()); ++i) {
-    if (experts[i].n == 1) continue;
-    experts[i].x = xin.data() + row * dim;
-    experts[i].y = yout.data() + row * dim;
-    row += experts[i].n;
-  }
-  parallel_for(rows, 64, [&](int64_t a, int64_t b) {
-    for (int64_t i = a; i < b; ++i) std::copy_n(x + slot[packed[i]] / k * dim, dim, xin.data() + i * dim);
-  });
-  run(experts);
-  parallel_for(rows, 64, [&](int64_t a, int64_t b) {
-    for (int64_t i = a; i < b; ++i) std::copy_n(yout.data() + i * dim, dim, slots_out + slot[packed[i]] * dim);
-  });
+  run_with_rows_packed(
+      experts, static_cast<int64_t>(packed.size()), dim, run,
+      [&](int64_t i) { return x + slot[packed[i]] / k * dim; },
+      [&](int64_t i) { return slots_out + slot[packed[i]] * dim; });
 }
 
 }  // namespace
@@ -165,21 +177,9 @@ void run_expert_slots(const ExpertSlots& s, const float* x, int64_t dim, Collect
       arrival.insert(arrival.end(), mine[e].begin(), mine[e].end());
     }
   }
-  const auto packed = static_cast<int64_t>(arrival.size());
-  ScratchVector<float> xin(packed * dim), yout(packed * dim);
-  for (int64_t i = 0, row = 0; i < static_cast<int64_t>(experts.size()); ++i) {
-    if (experts[i].n == 1) continue;
-    experts[i].x = xin.data() + row * dim;
-    experts[i].y = yout.data() + row * dim;
-    row += experts[i].n;
-  }
-  parallel_for(packed, 64, [&](int64_t a, int64_t b) {
-    for (int64_t i = a; i < b; ++i) std::copy_n(arrived(arrival[i]), dim, &xin[i * dim]);
-  });
-  run(experts);
-  parallel_for(packed, 64, [&](int64_t a, int64_t b) {
-    for (int64_t i = a; i < b; ++i) std::copy_n(&yout[i * dim], dim, &results[arrival[i] * dim]);
-  });
+  run_with_rows_packed(
+      experts, static_cast<int64_t>(arrival.size()), dim, run, [&](int64_t i) { return arrived(arrival[i]); },
+      [&](int64_t i) { return &results[arrival[i] * dim]; });
   // Outputs travel back the way their slots came.
   ScratchVector<float> back;
   if (ranks > 1) {
