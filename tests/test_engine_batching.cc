@@ -317,7 +317,7 @@ TEST_P(EngineBatchingFast, SameBitsInAnyBatchChunkingOrPreemption) {
 // the next. Those paths need a width that is a multiple of 512, which the
 // golden cases do not have: on the small preset widened to 512, every
 // request's logits are the same bits alone (one row a step, those paths)
-// as in a batch of 8 (more rows a step, a job for each step).
+// as in a batch of 6 (more rows a step, a job for each step).
 TEST(EngineBatchingFastWide, DecodeAloneGivesTheBitsOfABatch) {
   testing::TempDir dir("dsv4_test_wide");
   auto config = synthetic_config("small", R"({"hidden_size": 512, "moe_intermediate_size": 1024})");
@@ -331,11 +331,11 @@ TEST(EngineBatchingFastWide, DecodeAloneGivesTheBitsOfABatch) {
   auto model = load_deepseek_v4(dir.path(), mo);
   ASSERT_TRUE(model.ok()) << model.status().message();
   const DeepseekV4& m = **model;
-  const int64_t tokens = 12;
+  const int64_t tokens = 8;
   std::vector<Arrival> batch;
-  for (int i = 0; i < 8; ++i) batch.push_back({0, filler_prompt(20 + 9 * i, 30 + i, m, tokens), greedy(tokens), i});
+  for (int i = 0; i < 6; ++i) batch.push_back({0, filler_prompt(20 + 9 * i, 30 + i, m, tokens), greedy(tokens), i});
   const EngineRun together = serve(m, options(), batch);
-  for (int i = 0; i < 8; ++i) {
+  for (int i = 0; i < 6; ++i) {
     const EngineRun alone = serve(m, options(), {batch[i]});
     ASSERT_TRUE(alone.logits.count(i) && together.logits.count(i)) << "request " << i;
     ASSERT_EQ(alone.logits.at(i).size(), static_cast<size_t>(tokens)) << "request " << i;
