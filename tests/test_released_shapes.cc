@@ -90,7 +90,7 @@ TEST(ReleasedShapes, FlashShapedCheckpointPassesTheSelfCheckAndEveryLayout) {
   EXPECT_NE(check.output.find("PASS"), std::string::npos) << check.output;
 
   std::string prompt;
-  for (int i = 0; prompt.size() < 2600; ++i) prompt += "w" + std::to_string(i * 7919 % 1000) + " ";
+  for (int i = 0; prompt.size() < 2200; ++i) prompt += "w" + std::to_string(i * 7919 % 1000) + " ";
   const std::string args = "run --model " + dir + " --numerics exact --prompt '" + prompt +
                            "' --prompt 'short' --max-tokens 6 --temperature 0 --ignore-eos --max-num-seqs 4 "
                            "--kv-cache-memory 1G";

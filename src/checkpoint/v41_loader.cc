@@ -61,8 +61,9 @@ class TensorReader {
 
   // Rows [first, first + count) of a tensor of `shape` (rows first) in one
   // of the dtypes `allowed`, as stored; the rest counted as done.
+  template <class Bytes>
   Status rows_of(const std::string& name, const std::vector<int64_t>& shape, std::vector<DType> allowed,
-                 int64_t first, int64_t count, std::vector<uint8_t>* out) {
+                 int64_t first, int64_t count, Bytes* out) {
     DSV4_ASSIGN_OR_RETURN(const TensorInfo* t, ckpt_.get(name));
     if (t->shape != shape)
       return invalid_argument("tensor " + name + " has shape " + shape_text(t->shape) + ", the config says " +
@@ -151,7 +152,7 @@ class TensorReader {
     }
     if (t->dtype == DType::kBF16) {
       l.kind = V41Linear::Kind::kBf16;
-      std::vector<uint8_t> raw;
+      ScratchVector<uint8_t> raw;
       DSV4_RETURN_IF_ERROR(rows_of(prefix + ".weight", {out, in}, {DType::kBF16}, first, count, &raw));
       l.bf16.resize(count * in);
       std::memcpy(l.bf16.data(), raw.data(), raw.size());

@@ -178,7 +178,7 @@ bool V41Linear::pack_for_fast() {
   p.input_block = kBlock;
   std::vector<float>().swap(f32);
   std::vector<uint16_t>().swap(bf16);
-  std::vector<uint8_t>().swap(codes);
+  ScratchVector<uint8_t>().swap(codes);
   std::vector<uint8_t>().swap(scale);
   return true;
 }

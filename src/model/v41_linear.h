@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "base/scratch.h"
 #include "model/collectives.h"
 #include "ops/linear.h"
 
@@ -30,7 +31,11 @@ struct V41Linear {
   // row and 32 inputs [out, in / 32].
   std::vector<float> f32;
   std::vector<uint16_t> bf16;
-  std::vector<uint8_t> codes;
+  // Read straight from the file (nothing zeroed first) into reused blocks:
+  // a fast load packs each weight and frees its codes, and the next one of
+  // the same size takes them with their pages still mapped (on this kind
+  // of VM a fresh page costs ~10 us: seconds a checkpoint).
+  ScratchVector<uint8_t> codes;
   std::vector<uint8_t> scale;  // e8m0: 2^(byte - 127)
   // An FP8 weight the reference dequantizes and uses in a plain product
   // (wo_a): its values are codes times scales, its activation unrounded.

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "base/dtype.h"
+#include "base/scratch.h"
 #include "base/thread_pool.h"
 #include "checkpoint/safetensors_writer.h"
 #include "model/config.h"
@@ -21,21 +22,12 @@
 
 namespace dsv4 {
 
-// A vector whose elements start uninitialized: the parallel fills write
-// every value (and take the first-touch page faults on every thread).
-template <class T>
-struct NoInit : std::allocator<T> {
-  template <class U>
-  struct rebind {
-    using other = NoInit<U>;
-  };
-  template <class U, class... Args>
-  void construct(U* p, Args&&... args) {
-    if constexpr (sizeof...(Args) == 0) ::new (static_cast<void*>(p)) U;
-    else ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
-  }
-};
-using Floats = std::vector<float, NoInit<float>>;
+// Random values before quantization: left uninitialized (the parallel
+// fills write every value, and take the first-touch page faults on every
+// thread), and reused from tensor to tensor (the layers repeat their shapes;
+// a fresh mapping's pages cost ~10 us each on some VMs, most of mkmodel's
+// time at the released shapes when every tensor was mapped afresh).
+using Floats = ScratchVector<float>;
 
 // splitmix64, and normals as the sum of four uniforms (Irwin-Hall, scaled
 // to unit variance): the same numbers on every platform, and cheap.
@@ -163,12 +155,14 @@ class ShardedOutput {
       const int64_t B = kind == 1 ? cfg_.weight_block : 32, th = kind == 1 ? B : 1;
       const int64_t so = (out + th - 1) / th, si = (in + B - 1) / B;
       std::vector<uint8_t> q(out * in), scale(so * si);
+      // (std::max, not std::fmax: the drawn values hold no NaN, and fmax is
+      // a library call per value.)
       parallel_for(so, kind == 1 ? 1 : 1024, [&](int64_t b0, int64_t b1) {
       for (int64_t bo = b0; bo < b1; ++bo)
         for (int64_t bi = 0; bi < si; ++bi) {
           float amax = 1e-12f;
           for (int64_t r = bo * th; r < std::min(out, bo * th + th); ++r)
-            for (int64_t c = bi * B; c < std::min(in, bi * B + B); ++c) amax = std::fmax(amax, std::fabs(w[r * in + c]));
+            for (int64_t c = bi * B; c < std::min(in, bi * B + B); ++c) amax = std::max(amax, std::fabs(w[r * in + c]));
           float sc = pow2_ceil(amax / kE4M3Max);
           scale[bo * si + bi] = static_cast<uint8_t>(std::ilogb(sc) + 127);
           for (int64_t r = bo * th; r < std::min(out, bo * th + th); ++r)
@@ -183,7 +177,7 @@ class ShardedOutput {
       for (int64_t r = r0; r < r1; ++r)
         for (int64_t b = 0; b < in / 32; ++b) {
           float amax = 1e-12f;
-          for (int64_t c = b * 32; c < b * 32 + 32; ++c) amax = std::fmax(amax, std::fabs(w[r * in + c]));
+          for (int64_t c = b * 32; c < b * 32 + 32; ++c) amax = std::max(amax, std::fabs(w[r * in + c]));
           float sc = pow2_ceil(amax / kE2M1Max);
           scale[r * (in / 32) + b] = static_cast<uint8_t>(std::ilogb(sc) + 127);
           for (int64_t c = b * 32; c < b * 32 + 32; ++c) {
