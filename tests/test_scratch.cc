@@ -7,7 +7,9 @@
 #include <cstring>
 #include <thread>
 
+#include "base/huge_pages.h"
 #include "base/scratch.h"
+#include "test_util.h"
 
 namespace dsv4 {
 namespace {
@@ -75,6 +77,19 @@ TEST(Scratch, TheCacheKeepsWithinItsThreadsWorkingSetAndToItsThread) {
     EXPECT_EQ(cached_scratch_bytes(), 0u);
     ScratchVector<char>().swap(theirs);
     EXPECT_EQ(cached_scratch_bytes(), 0u);
+  }).join();
+}
+
+// Blocks of 8 MiB and more (a prefill chunk's buffers) start on a huge
+// page, so their first use faults in 2 MiB at a time; AddressSanitizer
+// builds leave them on its checked heap.
+TEST(Scratch, LargeBlocksStartOnAHugePage) {
+  std::thread([] {
+    ScratchVector<char> big(size_t{8} << 20), bigger((size_t{40} << 20) + 1);
+    big.front() = 1, big.back() = 2, bigger.back() = 3;  // writable to their ends
+    if (testing::kSanitized) return;
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(big.data()) % kHugePage, 0u);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(bigger.data()) % kHugePage, 0u);
   }).join();
 }
 

@@ -4,6 +4,8 @@
 #include <bit>
 #include <cstdint>
 
+#include "base/huge_pages.h"
+
 namespace dsv4 {
 namespace {
 
@@ -17,6 +19,30 @@ size_t block_size(size_t bytes) {
   return (bytes + step - 1) / step * step;
 }
 
+// Blocks of 8 MiB or more (whole huge pages: block_size's steps are) are
+// mapped on huge pages: a prefill chunk's buffers are hundreds of MiB, and
+// their first use faults them in on the rank's thread. Smaller ones, and
+// every block in AddressSanitizer builds (whose heap checks the bounds of
+// what it hands out), come from the heap.
+#if defined(__SANITIZE_ADDRESS__)
+#define DSV4_SCRATCH_ON_HEAP 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define DSV4_SCRATCH_ON_HEAP 1
+#endif
+#endif
+#ifdef DSV4_SCRATCH_ON_HEAP
+constexpr size_t kMappedFrom = SIZE_MAX;
+#else
+constexpr size_t kMappedFrom = 4 * kHugePage;
+#endif
+
+void* new_block(size_t size) { return size >= kMappedFrom ? map_huge_pages(size) : ::operator new(size, kAlign); }
+void delete_block(void* p, size_t size) noexcept {
+  if (size >= kMappedFrom) unmap_huge_pages(p, size);
+  else ::operator delete(p, kAlign);
+}
+
 // Set once this thread's cache is destroyed: thread_local buffers that
 // outlive it (destroyed later at thread exit) free straight to the heap.
 thread_local bool t_cache_gone = false;
@@ -26,7 +52,7 @@ struct Cache {
   size_t bytes = 0;
   size_t live = 0, peak = 0;  // cached-size blocks this thread has out, now and at most
   ~Cache() {
-    for (auto& [size, p] : blocks) ::operator delete(p, kAlign);
+    for (auto& [size, p] : blocks) delete_block(p, size);
     t_cache_gone = true;
   }
 };
@@ -43,7 +69,7 @@ void* allocate_scratch(size_t bytes) {
   if (bytes < kScratchCachedFrom) return ::operator new(std::max<size_t>(bytes, 1), kAlign);
   const size_t size = block_size(bytes);
   Cache* cached = cache();
-  if (!cached) return ::operator new(size, kAlign);
+  if (!cached) return new_block(size);
   Cache& c = *cached;
   c.live += size;
   c.peak = std::max(c.peak, c.live);
@@ -54,7 +80,7 @@ void* allocate_scratch(size_t bytes) {
     c.bytes -= size;
     return p;
   }
-  return ::operator new(size, kAlign);
+  return new_block(size);
 }
 
 void free_scratch(void* p, size_t bytes) noexcept {
@@ -62,13 +88,13 @@ void free_scratch(void* p, size_t bytes) noexcept {
   if (bytes < kScratchCachedFrom) return ::operator delete(p, kAlign);
   const size_t size = block_size(bytes);
   Cache* cached = cache();
-  if (!cached) return ::operator delete(p, kAlign);
+  if (!cached) return delete_block(p, size);
   Cache& c = *cached;
   c.live -= std::min(c.live, size);  // a block another thread took out is not counted
-  if (size > scratch_cache_bound()) return ::operator delete(p, kAlign);
+  if (size > scratch_cache_bound()) return delete_block(p, size);
   // Oldest blocks leave first when the cache would pass its bound.
   while (!c.blocks.empty() && c.bytes + size > scratch_cache_bound()) {
-    ::operator delete(c.blocks.front().second, kAlign);
+    delete_block(c.blocks.front().second, c.blocks.front().first);
     c.bytes -= c.blocks.front().first;
     c.blocks.erase(c.blocks.begin());
   }
@@ -76,7 +102,7 @@ void free_scratch(void* p, size_t bytes) noexcept {
     c.blocks.emplace_back(size, p);
     c.bytes += size;
   } catch (...) {
-    ::operator delete(p, kAlign);
+    delete_block(p, size);
   }
 }
 

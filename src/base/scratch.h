@@ -9,7 +9,9 @@
 // measured it at most of a 4K prefill chunk's time on 64 workers). A
 // ScratchVector is written by the kernels that fill it, so nothing is
 // zeroed, and a freed large block goes back to its thread's cache for the
-// next layer, its pages still mapped.
+// next layer, its pages still mapped. Blocks of 8 MiB or more are mapped
+// on transparent huge pages (base/huge_pages.h), so even the first layer
+// faults them in 2 MiB at a time.
 #pragma once
 
 #include <cstddef>

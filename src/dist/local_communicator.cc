@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "base/check.h"
+#include "base/scratch.h"
 
 namespace dsv4 {
 
@@ -25,7 +26,7 @@ void LocalCommunicator::all_reduce_sum(float* data, int64_t n) {
   count_sent(sizeof(float) * n * (w.size() - 1));
   w.slots_[rank_] = data;
   barrier();
-  std::vector<float> sum(static_cast<const float*>(w.slots_[0]), static_cast<const float*>(w.slots_[0]) + n);
+  ScratchVector<float> sum(static_cast<const float*>(w.slots_[0]), static_cast<const float*>(w.slots_[0]) + n);
   for (int r = 1; r < w.size(); ++r) {
     const float* x = static_cast<const float*>(w.slots_[r]);
     for (int64_t i = 0; i < n; ++i) sum[i] += x[i];
