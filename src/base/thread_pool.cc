@@ -100,8 +100,9 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
   if (n <= 0) return;
   calls_.fetch_add(1, std::memory_order_relaxed);
   grain = std::max<int64_t>(1, grain);
-  // As many chunks as keep every chunk at least `grain` items, at most 4 a thread.
-  const int64_t chunks = std::min<int64_t>(std::max<int64_t>(1, n / grain), static_cast<int64_t>(num_threads()) * 4);
+  // As many chunks as keep every chunk at least `grain` items, at most
+  // kChunksPerThread a thread (each is a claim on one shared counter).
+  const int64_t chunks = std::min<int64_t>(std::max<int64_t>(1, n / grain), num_threads() * kChunksPerThread);
   // Nested calls, and callers that find the pool busy with another thread's
   // job (ranks as threads), run their range themselves.
   if (observer_) {

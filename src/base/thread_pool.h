@@ -52,8 +52,10 @@ class ThreadPool {
   int64_t calls() const { return calls_.load(std::memory_order_relaxed); }
 
   // Calls fn(begin, end) on disjoint ranges covering [0, n), each at least
-  // `grain` items (one call of all n when n is fewer), their sizes within
-  // one of each other; the calling thread takes part. Nested calls run inline.
+  // `grain` items (one call of all n when n is fewer) and at most
+  // kChunksPerThread a thread, their sizes within one of each other; the
+  // calling thread takes part. Nested calls run inline.
+  static constexpr int64_t kChunksPerThread = 4;
   void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
   // The process-wide pool (DSV4_NUM_THREADS or the hardware count).

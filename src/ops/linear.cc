@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <numeric>
 
 #include "base/check.h"
 #include "base/scratch.h"
@@ -280,6 +281,65 @@ class TaskInputs {
   std::vector<std::unique_ptr<Prepared>> own_;
 };
 
+// How the product job's tiles go to its tasks. The products with the
+// costliest tiles come first; the tiles go in order, a whole number of
+// them a task, as many as cost about one task's share of the job
+// (at most kChunksPerThread tasks a thread), a task running into the next
+// product's tiles when its own are too few. A tile costs its weight bytes
+// and a sixteenth of a byte a multiply-add: at a decode step's few rows its
+// bytes (an FP8 panel twice an FP4 one, a BF16 panel twice an FP8 one), at
+// a prefill chunk's rows its arithmetic, much the same in every format. So
+// a job that mixes formats (the routed experts' FP4 and the shared
+// expert's FP8, the attention's FP8 and a compressor's BF16) keeps its
+// workers equally busy, and its cheapest tasks come last, where they fill
+// in as the workers run out.
+struct TileOrder {
+  std::vector<size_t> product;      // prepared product, by place in the order
+  std::vector<int64_t> first_tile;  // of each place's product, in one numbering; then the count
+  std::vector<int64_t> task_first;  // first tile of each task; then the count
+};
+
+TileOrder order_tiles(const std::vector<Prepared>& prepared) {
+  auto tile_cost = [](const Prepared& p) {
+    const Linear& l = *p.l;
+    const Tiling& t = p.t;
+    const int64_t bytes = static_cast<int64_t>(sizeof(float) * l.panels.size() + l.code_panels.size() + l.scale_panels.size());
+    return std::max<int64_t>(1, t.panels_per * (bytes / t.panels + t.rows_per * l.in * kernels::kPanel / 16));
+  };
+  TileOrder o;
+  o.product.resize(prepared.size());
+  std::iota(o.product.begin(), o.product.end(), size_t{0});
+  std::stable_sort(o.product.begin(), o.product.end(),
+                   [&](size_t a, size_t b) { return tile_cost(prepared[a]) > tile_cost(prepared[b]); });
+  o.first_tile.push_back(0);
+  double total = 0;
+  for (size_t i : o.product) {
+    o.first_tile.push_back(o.first_tile.back() + prepared[i].t.tiles());
+    total += static_cast<double>(tile_cost(prepared[i])) * static_cast<double>(prepared[i].t.tiles());
+  }
+  // Each task closes where one more tile would take it further past its
+  // share than stopping leaves it short, so no task runs long by more
+  // than half a tile; more tasks than a pool takes widen the share.
+  const int64_t most = ThreadPool::current().num_threads() * ThreadPool::kChunksPerThread;
+  for (double share = total / static_cast<double>(most);; share *= 1.0625) {
+    o.task_first.assign(1, 0);
+    double in_task = 0;
+    for (size_t place = 0; place < o.product.size(); ++place) {
+      const auto cost = static_cast<double>(tile_cost(prepared[o.product[place]]));
+      for (int64_t t = o.first_tile[place]; t < o.first_tile[place + 1]; ++t) {
+        if (in_task > 0 && in_task + cost / 2 > share) {
+          o.task_first.push_back(t);
+          in_task = 0;
+        }
+        in_task += cost;
+      }
+    }
+    if (static_cast<int64_t>(o.task_first.size()) <= most) break;
+  }
+  o.task_first.push_back(o.first_tile.back());
+  return o;
+}
+
 // Rows [r0, r1) x panels [p0, p1) of a prepared product, on this thread.
 void run_tile(const kernels::Kernels& k, const Prepared& p, int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
   const Linear& l = *p.l;
@@ -303,7 +363,6 @@ void run_tile(const kernels::Kernels& k, const Prepared& p, int64_t r0, int64_t 
 void linear_forward_all(const kernels::Kernels& k, const std::vector<LinearProduct>& products) {
   std::vector<Prepared> prepared;
   prepared.reserve(products.size());
-  std::vector<int64_t> first_tile{0};  // of each prepared product, in one numbering
   std::vector<size_t> rounded;         // the prepared products whose inputs need rounding
   std::vector<int64_t> first_piece{0};  // of each of those's rows' pieces, in one numbering
   for (const LinearProduct& product : products) {
@@ -342,7 +401,6 @@ void linear_forward_all(const kernels::Kernels& k, const std::vector<LinearProdu
       first_piece.push_back(first_piece.back() + p.m * round_pieces(p));
     }
     p.t = tiling_of(l, p.m);
-    first_tile.push_back(first_tile.back() + p.t.tiles());
   }
   if (prepared.empty()) return;
   // Every bigger input that needs rounding, piece by piece of its rows, in one job.
@@ -355,14 +413,19 @@ void linear_forward_all(const kernels::Kernels& k, const std::vector<LinearProdu
       round_piece_of_row(k, p, local / pieces, local % pieces);
     }
   });
-  // One job: each task takes a run of tiles, each tile rows x panels of one
-  // product; neighbouring tiles of one row block go to the kernel together.
-  parallel_for(first_tile.back(), 1, [&](int64_t a, int64_t b) {
+  // One job: each task takes a run of tiles of about equal cost (TileOrder),
+  // each tile rows x panels of one product; neighbouring tiles of one row
+  // block go to the kernel together.
+  const TileOrder order = order_tiles(prepared);
+  const std::vector<int64_t>& first_tile = order.first_tile;
+  parallel_for(static_cast<int64_t>(order.task_first.size()) - 1, 1, [&](int64_t t0, int64_t t1) {
+    int64_t a = order.task_first[t0];
+    const int64_t b = order.task_first[t1];
     TaskInputs inputs(k, prepared);
     size_t i = static_cast<size_t>(std::upper_bound(first_tile.begin(), first_tile.end(), a) - first_tile.begin()) - 1;
     while (a < b) {
       while (a >= first_tile[i + 1]) ++i;
-      const Prepared& p = inputs.of(i);
+      const Prepared& p = inputs.of(order.product[i]);
       const Tiling& t = p.t;
       const int64_t local = a - first_tile[i], rb = local / t.runs(), run = local % t.runs();
       const int64_t last = std::min(b - first_tile[i], (rb + 1) * t.runs());  // tiles of this row block in the task
