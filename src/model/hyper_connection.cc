@@ -37,7 +37,7 @@ void piecewise_mixes(const kernels::Kernels& k, const Linear& fn, int64_t num_mi
   part.resize(pieces * rows * num_mixes);
   part_squares.resize(pieces * rows);
   parallel_for(blocks * pieces * panels, 1, [&](int64_t a, int64_t b) {
-    ScratchVector<float> gathered;
+    thread_local ScratchVector<float> gathered;  // kept: a task every piece
     for (int64_t u = a; u < b; ++u) {
       const int64_t p = u % panels, q = u / panels % pieces, r0 = u / panels / pieces * kMixRowBlock;
       const int64_t n = std::min(rows - r0, kMixRowBlock);

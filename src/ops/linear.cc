@@ -252,18 +252,28 @@ void round_rows(const kernels::Kernels& k, Prepared& p, int64_t r0, int64_t r1) 
 class TaskInputs {
  public:
   TaskInputs(const kernels::Kernels& k, const std::vector<Prepared>& prepared) : k_(k), prepared_(prepared) {}
+  ~TaskInputs() {
+    for (std::unique_ptr<Prepared>& p : own_)
+      if (p) spares().push_back(std::move(p));
+  }
+  TaskInputs(const TaskInputs&) = delete;
+  TaskInputs& operator=(const TaskInputs&) = delete;
 
   const Prepared& of(size_t i) {
     const Prepared& p = prepared_[i];
     if (!p.in_task) return p;
     if (own_.empty()) own_.resize(prepared_.size());
     if (!own_[i]) {
-      auto mine = std::make_unique<Prepared>();
+      std::unique_ptr<Prepared> mine = spare();
       mine->l = p.l;
       mine->m = p.m;
       mine->y = p.y;
       mine->written = p.written;
       mine->t = p.t;
+      mine->x = nullptr;
+      mine->pairs = nullptr;
+      mine->biased = nullptr;
+      mine->row_scales = nullptr;
       if (p.same_as >= 0) {
         take_input(of(static_cast<size_t>(p.same_as)), *mine);
       } else {
@@ -276,6 +286,22 @@ class TaskInputs {
   }
 
  private:
+  // Products this thread's earlier tasks rounded inputs for, their buffers
+  // kept: a decode step's product job has a task for every few panels, and
+  // each allocating its rounded row (tens of KiB) went to the heap hundreds
+  // of times a job, the heap tidying its small free blocks each time.
+  static std::vector<std::unique_ptr<Prepared>>& spares() {
+    thread_local std::vector<std::unique_ptr<Prepared>> kept;
+    return kept;
+  }
+  static std::unique_ptr<Prepared> spare() {
+    std::vector<std::unique_ptr<Prepared>>& kept = spares();
+    if (kept.empty()) return std::make_unique<Prepared>();
+    std::unique_ptr<Prepared> p = std::move(kept.back());
+    kept.pop_back();
+    return p;
+  }
+
   const kernels::Kernels& k_;
   const std::vector<Prepared>& prepared_;
   std::vector<std::unique_ptr<Prepared>> own_;
