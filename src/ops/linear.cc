@@ -1,6 +1,7 @@
 #include "ops/linear.h"
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <numeric>
 
@@ -345,20 +346,42 @@ TileOrder order_tiles(const std::vector<Prepared>& prepared) {
   }
   // Each task closes where one more tile would take it further past its
   // share than stopping leaves it short, so no task runs long by more
-  // than half a tile; more tasks than a pool takes widen the share.
+  // than half a tile; more tasks than a pool takes widen the share. A
+  // product's tiles cost alike: a task in it takes round(share / cost) of
+  // them, or, when that is 4 or more (the head's thousands of panels), the
+  // product's rest goes evenly into as many tasks as it has shares, so that
+  // the job still has as many tasks as the pool takes. A task the last
+  // product left open takes as many as fit.
+  std::vector<double> cost(o.product.size());
+  for (size_t place = 0; place < o.product.size(); ++place)
+    cost[place] = static_cast<double>(tile_cost(prepared[o.product[place]]));
   const int64_t most = ThreadPool::current().num_threads() * ThreadPool::kChunksPerThread;
   for (double share = total / static_cast<double>(most);; share *= 1.0625) {
     o.task_first.assign(1, 0);
-    double in_task = 0;
+    double in_task = 0;  // of the open task
     for (size_t place = 0; place < o.product.size(); ++place) {
-      const auto cost = static_cast<double>(tile_cost(prepared[o.product[place]]));
-      for (int64_t t = o.first_tile[place]; t < o.first_tile[place + 1]; ++t) {
-        if (in_task > 0 && in_task + cost / 2 > share) {
-          o.task_first.push_back(t);
-          in_task = 0;
-        }
-        in_task += cost;
+      const double c = cost[place];
+      int64_t t = o.first_tile[place];
+      const int64_t end = o.first_tile[place + 1];
+      if (in_task > 0) {  // the open task takes tiles while they fit
+        const auto fit = static_cast<int64_t>(std::max(0.0, std::floor((share - in_task) / c + 0.5)));
+        const int64_t n = std::min(fit, end - t);
+        t += n;
+        in_task += static_cast<double>(n) * c;
+        if (t == end) continue;
+        o.task_first.push_back(t);
+        in_task = 0;
       }
+      const double per_task = share / c;
+      if (per_task >= 4) {  // the rest in round(rest / per_task) tasks, their counts within one
+        const int64_t rest = end - t, n = std::max<int64_t>(1, std::llround(static_cast<double>(rest) / per_task));
+        for (int64_t i = 1; i < n; ++i) o.task_first.push_back(t + rest * i / n);
+        t += rest * (n - 1) / n;
+      } else {  // a few tiles a task: the same whole count in each
+        const int64_t whole = std::max<int64_t>(1, std::llround(per_task));
+        for (; t + whole < end; t += whole) o.task_first.push_back(t + whole);
+      }
+      in_task = static_cast<double>(end - t) * c;
     }
     if (static_cast<int64_t>(o.task_first.size()) <= most) break;
   }
