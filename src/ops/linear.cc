@@ -333,16 +333,17 @@ TileOrder order_tiles(const std::vector<Prepared>& prepared) {
     const int64_t bytes = static_cast<int64_t>(sizeof(float) * l.panels.size() + l.code_panels.size() + l.scale_panels.size());
     return std::max<int64_t>(1, t.panels_per * (bytes / t.panels + t.rows_per * l.in * kernels::kPanel / 16));
   };
+  std::vector<double> cost_of(prepared.size());  // a tile of each prepared product
+  for (size_t i = 0; i < prepared.size(); ++i) cost_of[i] = static_cast<double>(tile_cost(prepared[i]));
   TileOrder o;
   o.product.resize(prepared.size());
   std::iota(o.product.begin(), o.product.end(), size_t{0});
-  std::stable_sort(o.product.begin(), o.product.end(),
-                   [&](size_t a, size_t b) { return tile_cost(prepared[a]) > tile_cost(prepared[b]); });
+  std::stable_sort(o.product.begin(), o.product.end(), [&](size_t a, size_t b) { return cost_of[a] > cost_of[b]; });
   o.first_tile.push_back(0);
   double total = 0;
   for (size_t i : o.product) {
     o.first_tile.push_back(o.first_tile.back() + prepared[i].t.tiles());
-    total += static_cast<double>(tile_cost(prepared[i])) * static_cast<double>(prepared[i].t.tiles());
+    total += cost_of[i] * static_cast<double>(prepared[i].t.tiles());
   }
   // Each task closes where one more tile would take it further past its
   // share than stopping leaves it short, so no task runs long by more
@@ -352,15 +353,12 @@ TileOrder order_tiles(const std::vector<Prepared>& prepared) {
   // product's rest goes evenly into as many tasks as it has shares, so that
   // the job still has as many tasks as the pool takes. A task the last
   // product left open takes as many as fit.
-  std::vector<double> cost(o.product.size());
-  for (size_t place = 0; place < o.product.size(); ++place)
-    cost[place] = static_cast<double>(tile_cost(prepared[o.product[place]]));
   const int64_t most = ThreadPool::current().num_threads() * ThreadPool::kChunksPerThread;
   for (double share = total / static_cast<double>(most);; share *= 1.0625) {
     o.task_first.assign(1, 0);
     double in_task = 0;  // of the open task
     for (size_t place = 0; place < o.product.size(); ++place) {
-      const double c = cost[place];
+      const double c = cost_of[o.product[place]];
       int64_t t = o.first_tile[place];
       const int64_t end = o.first_tile[place + 1];
       if (in_task > 0) {  // the open task takes tiles while they fit
