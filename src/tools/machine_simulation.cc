@@ -4,6 +4,7 @@
 #include <functional>
 #include <map>
 #include <queue>
+#include <span>
 #include <tuple>
 
 namespace dsv4 {
@@ -41,14 +42,26 @@ double projected_step_seconds(const PhaseLoads& loads, const SimulatedMachine& m
 
 SimulatedRank::SimulatedRank(const SimulatedMachine& machine, int node, int workers,
                              const RecordedMemoryBinding* memory)
-    : machine_(machine), node_(node), workers_(std::max(1, workers)), memory_(memory) {}
+    : machine_(machine), node_(node), workers_(std::max(1, workers)), memory_(memory) {
+  // Virtual until written: a simulated decode step holds a few thousand
+  // tiles and a few hundred spans.
+  tiles_.reserve(size_t{1} << 22);
+  jobs_.reserve(size_t{1} << 18);
+  spans_.reserve(size_t{1} << 20);
+}
 
 void SimulatedRank::reset() {
   loads_ = {};
-  steps_.assign(1, {});
+  tiles_.clear();
+  jobs_.clear();
+  spans_.clear();
+  step_ends();
 }
 
-void SimulatedRank::step_ends() { steps_.emplace_back(); }
+void SimulatedRank::step_ends() {
+  jobs_in_ = {};
+  spans_in_ = {};
+}
 
 void SimulatedRank::advance_serial() {
   const double now = thread_cpu_seconds();
@@ -57,8 +70,7 @@ void SimulatedRank::advance_serial() {
     const double span = std::max(0.0, now - serial_mark_ - machine_.clock_seconds);
     const int p = static_cast<int>(PhaseTimer::current());
     loads_[p].serial += span;
-    StepRecord& step = steps_.back();
-    step.spans.push_back({p, step.spans_in[p]++, span});
+    spans_.push_back({p, spans_in_[p]++, span});
   }
   serial_mark_ = now;
 }
@@ -75,32 +87,31 @@ void SimulatedRank::read(const void* at, int64_t bytes) {
   if (where < 0) p.unplaced += b;
   else if (where == node_) p.local += b;
   else p.remote += b;
-  if (in_tile_) job_.back().bytes += b;
+  if (in_tile_) tiles_.back().bytes += b;
 }
 
-void SimulatedRank::job_begins(int64_t tiles) {
+void SimulatedRank::job_begins(int64_t) {
   advance_serial();
-  job_.clear();
-  job_.reserve(static_cast<size_t>(tiles));
+  job_first_ = tiles_.size();
 }
 
 void SimulatedRank::tile_begins(int64_t) {
-  job_.push_back({});
+  tiles_.push_back({});
   in_tile_ = true;
 }
 
 void SimulatedRank::tile_ends(double cpu_seconds) {
-  job_.back().cpu = std::max(0.0, cpu_seconds - machine_.clock_seconds);
+  tiles_.back().cpu = std::max(0.0, cpu_seconds - machine_.clock_seconds);
   in_tile_ = false;
 }
 
-SimulatedRank::Schedule SimulatedRank::schedule(const std::vector<Tile>& tiles) const {
+SimulatedRank::Schedule SimulatedRank::schedule(const Tile* tiles, size_t count) const {
   // Each tile, in order, to the worker that is free first.
   std::priority_queue<double, std::vector<double>, std::greater<double>> free_at;
   for (int w = 0; w < workers_; ++w) free_at.push(0.0);
   Schedule s;
-  const double share = machine_.share_of(std::min<int>(workers_, static_cast<int>(tiles.size())));
-  for (const Tile& t : tiles) {
+  const double share = machine_.share_of(static_cast<int>(std::min<size_t>(workers_, count)));
+  for (const Tile& t : std::span(tiles, count)) {
     const double seconds = std::max(t.cpu, t.bytes / share);
     const double done = free_at.top() + seconds;
     free_at.pop();
@@ -112,15 +123,15 @@ SimulatedRank::Schedule SimulatedRank::schedule(const std::vector<Tile>& tiles) 
 }
 
 void SimulatedRank::job_ends() {
-  const Schedule s = schedule(job_);
+  const size_t count = tiles_.size() - job_first_;
+  const Schedule s = schedule(tiles_.data() + job_first_, count);
   PhaseLoad& p = phase();
   ++p.jobs;
-  p.tiles += static_cast<int64_t>(job_.size());
+  p.tiles += static_cast<int64_t>(count);
   p.work += s.work;
   p.busiest += s.busiest;
   const int phase = static_cast<int>(PhaseTimer::current());
-  StepRecord& step = steps_.back();
-  step.jobs.push_back({phase, step.jobs_in[phase]++, job_});
+  jobs_.push_back({phase, jobs_in_[phase]++, job_first_, count});
   serial_mark_ = thread_cpu_seconds();
 }
 
@@ -142,14 +153,12 @@ PhaseLoads SimulatedRank::clamped_loads() const {
   using SpanPlace = std::pair<int, int64_t>;
   std::map<JobPlace, std::vector<std::vector<double>>> job_times;
   std::map<SpanPlace, std::vector<double>> span_times;
-  for (const StepRecord& step : steps_) {
-    for (const JobRecord& j : step.jobs) {
-      auto& times = job_times[{j.phase, j.ordinal, j.tiles.size()}];
-      times.resize(j.tiles.size());
-      for (size_t t = 0; t < j.tiles.size(); ++t) times[t].push_back(j.tiles[t].cpu);
-    }
-    for (const SpanRecord& s : step.spans) span_times[{s.phase, s.ordinal}].push_back(s.seconds);
+  for (const JobRecord& j : jobs_) {
+    auto& times = job_times[{j.phase, j.ordinal, j.count}];
+    times.resize(j.count);
+    for (size_t t = 0; t < j.count; ++t) times[t].push_back(tiles_[j.first + t].cpu);
   }
+  for (const SpanRecord& s : spans_) span_times[{s.phase, s.ordinal}].push_back(s.seconds);
   std::map<JobPlace, std::vector<double>> job_caps;
   for (const auto& [place, times] : job_times)
     for (const std::vector<double>& t : times) job_caps[place].push_back(cap_of(t));
@@ -158,17 +167,15 @@ PhaseLoads SimulatedRank::clamped_loads() const {
 
   PhaseLoads out = loads_;  // jobs, tiles and bytes as they were
   for (PhaseLoad& l : out) l.work = l.busiest = l.serial = 0;
-  for (const StepRecord& step : steps_) {
-    for (const JobRecord& j : step.jobs) {
-      std::vector<Tile> tiles = j.tiles;
-      const std::vector<double>& caps = job_caps.at({j.phase, j.ordinal, j.tiles.size()});
-      for (size_t t = 0; t < tiles.size(); ++t) tiles[t].cpu = std::min(tiles[t].cpu, caps[t]);
-      const Schedule s = schedule(tiles);
-      out[j.phase].work += s.work;
-      out[j.phase].busiest += s.busiest;
-    }
-    for (const SpanRecord& s : step.spans) out[s.phase].serial += std::min(s.seconds, span_caps.at({s.phase, s.ordinal}));
+  for (const JobRecord& j : jobs_) {
+    std::vector<Tile> tiles(tiles_.begin() + j.first, tiles_.begin() + j.first + j.count);
+    const std::vector<double>& caps = job_caps.at({j.phase, j.ordinal, j.count});
+    for (size_t t = 0; t < tiles.size(); ++t) tiles[t].cpu = std::min(tiles[t].cpu, caps[t]);
+    const Schedule s = schedule(tiles.data(), tiles.size());
+    out[j.phase].work += s.work;
+    out[j.phase].busiest += s.busiest;
   }
+  for (const SpanRecord& s : spans_) out[s.phase].serial += std::min(s.seconds, span_caps.at({s.phase, s.ordinal}));
   return out;
 }
 

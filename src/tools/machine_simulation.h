@@ -125,28 +125,24 @@ class SimulatedRank : public JobObserver {
   struct Tile {
     double cpu = 0, bytes = 0;
   };
-  // A job or serial span as recorded, at its place in its step.
+  // A job or serial span as recorded, at its place in its step: its phase
+  // and the count of jobs (spans) of that phase before it in the step.
   struct JobRecord {
     int phase = 0;
-    int64_t ordinal = 0;  // jobs of the phase before it in the step
-    std::vector<Tile> tiles;
+    int64_t ordinal = 0;
+    size_t first = 0, count = 0;  // its tiles in tiles_
   };
   struct SpanRecord {
     int phase = 0;
     int64_t ordinal = 0;
     double seconds = 0;
   };
-  struct StepRecord {
-    std::vector<JobRecord> jobs;
-    std::vector<SpanRecord> spans;
-    std::array<int64_t, kNumPhases> jobs_in{}, spans_in{};  // by phase, so far
-  };
   // A job's projected work (all tiles) and busiest worker, its tiles handed
   // out in order, each to the worker that frees up first.
   struct Schedule {
     double work = 0, busiest = 0;
   };
-  Schedule schedule(const std::vector<Tile>& tiles) const;
+  Schedule schedule(const Tile* tiles, size_t count) const;
   // Adds the rank thread's CPU time since the last event to the current
   // phase's serial time: the time between a step's jobs, and of the calls
   // the pool ran inline (a step's tail counts toward the next step's head).
@@ -157,8 +153,16 @@ class SimulatedRank : public JobObserver {
   int node_, workers_;
   const RecordedMemoryBinding* memory_;
   PhaseLoads loads_{};
-  std::vector<Tile> job_;  // the running job's tiles
-  std::vector<StepRecord> steps_{1};  // since the last reset; the last one running
+  // Every job's tiles (the running job's last) and every span since the
+  // last reset, in buffers reserved once: a decode step records about
+  // 100 KB, and on the rank thread's heap, growing every step, it pushed
+  // the model's per-step buffers onto fresh pages, whose faults were then
+  // measured as the rank's serial time (about a tenth of it at 2 x 64).
+  std::vector<Tile> tiles_;
+  std::vector<JobRecord> jobs_;
+  std::vector<SpanRecord> spans_;
+  size_t job_first_ = 0;  // the running job's first tile
+  std::array<int64_t, kNumPhases> jobs_in_{}, spans_in_{};  // this step's, by phase, so far
   bool in_tile_ = false;
   double serial_mark_ = -1;  // thread CPU time at the last event
 };
