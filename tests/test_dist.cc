@@ -9,6 +9,7 @@
 #include "dist/local_communicator.h"
 #include "dist/topology.h"
 #include "dist/vocab_argmax.h"
+#include "model/expert_dispatch.h"
 #include "collective_checks.h"
 #include "test_util.h"
 
@@ -120,6 +121,45 @@ TEST(ShardedArgmax, EqualsTheArgmaxOfTheWholeRow) {
     std::vector<int32_t> got(rows);
     sharded_argmax(c, slice.data(), rows, n, c.rank() * n, got.data());
     EXPECT_EQ(got, expect);
+  });
+}
+
+// Two ranks of two experts each; each rank's two rows choose three experts,
+// two of them on the other rank. Every slot's output must be its expert's
+// on its row, and a row must travel once to each rank its slots choose,
+// not once a slot.
+TEST(ExpertDispatch, ARowTravelsOnceToEachRankItsSlotsChoose) {
+  const int64_t dim = 64, rows = 2;
+  const int k = 3, experts = 4;
+  const int32_t chosen[2][rows * k] = {{2, 3, 0, 3, 2, 1}, {0, 1, 2, 1, 0, 3}};
+  // Expert e scales each row by (e + 1) and by the slot's weight.
+  auto expert_output = [](float x, int e, float w) { return x * static_cast<float>(e + 1) * w; };
+  on_ranks(2, [&](Communicator& c) {
+    const int me = c.rank();
+    std::vector<float> x(rows * dim), weights(rows * k), out(rows * k * dim, -1.0f);
+    for (int64_t i = 0; i < rows * dim; ++i) x[i] = value(me, static_cast<int>(i));
+    for (int64_t i = 0; i < rows * k; ++i) weights[i] = 0.5f + 0.25f * static_cast<float>(i + me);
+    const ExpertSlots slots{chosen[me], weights.data(), rows, k, experts};
+    const RunExperts run = [&](const std::vector<ExpertRows>& held) {
+      for (const ExpertRows& e : held) {
+        EXPECT_EQ(e.expert / 2, me) << "an expert ran on a rank that does not hold it";
+        for (int64_t i = 0; i < e.n; ++i)
+          for (int64_t d = 0; d < dim; ++d)
+            e.y[i * dim + d] = expert_output(e.x[i * dim + d], e.expert, e.row_weights[i]);
+      }
+    };
+    const int64_t sent_before = c.traffic().bytes;
+    run_expert_slots(slots, x.data(), dim, &c, run, out.data());
+    const int64_t sent = c.traffic().bytes - sent_before;
+    for (int64_t s = 0; s < rows * k; ++s)
+      for (int64_t d = 0; d < dim; ++d)
+        ASSERT_EQ(out[s * dim + d], expert_output(x[s / k * dim + d], chosen[me][s], weights[s]))
+            << "rank " << me << " slot " << s;
+    // To the other rank: its slot and row counts (16 bytes), four slot
+    // headers (one 64-byte line) and the two rows once each; back to it:
+    // the outputs of its four slots that ran here.
+    const int64_t row_bytes = dim * static_cast<int64_t>(sizeof(float));
+    EXPECT_EQ(sent, 16 + (64 + 2 * row_bytes) + 4 * row_bytes) << "rank " << me;
   });
 }
 

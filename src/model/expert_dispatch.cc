@@ -12,14 +12,24 @@
 namespace dsv4 {
 namespace {
 
-// One slot on its way to the rank holding its expert: the header, padded
-// so that the row after it keeps the buffer's 64-byte alignment (an
-// expert with one row reads it where it arrived).
+// What a rank sends each rank holding experts its slots chose: a header a
+// slot, then each row those slots read, once. A decode row's six slots
+// mostly go to fewer ranks than six; sent a copy a slot, the row travelled
+// (and was copied on the rank's thread) up to six times.
 struct SlotHeader {
   int32_t expert;
   float weight;
+  int32_t row;  // among the rows of its message
+  int32_t unused;
 };
-constexpr int64_t kHeaderBytes = 64;
+// A message's headers take whole 64-byte lines, so the rows after them keep
+// the buffer's alignment (an expert with one row reads it where it arrived).
+int64_t header_bytes(int64_t slots) { return (slots * static_cast<int64_t>(sizeof(SlotHeader)) + 63) / 64 * 64; }
+// Slots and rows of one message, exchanged before the messages.
+struct MessageCounts {
+  int64_t slots = 0, rows = 0;
+  size_t bytes(int64_t dim) const { return static_cast<size_t>(header_bytes(slots) + rows * dim * static_cast<int64_t>(sizeof(float))); }
+};
 
 }  // namespace
 
@@ -112,58 +122,76 @@ void run_expert_slots(const ExpertSlots& s, const float* x, int64_t dim, Collect
   const int64_t k = s.k, n_slots = s.rows * k;
   const int ranks = ep ? ep->size() : 1;
   if (ranks == 1) return run_local_expert_slots(s, x, dim, run, slots_out);
-  const ExpertShard shard{ep ? ep->rank() : 0, ranks};
+  const ExpertShard shard{ep->rank(), ranks};
   const int per_rank = s.num_experts / ranks;
-  // Pack each destination's slots, in slot order: header then the row.
-  const int64_t record = kHeaderBytes + sizeof(float) * dim;
-  std::vector<std::vector<int64_t>> to(ranks);
-  for (int64_t i = 0; i < n_slots; ++i) to[s.experts[i] / per_rank].push_back(i);
-  std::vector<size_t> send_bytes(ranks), recv_bytes(ranks), count_bytes(ranks, sizeof(int64_t));
-  std::vector<int64_t> send_counts(ranks), recv_counts(ranks);
-  std::vector<int64_t> order;  // slots by destination, each destination's in slot order
+  // Each destination's slots in slot order, and the rows they read in the
+  // order they first appear (a row's slots are neighbours in slot order).
+  std::vector<std::vector<int64_t>> to(ranks), rows_to(ranks);
+  std::vector<int32_t> row_in_message(n_slots);
+  for (int64_t i = 0; i < n_slots; ++i) {
+    const int r = s.experts[i] / per_rank;
+    to[r].push_back(i);
+    if (rows_to[r].empty() || rows_to[r].back() != i / k) rows_to[r].push_back(i / k);
+    row_in_message[i] = static_cast<int32_t>(rows_to[r].size() - 1);
+  }
+  const size_t row_bytes = sizeof(float) * dim;
+  std::vector<MessageCounts> send_counts(ranks), recv_counts(ranks);
+  std::vector<size_t> send_bytes(ranks), recv_bytes(ranks), count_bytes(ranks, sizeof(MessageCounts));
+  std::vector<int64_t> order;       // slots by destination, each destination's in slot order
+  std::vector<int64_t> message_at;  // byte offset of each destination's message
+  std::vector<std::pair<char*, int64_t>> row_copies;  // (where, source row) of every row sent
+  size_t sent = 0;
   for (int r = 0; r < ranks; ++r) {
-    send_counts[r] = static_cast<int64_t>(to[r].size());
-    send_bytes[r] = send_counts[r] * record;
+    send_counts[r] = {static_cast<int64_t>(to[r].size()), static_cast<int64_t>(rows_to[r].size())};
+    send_bytes[r] = send_counts[r].bytes(dim);
+    message_at.push_back(static_cast<int64_t>(sent));
+    sent += send_bytes[r];
     order.insert(order.end(), to[r].begin(), to[r].end());
   }
-  ScratchVector<char> send(n_slots * record);
-  parallel_for(n_slots, 64, [&](int64_t a, int64_t b) {
-    for (int64_t j = a; j < b; ++j) {
-      const int64_t i = order[j];
-      char* at = send.data() + j * record;
-      const SlotHeader hdr{s.experts[i], s.weights[i]};
-      std::memcpy(at, &hdr, sizeof hdr);
-      std::memcpy(at + kHeaderBytes, x + i / k * dim, sizeof(float) * dim);
+  ScratchVector<char> send(sent);
+  for (int r = 0; r < ranks; ++r) {
+    char* at = send.data() + message_at[r];
+    for (size_t j = 0; j < to[r].size(); ++j) {
+      const int64_t i = to[r][j];
+      const SlotHeader hdr{s.experts[i], s.weights[i], row_in_message[i], 0};
+      std::memcpy(at + j * sizeof(SlotHeader), &hdr, sizeof hdr);
     }
-  });
-  ScratchVector<char> recv;
-  if (ranks > 1) {
-    ep->all_to_all_v(send_counts.data(), count_bytes, recv_counts.data(), count_bytes);
-    int64_t total = 0;
-    for (int r = 0; r < ranks; ++r) total += recv_counts[r], recv_bytes[r] = recv_counts[r] * record;
-    recv.resize(total * record);
-    ep->all_to_all_v(send.data(), send_bytes, recv.data(), recv_bytes);
-  } else {
-    recv_counts = send_counts;
-    recv = std::move(send);
+    char* rows_at = at + header_bytes(send_counts[r].slots);
+    for (size_t j = 0; j < rows_to[r].size(); ++j) row_copies.emplace_back(rows_at + j * row_bytes, rows_to[r][j]);
   }
-  // Each expert this rank holds, over the slots it received, in arrival order.
-  const int64_t got = static_cast<int64_t>(recv.size()) / record;
-  ScratchVector<float> results(got * dim);
+  parallel_for(static_cast<int64_t>(row_copies.size()), 64, [&](int64_t a, int64_t b) {
+    for (int64_t j = a; j < b; ++j) std::memcpy(row_copies[j].first, x + row_copies[j].second * dim, row_bytes);
+  });
+  ep->all_to_all_v(send_counts.data(), count_bytes, recv_counts.data(), count_bytes);
+  size_t received = 0;
+  for (int r = 0; r < ranks; ++r) received += recv_bytes[r] = recv_counts[r].bytes(dim);
+  ScratchVector<char> recv(received);
+  ep->all_to_all_v(send.data(), send_bytes, recv.data(), recv_bytes);
+  // Each received slot's expert, weight and row, in arrival order.
+  std::vector<const float*> slot_row;
   std::vector<std::vector<int64_t>> mine(s.num_experts);
   std::vector<std::vector<float>> wts(s.num_experts);
-  for (int64_t i = 0; i < got; ++i) {
-    SlotHeader hdr;
-    std::memcpy(&hdr, &recv[i * record], sizeof hdr);
-    DSV4_CHECK_MSG(hdr.expert >= 0 && hdr.expert < s.num_experts && shard.owns(hdr.expert, s.num_experts),
-                   "a slot for expert %d reached a rank that does not hold it", hdr.expert);
-    mine[hdr.expert].push_back(i);
-    wts[hdr.expert].push_back(hdr.weight);
+  const char* message = recv.data();
+  for (int r = 0; r < ranks; message += recv_bytes[r++]) {
+    const char* rows_at = message + header_bytes(recv_counts[r].slots);
+    for (int64_t j = 0; j < recv_counts[r].slots; ++j) {
+      SlotHeader hdr;
+      std::memcpy(&hdr, message + j * sizeof(SlotHeader), sizeof hdr);
+      DSV4_CHECK_MSG(hdr.expert >= 0 && hdr.expert < s.num_experts && shard.owns(hdr.expert, s.num_experts),
+                     "a slot for expert %d reached a rank that does not hold it", hdr.expert);
+      DSV4_CHECK_MSG(hdr.row >= 0 && hdr.row < recv_counts[r].rows, "a slot names row %d of a message of %lld rows",
+                     hdr.row, static_cast<long long>(recv_counts[r].rows));
+      mine[hdr.expert].push_back(static_cast<int64_t>(slot_row.size()));
+      wts[hdr.expert].push_back(hdr.weight);
+      slot_row.push_back(reinterpret_cast<const float*>(rows_at + hdr.row * row_bytes));
+    }
   }
+  // Each expert this rank holds, over the slots it received.
+  const int64_t got = static_cast<int64_t>(slot_row.size());
+  ScratchVector<float> results(got * dim);
   // Each expert's rows side by side (expert order, arrival order within).
   // An expert with one row (most of them at decode) reads it where it
   // arrived and writes its output where the output leaves from.
-  auto arrived = [&](int64_t i) { return reinterpret_cast<const float*>(&recv[i * record + kHeaderBytes]); };
   std::vector<int64_t> arrival;  // received slot of each packed row
   std::vector<ExpertRows> experts;
   for (int e = 0; e < s.num_experts; ++e) {
@@ -171,28 +199,23 @@ void run_expert_slots(const ExpertSlots& s, const float* x, int64_t dim, Collect
     const auto n = static_cast<int64_t>(mine[e].size());
     experts.push_back({e, nullptr, n, wts[e].data(), nullptr});
     if (n == 1) {
-      experts.back().x = arrived(mine[e][0]);
+      experts.back().x = slot_row[mine[e][0]];
       experts.back().y = &results[mine[e][0] * dim];
     } else {
       arrival.insert(arrival.end(), mine[e].begin(), mine[e].end());
     }
   }
   run_with_rows_packed(
-      experts, static_cast<int64_t>(arrival.size()), dim, run, [&](int64_t i) { return arrived(arrival[i]); },
+      experts, static_cast<int64_t>(arrival.size()), dim, run, [&](int64_t i) { return slot_row[arrival[i]]; },
       [&](int64_t i) { return &results[arrival[i] * dim]; });
-  // Outputs travel back the way their slots came.
-  ScratchVector<float> back;
-  if (ranks > 1) {
-    std::vector<size_t> out_bytes(ranks), in_bytes(ranks);
-    for (int r = 0; r < ranks; ++r) {
-      out_bytes[r] = sizeof(float) * recv_counts[r] * dim;
-      in_bytes[r] = sizeof(float) * send_counts[r] * dim;
-    }
-    back.resize(n_slots * dim);
-    ep->all_to_all_v(results.data(), out_bytes, back.data(), in_bytes);
-  } else {
-    back = std::move(results);
+  // Outputs travel back the way their slots came, one a slot.
+  std::vector<size_t> out_bytes(ranks), in_bytes(ranks);
+  for (int r = 0; r < ranks; ++r) {
+    out_bytes[r] = row_bytes * recv_counts[r].slots;
+    in_bytes[r] = row_bytes * send_counts[r].slots;
   }
+  ScratchVector<float> back(n_slots * dim);
+  ep->all_to_all_v(results.data(), out_bytes, back.data(), in_bytes);
   parallel_for(n_slots, 64, [&](int64_t a, int64_t b) {
     for (int64_t j = a; j < b; ++j) std::copy_n(&back[j * dim], dim, slots_out + order[j] * dim);
   });

@@ -1,7 +1,8 @@
 // Routed experts over an expert-parallel group, for either model family:
 // every (row, choice) slot travels to the rank holding its expert (an
-// all-to-all), runs there with the other slots of that expert, and its
-// output comes back (a second all-to-all); then each row adds its slots in
+// all-to-all; a row goes once to each rank its slots choose), runs there
+// with the other slots of that expert, and its output comes back (a second
+// all-to-all); then each row adds its slots in
 // expert-index order, the reference's loop over experts. An expert's rows
 // arrive in (source rank, slot) order, the order one rank holding every
 // expert would stack them, so the bits are that rank's.
