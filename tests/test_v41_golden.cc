@@ -10,6 +10,7 @@
 #include <map>
 #include <thread>
 
+#include "base/thread_pool.h"
 #include "checkpoint/config_json.h"
 #include "checkpoint/safetensors.h"
 #include "checkpoint/v41_loader.h"
@@ -137,6 +138,48 @@ TEST(V41Golden, FastNumericsStayWithinTheBoundsAndChangeWithNoLayout) {
       for (size_t i = 0; i < reports[0].tensors.size(); ++i)
         EXPECT_EQ(ranks[r]->tensors[i].rel_l2, reports[0].tensors[i].rel_l2) << "TP2 rank " << r << " "
                                                                               << reports[0].tensors[i].name;
+    }
+  }
+}
+
+// A logical worker pool that only counts (ThreadPool::simulated).
+struct QuietObserver : JobObserver {
+  void read(const void*, int64_t) override {}
+  void job_begins(int64_t) override {}
+  void tile_begins(int64_t) override {}
+  void tile_ends(double) override {}
+  void job_ends() override {}
+  void phase_changes(Phase, Phase) override {}
+};
+
+// On a many-core node a decode step's one row is attended a group of heads
+// a task (a head a task on 64 workers), its index keys scored in runs and
+// its SwiGLU in pieces of the row: on a simulated 64-worker pool exact
+// numerics stay the reference's bits, and fast numerics give the bits they
+// give on one worker.
+TEST(V41Golden, ManyWorkersKeepEachNumericsBits) {
+  QuietObserver quiet;
+  auto one = ThreadPool::simulated(1, &quiet), wide = ThreadPool::simulated(64, &quiet);
+  const std::string golden = golden_v41_dir("v41-fp8") + "/golden.safetensors";
+  for (const bool fast : {false, true}) {
+    SCOPED_TRACE(fast ? "fast" : "exact");
+    Case c = load_case("v41-fp8");
+    ASSERT_TRUE(c.model);
+    if (fast) c.model->use_fast_numerics();
+    auto bounds = GoldenBounds::for_run(golden, c.model->numerics(), false);
+    ASSERT_TRUE(bounds.ok()) << bounds.status().message();
+    std::vector<VerifyReport> reports;
+    for (ThreadPool* pool : {one.get(), wide.get()}) {
+      ThreadPool::Scope scope(pool);
+      auto report = verify_v41_golden(*c.model, {golden, 0, false, *bounds});
+      ASSERT_TRUE(report.ok()) << report.status().message();
+      EXPECT_TRUE(report->pass()) << report->format();
+      reports.push_back(*report);
+    }
+    ASSERT_EQ(reports[0].tensors.size(), reports[1].tensors.size());
+    for (size_t i = 0; i < reports[0].tensors.size(); ++i) {
+      EXPECT_EQ(reports[1].tensors[i].rel_l2, reports[0].tensors[i].rel_l2) << reports[0].tensors[i].name;
+      if (!fast) EXPECT_EQ(reports[1].tensors[i].rel_l2, 0.0) << reports[1].tensors[i].name;
     }
   }
 }

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
+#include "base/phase_timer.h"
 #include "base/thread_pool.h"
 #include "kernels/dispatch.h"
 #include "kernels/kernels.h"
@@ -108,6 +110,7 @@ void DeepseekV41::moe(const V41MoE& w, int top_k, const float* x, int64_t rows, 
   // rank's), so no row is dispatched twice.
   const TokenSplit split = TokenSplit::of(rows, tensor_group_);
   const int64_t first = split.begin(), n = split.count();
+  PhaseTimer::Scope time(Phase::kExperts);
   // Routing: sqrt(softplus(x . gate / temp)); the bias picks, the scores weigh.
   Buffer scores(n * E);
   v41_linear(w.gate, x + first * dim, n, scores.data());
@@ -139,15 +142,19 @@ void DeepseekV41::moe(const V41MoE& w, int top_k, const float* x, int64_t rows, 
     v41_linear_columns(e.w1, tensor_group_, in, n, gate.data());
     v41_linear_columns(e.w3, tensor_group_, in, n, up.data());
     const float lim = c.swiglu_limit;
-    for (int64_t i = 0; i < n * inter; ++i) {
-      if (lim > 0) {
-        up[i] = std::clamp(up[i], -lim, lim);
-        gate[i] = std::min(gate[i], lim);
+    // Elementwise, in pieces of a row (a decode row's thousands of features
+    // in a job).
+    parallel_for_pieces(n, inter, 512, 1, [&](int64_t r, int64_t j0, int64_t j1) {
+      for (int64_t i = r * inter + j0; i < r * inter + j1; ++i) {
+        if (lim > 0) {
+          up[i] = std::clamp(up[i], -lim, lim);
+          gate[i] = std::min(gate[i], lim);
+        }
+        // Where the element sits in the [n, inter] tensor decides its rounding.
+        gate[i] = kernels::silu_at(gate[i], i, n * inter) * up[i];
+        if (row_weight) gate[i] = row_weight[r] * gate[i];
       }
-      // Where the element sits in the [n, inter] tensor decides its rounding.
-      gate[i] = kernels::silu_at(gate[i], i, n * inter) * up[i];
-      if (row_weight) gate[i] = row_weight[i / inter] * gate[i];
-    }
+    });
     if (keep) v41_linear_columns_to_rows(e.w2, tensor_group_, *keep, gate.data(), n, out);
     else v41_linear_columns(e.w2, tensor_group_, gate.data(), n, out);
   };
@@ -184,15 +191,20 @@ void DeepseekV41::block(const V41Block& b, const Attend& attend, int top_k, cons
   };
   // Attention: collapsed with the previous sublayer's pre; its own mixes
   // come from its input, and its pre collapses for the MoE.
+  std::optional<PhaseTimer::Scope> mixing(Phase::kHyperConnections);
   const HcMix attn = hc_mixes(k, b.hc_attn, c, h, rows, held_rr, /*divide=*/true);
   hc_collapse(pre->data(), c, h, rows, x.data());
   rms_norm_rows(b.attn_norm, c.norm_eps, x.data(), rows, dim);
+  mixing.reset();
   attend(every_row(), y.data());
+  mixing.emplace(Phase::kHyperConnections);
   hc_post(attn, c, y.data(), rows, h, h);
   const HcMix ffn = hc_mixes(k, b.hc_ffn, c, h, rows, held_rr, /*divide=*/true);
   hc_collapse(attn.pre.data(), c, h, rows, x.data());
   rms_norm_rows(b.ffn_norm, c.norm_eps, x.data(), rows, dim);
+  mixing.reset();
   moe(b.ffn, top_k, every_row(), all_rows, rr, held, y.data());
+  PhaseTimer::Scope post(Phase::kHyperConnections);
   hc_post(ffn, c, y.data(), rows, h, h);
   *pre = ffn.pre;
 }
@@ -366,12 +378,14 @@ Status DeepseekV41::forward_rows(const ForwardBatch& batch, ForwardOutput* out) 
   };
 
   // The embedding in every copy; layer 0 collapses with copy 0 alone.
+  std::optional<PhaseTimer::Scope> embed_time(Phase::kHead);
   Buffer h(n_held * flat), pre(n_held * hc, 0.0f);
   for (int64_t i = 0; i < n_held; ++i) {
     weights_->embed.row(tokens[first + i], &h[i * flat]);
     for (int s = 1; s < hc; ++s) std::copy_n(&h[i * flat], dim, &h[i * flat + s * dim]);
     pre[i * hc] = 1.0f;
   }
+  embed_time.reset();
   V41Shared shared;
   shared.topk.resize(rows);
   shared.candidates.resize(rows);
@@ -413,6 +427,7 @@ Status DeepseekV41::forward_rows(const ForwardBatch& batch, ForwardOutput* out) 
   const float* h_rows = every_row(h, flat, &h_all);
   const float* pre_rows = every_row(pre, hc, &pre_all);
   // The head: each chunk's logit rows, collapsed with the last FFN's mix.
+  PhaseTimer::Scope head_time(Phase::kHead);
   const std::vector<int64_t> logit_rows = batch.logit_row_indices();
   const int64_t n = static_cast<int64_t>(logit_rows.size());
   Buffer x(n * dim);

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <map>
 
+#include "base/phase_timer.h"
+#include "base/scratch.h"
 #include "base/thread_pool.h"
 #include "kernels/cache_rows.h"
 #include "kernels/dispatch.h"
@@ -92,7 +94,9 @@ struct IndexerInputs {
 // Rows [0, n) of a cache layer's index keys, decoded.
 Buffer decode_keys(SequenceCache* cache, int layer, int64_t n, int64_t dim) {
   Buffer out(n * dim);
-  for (int64_t j = 0; j < n; ++j) kernels::load_index_row(cache->index_row(layer, j), dim, &out[j * dim]);
+  parallel_for(n, 64, [&](int64_t j0, int64_t j1) {
+    for (int64_t j = j0; j < j1; ++j) kernels::load_index_row(cache->index_row(layer, j), dim, &out[j * dim]);
+  });
   return out;
 }
 
@@ -112,12 +116,16 @@ std::vector<int32_t> index_row(const V41LayerContext& ctx, const V41Chunk& ch, i
   if (source == keys_of.end()) return {};  // no source has published keys
   const Buffer& keys = source->second;
   Buffer terms(static_cast<size_t>(heads) * width, 0.0f), score(width, -INFINITY);
-  for (int64_t j = 0; j < visible; ++j) {
-    const float* k = &keys[j * id];
-    for (int h = 0; h < heads; ++h)
-      terms[h * width + j] = std::fmax(kernels::dot(in.q + h * id, k, id), 0.0f) * in.weights[h];
-  }
-  for (int64_t j = 0; j < visible; ++j) score[j] = kernels::sum_outer(&terms[j], heads, width);
+  // Each key's score is its own (a decode row's thousands of keys in a
+  // job; a prefill chunk's rows already run in one, and this runs inline).
+  parallel_for(visible, 64, [&](int64_t j0, int64_t j1) {
+    for (int64_t j = j0; j < j1; ++j) {
+      const float* k = &keys[j * id];
+      for (int h = 0; h < heads; ++h)
+        terms[h * width + j] = std::fmax(kernels::dot(in.q + h * id, k, id), 0.0f) * in.weights[h];
+      score[j] = kernels::sum_outer(&terms[j], heads, width);
+    }
+  });
   if (ctx.layer == s.candidate_source_layer) {
     shared->candidates[row] = candidate_blocks(s, score.data(), width, visible);
   } else if (s.candidate_source_layer >= 0 && ctx.layer > s.candidate_source_layer) {
@@ -377,6 +385,7 @@ void v41_dspark_attention(const V41Attention& w, const V41LayerContext& ctx, con
 
 void v41_attention(const V41Attention& w, const V41LayerContext& ctx, const std::vector<V41Chunk>& chunks,
                    const float* x, int64_t rows, V41Shared* shared, float* out) {
+  PhaseTimer::Scope time(Phase::kAttention);
   const ModelConfig& c = ctx.config;
   const int heads = local_heads(w);
   const int64_t hd = c.head_dim, win = c.window_size;
@@ -385,16 +394,20 @@ void v41_attention(const V41Attention& w, const V41LayerContext& ctx, const std:
   for (const V41Chunk& ch : chunks)
     for (int64_t i = 0; i < ch.num_tokens; ++i) positions.push_back(ch.start_pos + i);
   const std::vector<Angles> angles = angles_at(ctx.rope, positions);
-  Buffer qr, q, kv(rows * hd);
+  Buffer qr, q;
+  ScratchVector<float> kv(rows * hd);
   queries(w, ctx, angles, x, rows, &qr, &q);
   window_kv_rows(w, ctx, angles, x, rows, kv.data());
 
   // Compressed rows and which of them each row attends.
   const bool compressed = w.ratio > 0;
   const int kv_source = compressed ? latest_at_or_before(c.shared.kv_source_layers, L) : -1;
-  if (w.compressor)
+  if (w.compressor) {
+    PhaseTimer::Scope compressing(Phase::kCompressor);
     for (const V41Chunk& ch : chunks) compress_chunk(w, ctx, ch, x);
+  }
   if (w.indexer) {
+    PhaseTimer::Scope indexing(Phase::kIndexer);
     const V41Indexer& ix = *w.indexer;
     const int ih = c.index_n_heads, id = c.index_head_dim;
     Buffer iq(rows * ih * id), iw(rows * ih);
@@ -427,37 +440,51 @@ void v41_attention(const V41Attention& w, const V41LayerContext& ctx, const std:
   }
 
   // Sparse attention: the window (oldest first), then the picked rows.
-  Buffer o(rows * heads * hd);
+  ScratchVector<float> o(rows * heads * hd);
   const float scale = static_cast<float>(std::pow(hd, -0.5));
   for (const V41Chunk& ch : chunks) {
     // The window rows before the chunk and the source's compressed rows the
-    // chunk may pick, decoded once.
+    // chunk may pick, decoded once (rows in parallel: a decode step's are
+    // hundreds of rows of one query).
     const int64_t first_prev = std::max<int64_t>(0, ch.start_pos - win + 1);
-    Buffer prev((ch.start_pos - first_prev) * hd);
-    for (int64_t p = first_prev; p < ch.start_pos; ++p)
-      kernels::load_v41_window_row(ch.cache->window_row(L, p), hd, &prev[(p - first_prev) * hd]);
+    ScratchVector<float> prev((ch.start_pos - first_prev) * hd);
+    parallel_for(ch.start_pos - first_prev, 16, [&](int64_t a, int64_t b) {
+      for (int64_t p = first_prev + a; p < first_prev + b; ++p)
+        kernels::load_v41_window_row(ch.cache->window_row(L, p), hd, &prev[(p - first_prev) * hd]);
+    });
     // Only the compressed rows the chunk's rows picked, decoded once each.
-    Buffer comp;
-    std::vector<int32_t> where;  // compressed row -> its place in comp (-1: not picked)
+    ScratchVector<float> comp;
+    std::vector<int32_t> where;   // compressed row -> its place in comp (-1: not picked)
+    std::vector<int32_t> picked;  // compressed rows, by place in comp
     if (compressed) {
       where.assign((ch.start_pos + ch.num_tokens) / w.ratio, -1);
-      int32_t picked = 0;
       for (int64_t r = ch.row_begin; r < ch.row_begin + ch.num_tokens; ++r)
         for (int32_t j : shared->topk[r])
-          if (j >= 0 && where[j] < 0) where[j] = picked++;
-      comp.resize(static_cast<size_t>(picked) * hd);
-      for (size_t j = 0; j < where.size(); ++j)
-        if (where[j] >= 0)
-          kernels::load_v41_compressed_row(ch.cache->compressed_row(kv_source, static_cast<int64_t>(j)), hd,
-                                           &comp[static_cast<size_t>(where[j]) * hd]);
+          if (j >= 0 && where[j] < 0) {
+            where[j] = static_cast<int32_t>(picked.size());
+            picked.push_back(j);
+          }
+      comp.resize(picked.size() * hd);
+      parallel_for(static_cast<int64_t>(picked.size()), 16, [&](int64_t a, int64_t b) {
+        for (int64_t i = a; i < b; ++i)
+          kernels::load_v41_compressed_row(ch.cache->compressed_row(kv_source, picked[i]), hd, &comp[i * hd]);
+      });
     }
     auto window_row = [&](int64_t p) -> const float* {
       return p >= ch.start_pos ? &kv[(ch.row_begin + p - ch.start_pos) * hd] : &prev[(p - first_prev) * hd];
     };
-    parallel_for(ch.num_tokens, 1, [&](int64_t i0, int64_t i1) {
+    // A task a row and group of heads: each head's attention is its own, so
+    // a decode step's few rows still keep the pool busy (its heads split
+    // into as many groups as a row has workers; a group lays out each block
+    // of keys once for its heads, so fewer, larger groups when the workers
+    // are fewer).
+    const int64_t workers = ThreadPool::current().num_threads();
+    const int groups = static_cast<int>(std::clamp<int64_t>(workers / std::max<int64_t>(1, ch.num_tokens), 1, heads));
+    parallel_for(ch.num_tokens * groups, 1, [&](int64_t u0, int64_t u1) {
       std::vector<const float*> slots;
-      for (int64_t i = i0; i < i1; ++i) {
-        const int64_t t = ch.start_pos + i, r = ch.row_begin + i;
+      for (int64_t u = u0; u < u1; ++u) {
+        const int64_t i = u / groups, t = ch.start_pos + i, r = ch.row_begin + i;
+        const int h0 = static_cast<int>(u % groups * heads / groups), h1 = static_cast<int>((u % groups + 1) * heads / groups);
         slots.clear();
         if (t < ch.prefill_len) {  // the one-shot prefill's row: -1 past t
           const int64_t first = std::max<int64_t>(0, t - win + 1), width = std::min(ch.prefill_len, win);
@@ -470,8 +497,8 @@ void v41_attention(const V41Attention& w, const V41LayerContext& ctx, const std:
         }
         if (compressed)
           for (int32_t j : shared->topk[r]) slots.push_back(j >= 0 ? &comp[static_cast<size_t>(where[j]) * hd] : nullptr);
-        v41_sparse_attention(ctx.numerics, &q[r * heads * hd], heads, hd, slots, w.attn_sink.data(), scale,
-                             &o[r * heads * hd]);
+        v41_sparse_attention(ctx.numerics, &q[(r * heads + h0) * hd], h1 - h0, hd, slots, w.attn_sink.data() + h0,
+                             scale, &o[(r * heads + h0) * hd]);
       }
     });
     // The chunk's window rows (its last window's, or all when a prefix
