@@ -23,6 +23,7 @@
 #include "ops/linear.h"
 #include "runtime/engine.h"
 #include "runtime/local_executor.h"
+#include "golden_v41_case.h"
 #include "test_util.h"
 #include "tools/golden_verify.h"
 #include "tools/machine_simulation.h"
@@ -449,13 +450,12 @@ TEST(LinearTiles, WrittenHearsOfEveryOutputOnceAfterItIsFinal) {
 // simulated pool of 64 workers: every weight and KV page is bound to its
 // rank's node, every weight byte a forward reads is on the reading rank's
 // node, and the tokens are the unplaced ranks'.
-TEST(LinearTiles, RanksOnASimulatedTwoNodeMachineReadOnlyTheirNode) {
+void expect_ranks_read_only_their_node(const std::string& dir) {
   auto machine = MachineTopology::synthetic("package:2 numa:1 core:64 pu:1");
   ASSERT_TRUE(machine.ok()) << machine.status().message();
   auto placement = place_ranks(*machine, NumaMode::kAuto, {});
   ASSERT_TRUE(placement.ok()) << placement.status().message();
   ASSERT_EQ(placement->ranks.size(), 2u);
-  const std::string dir = testing::golden_dir() + "/small-real";
   auto config = load_any_model_config(dir + "/config.json");
   ASSERT_TRUE(config.ok()) << config.status().message();
   ModelOptions fast;
@@ -502,6 +502,16 @@ TEST(LinearTiles, RanksOnASimulatedTwoNodeMachineReadOnlyTheirNode) {
     EXPECT_EQ(t.remote, 0);
     EXPECT_EQ(t.unplaced, 0);
   }
+}
+
+TEST(LinearTiles, RanksOnASimulatedTwoNodeMachineReadOnlyTheirNode) {
+  expect_ranks_read_only_their_node(testing::golden_dir() + "/small-real");
+}
+
+// DeepSeek-V4.1 too: its mHC mixing weights, norms and sinks as well as its
+// linears (its Engram tables stay in the files' shared mapping).
+TEST(LinearTiles, V41RanksOnASimulatedTwoNodeMachineReadOnlyTheirNode) {
+  expect_ranks_read_only_their_node(golden_v41_dir("v41-fp8"));
 }
 
 }  // namespace

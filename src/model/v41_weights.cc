@@ -60,6 +60,35 @@ void V41Weights::for_each_product(const std::function<void(const V41Linear&)>& f
   for_each_weights_product(*this, f);
 }
 
+void V41Weights::for_each_buffer(const std::function<void(const void*, size_t)>& fn) const {
+  auto vec = [&](const std::vector<float>& v) {
+    if (!v.empty()) fn(v.data(), sizeof(float) * v.size());
+  };
+  auto block = [&](const V41Block& b) {
+    const V41Attention& a = b.attn;
+    for (const std::vector<float>* v : {&a.attn_sink, &a.q_norm, &a.kv_norm, &b.attn_norm, &b.ffn_norm, &b.ffn.gate_bias})
+      vec(*v);
+    if (a.compressor) vec(a.compressor->norm);
+    if (a.indexer) vec(a.indexer->k_norm);
+    for (const HyperConnWeights* h : {&b.hc_attn, &b.hc_ffn}) {
+      h->fn.for_each_buffer(fn);
+      vec(h->base);
+      vec(h->scale);
+    }
+    if (b.engram) vec(b.engram->qk);
+  };
+  for_each_product([&](const V41Linear& l) { l.for_each_buffer(fn); });
+  embed.for_each_buffer(fn);
+  vec(norm);
+  for (const V41Block& b : blocks) block(b);
+  if (dspark) {
+    dspark->markov_embed.for_each_buffer(fn);
+    vec(dspark->main_norm);
+    vec(dspark->norm);
+    for (const V41Block& b : dspark->stages) block(b);
+  }
+}
+
 int64_t V41Weights::resident_bytes() const {
   int64_t n = embed.bytes() + floats(norm) + head.bytes();
   for (const V41Block& b : blocks) n += block_bytes(b);

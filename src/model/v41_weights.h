@@ -98,6 +98,10 @@ struct V41Weights {
   // markov_embed, which are read by row), in no particular order.
   void for_each_product(const std::function<void(V41Linear&)>& f);
   void for_each_product(const std::function<void(const V41Linear&)>& f) const;
+  // Every buffer the weights hold (products, tables read by row, norms,
+  // sinks and the mHC mixing weights), e.g. to bind them to a NUMA node;
+  // not the Engram tables, which stay in the files' shared mapping.
+  void for_each_buffer(const std::function<void(const void*, size_t)>& fn) const;
   // Resident bytes as loaded, the Engram tables apart (engram_bytes: the
   // bytes of the tables in the files).
   int64_t resident_bytes() const;

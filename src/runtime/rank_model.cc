@@ -36,14 +36,8 @@ Status bind_rank_weights(const RankModel& m, MemoryBinding& binding, int node) {
   auto bind = [&](const void* at, size_t bytes) {
     if (status.ok() && bytes) status = binding.bind(at, bytes, node);
   };
-  if (m.v41) {
-    const V41Weights& w = m.v41->weights();
-    w.embed.for_each_buffer(bind);
-    w.for_each_product([&](const V41Linear& l) { l.for_each_buffer(bind); });
-    if (w.dspark) w.dspark->markov_embed.for_each_buffer(bind);
-    return status;
-  }
-  m.v4->weights().for_each_buffer(bind);
+  if (m.v41) m.v41->weights().for_each_buffer(bind);
+  else m.v4->weights().for_each_buffer(bind);
   return status;
 }
 
