@@ -178,7 +178,10 @@ void DeepseekV41::moe(const V41MoE& w, int top_k, const float* x, int64_t rows, 
 void DeepseekV41::block(const V41Block& b, const Attend& attend, int top_k, const ReferenceRows& rr,
                         const TokenSplit* held, std::vector<float>* pre, float* h) const {
   const ModelConfig& c = config_;
-  const kernels::Kernels& k = kernels::kernels_for(kernels::Numerics::kExact);
+  // The mixes as V4's: in fast numerics summed in pieces, so a decode
+  // row's 2 MiB of f32 mixing weights spread over the pool (in one sum a
+  // mix, its two panels kept two workers streaming while the rest waited).
+  const kernels::Kernels& k = kernels::kernels_for(numerics_);
   const int64_t rows = static_cast<int64_t>(pre->size()) / c.hc_mult, dim = c.dim;
   const int64_t all_rows = held ? held->rows : rows;
   const ReferenceRows held_rr = held ? rr.slice(held->begin(), rows) : rr;
