@@ -94,7 +94,7 @@ struct IndexerInputs {
 // Rows [0, n) of a cache layer's index keys, decoded.
 Buffer decode_keys(SequenceCache* cache, int layer, int64_t n, int64_t dim) {
   Buffer out(n * dim);
-  parallel_for(n, 64, [&](int64_t j0, int64_t j1) {
+  parallel_for(n, 16, [&](int64_t j0, int64_t j1) {
     for (int64_t j = j0; j < j1; ++j) kernels::load_index_row(cache->index_row(layer, j), dim, &out[j * dim]);
   });
   return out;
@@ -118,7 +118,7 @@ std::vector<int32_t> index_row(const V41LayerContext& ctx, const V41Chunk& ch, i
   Buffer terms(static_cast<size_t>(heads) * width, 0.0f), score(width, -INFINITY);
   // Each key's score is its own (a decode row's thousands of keys in a
   // job; a prefill chunk's rows already run in one, and this runs inline).
-  parallel_for(visible, 64, [&](int64_t j0, int64_t j1) {
+  parallel_for(visible, 16, [&](int64_t j0, int64_t j1) {
     for (int64_t j = j0; j < j1; ++j) {
       const float* k = &keys[j * id];
       for (int h = 0; h < heads; ++h)
