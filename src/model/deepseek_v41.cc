@@ -5,12 +5,14 @@
 #include <optional>
 
 #include "base/phase_timer.h"
+#include "base/scratch.h"
 #include "base/thread_pool.h"
 #include "kernels/dispatch.h"
 #include "kernels/kernels.h"
 #include "model/expert_dispatch.h"
 #include "model/hyper_connection.h"
 #include "model/token_split.h"
+#include "ops/linear.h"
 #include "ops/norm.h"
 #include "ops/topk.h"
 
@@ -18,6 +20,9 @@ namespace dsv4 {
 namespace {
 
 using Buffer = std::vector<float>;
+
+// SwiGLU goes in pieces of a hidden row.
+constexpr int64_t kSwigluPiece = 512;
 
 }  // namespace
 
@@ -133,6 +138,20 @@ void DeepseekV41::moe(const V41MoE& w, int top_k, const float* x, int64_t rows, 
     }
     for (int j = 0; j < k; ++j) wr[j] *= c.route_scale;
   }
+  // gate <- weight * silu(clamped gate) * clamped up over features [j0, j1)
+  // of row r of an expert's [n, inter] hidden rows.
+  const float lim = c.swiglu_limit;
+  auto swiglu = [&](float* gate, float* up, int64_t n, const float* row_weight, int64_t r, int64_t j0, int64_t j1) {
+    for (int64_t i = r * inter + j0; i < r * inter + j1; ++i) {
+      if (lim > 0) {
+        up[i] = std::clamp(up[i], -lim, lim);
+        gate[i] = std::min(gate[i], lim);
+      }
+      // Where the element sits in the [n, inter] tensor decides its rounding.
+      gate[i] = kernels::silu_at(gate[i], i, n * inter) * up[i];
+      if (row_weight) gate[i] = row_weight[r] * gate[i];
+    }
+  };
   // An expert over its rows: w2(weight * silu(clamped w1 x) * clamped w3 x)
   // (the shared expert's features split over the tensor group and gathered,
   // or its output rows kept to `keep`'s block).
@@ -141,31 +160,56 @@ void DeepseekV41::moe(const V41MoE& w, int top_k, const float* x, int64_t rows, 
     Buffer gate(n * inter), up(n * inter);
     v41_linear_columns(e.w1, tensor_group_, in, n, gate.data());
     v41_linear_columns(e.w3, tensor_group_, in, n, up.data());
-    const float lim = c.swiglu_limit;
     // Elementwise, in pieces of a row (a decode row's thousands of features
     // in a job).
-    parallel_for_pieces(n, inter, 512, 1, [&](int64_t r, int64_t j0, int64_t j1) {
-      for (int64_t i = r * inter + j0; i < r * inter + j1; ++i) {
-        if (lim > 0) {
-          up[i] = std::clamp(up[i], -lim, lim);
-          gate[i] = std::min(gate[i], lim);
-        }
-        // Where the element sits in the [n, inter] tensor decides its rounding.
-        gate[i] = kernels::silu_at(gate[i], i, n * inter) * up[i];
-        if (row_weight) gate[i] = row_weight[r] * gate[i];
-      }
+    parallel_for_pieces(n, inter, kSwigluPiece, 1, [&](int64_t r, int64_t j0, int64_t j1) {
+      swiglu(gate.data(), up.data(), n, row_weight, r, j0, j1);
     });
     if (keep) v41_linear_columns_to_rows(e.w2, tensor_group_, *keep, gate.data(), n, out);
     else v41_linear_columns(e.w2, tensor_group_, gate.data(), n, out);
   };
+  // Fast numerics with every routed expert whole on its rank (as they are:
+  // expert parallelism splits experts, not their features): every expert's
+  // w1 and w3 in one pool job, SwiGLU in one, every w2 in one, where a job
+  // a linear an expert made 17 a layer. Each product's bits are its own.
+  auto all_at_once = [&](const std::vector<ExpertRows>& held) {
+    std::vector<int64_t> first{0};  // of each expert's hidden rows
+    for (const ExpertRows& e : held) first.push_back(first.back() + e.n * inter);
+    ScratchVector<float> gate(first.back()), up(first.back());
+    std::vector<LinearProduct> products;
+    for (size_t i = 0; i < held.size(); ++i) {
+      const V41Expert& e = w.experts[held[i].expert];
+      products.push_back({&e.w1.panels, held[i].x, held[i].n, gate.data() + first[i]});
+      products.push_back({&e.w3.panels, held[i].x, held[i].n, up.data() + first[i]});
+    }
+    const kernels::Kernels& fast = kernels::kernels_for(kernels::Numerics::kFast);
+    linear_forward_all(fast, products);
+    std::vector<int64_t> row_of{0};  // every expert's rows, in one numbering
+    for (const ExpertRows& e : held) row_of.push_back(row_of.back() + e.n);
+    parallel_for_pieces(row_of.back(), inter, kSwigluPiece, 1, [&](int64_t at, int64_t j0, int64_t j1) {
+      const size_t i = std::upper_bound(row_of.begin(), row_of.end(), at) - row_of.begin() - 1;
+      swiglu(gate.data() + first[i], up.data() + first[i], held[i].n, held[i].row_weights, at - row_of[i], j0, j1);
+    });
+    products.clear();
+    for (size_t i = 0; i < held.size(); ++i)
+      products.push_back({&w.experts[held[i].expert].w2.panels, gate.data() + first[i], held[i].n, held[i].y});
+    linear_forward_all(fast, products);
+  };
+  // (Another rank's experts are empty here.)
+  const bool batched = std::all_of(w.experts.begin(), w.experts.end(), [](const V41Expert& e) {
+    for (const V41Linear* l : {&e.w1, &e.w2, &e.w3})
+      if (l->out > 0 && !(l->packed() && l->parts == 1)) return false;
+    return true;
+  });
   // The routed experts (on the ranks holding them), added per row in
   // expert-index order from zero, then the shared expert.
   const ExpertSlots slots{chosen.data(), weights.data(), n, k, static_cast<int>(E)};
   Buffer slot_out(n * k * dim), routed(n * dim), shared((held ? n : rows) * dim);
   run_expert_slots(slots, x + first * dim, dim, expert_group_,
-                   one_expert_at_a_time([&](int e, const float* in, int64_t m, const float* rw, float* out) {
-                     expert(w.experts[e], in, m, rw, out, nullptr);
-                   }),
+                   batched ? RunExperts(all_at_once)
+                           : one_expert_at_a_time([&](int e, const float* in, int64_t m, const float* rw, float* out) {
+                               expert(w.experts[e], in, m, rw, out, nullptr);
+                             }),
                    slot_out.data());
   sum_slots_in_expert_order(slots, slot_out.data(), dim, routed.data());
   // Under FlashComm1 the routed block is this rank's rows already.
