@@ -41,11 +41,15 @@ StatusOr<std::unique_ptr<Generation>> Generation::start(EngineService* service, 
 
 Generation::~Generation() {
   channel_->clear_listener();  // whoever listened is going away with us
+  // Counted before the engine hears of an abort: whoever then sees the
+  // request's pages come back sees it counted (a reader cut at the write
+  // timeout was counted only after, and a metrics read could fall between).
+  if (metrics_) {
+    const Usage u = usage();
+    metrics_->add_tokens(u.prompt_tokens, u.completion_tokens);
+    for (const GenerationChoice& c : choices_) metrics_->count_request(spec_.endpoint, c.finished ? c.finish_reason : "abort");
+  }
   abort();  // a handler that leaves early (an exception, a closed socket) leaves nothing running
-  if (!metrics_) return;
-  const Usage u = usage();
-  metrics_->add_tokens(u.prompt_tokens, u.completion_tokens);
-  for (const GenerationChoice& c : choices_) metrics_->count_request(spec_.endpoint, c.finish_reason);
 }
 
 void Generation::end(GenerationChoice& c, std::string reason) {
