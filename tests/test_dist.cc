@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <limits>
 #include <random>
 #include <thread>
 
@@ -122,6 +123,46 @@ TEST(ShardedArgmax, EqualsTheArgmaxOfTheWholeRow) {
     sharded_argmax(c, slice.data(), rows, n, c.rank() * n, got.data());
     EXPECT_EQ(got, expect);
   });
+}
+
+// A shard's best is what a left-to-right scan keeping the first strictly
+// larger value finds: ties to the first place (within a shard too, in any
+// lane), NaNs never chosen unless the first value is one, -0 equal to +0.
+TEST(ShardedArgmax, IsTheFirstPlaceAScanWithGreaterThanFinds) {
+  auto scan = [](const std::vector<float>& x) {
+    int64_t best = 0;
+    for (int64_t i = 1; i < static_cast<int64_t>(x.size()); ++i)
+      if (x[i] > x[best]) best = i;
+    return static_cast<int32_t>(best);
+  };
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  std::mt19937 gen(11);
+  std::normal_distribution<float> dist;
+  std::vector<std::vector<float>> rows;
+  for (int64_t n : {1, 15, 16, 17, 100, 1003}) {
+    std::vector<float> x(n);
+    for (float& v : x) v = dist(gen);
+    rows.push_back(x);
+    if (n < 17) continue;
+    x[n - 1] = x[5] = 50.0f;  // a tie in other lanes and past the last whole run of lanes
+    rows.push_back(x);
+    x[2] = nan;  // a NaN is never the best
+    x[n - 2] = nan;
+    rows.push_back(x);
+    x[0] = nan;  // unless it comes first
+    rows.push_back(x);
+  }
+  rows.push_back({-0.0f, 0.0f, -1.0f});
+  rows.push_back({-1.0f, 0.0f, -0.0f, 0.0f});
+  rows.push_back(std::vector<float>(40, -inf));
+  for (const std::vector<float>& x : rows) {
+    const auto n = static_cast<int64_t>(x.size());
+    on_ranks(1, [&](Communicator& c) {
+      int32_t got = -1;
+      sharded_argmax(c, x.data(), 1, n, 0, &got);
+      EXPECT_EQ(got, scan(x)) << "a row of " << n;
+    });
+  }
 }
 
 // Two ranks of two experts each; each rank's two rows choose three experts,

@@ -33,23 +33,28 @@ struct TokenRows {
 };
 
 // Softmax over the window's slots per dimension, then the weighted kv sum,
-// for the window starting at position `first`. With overlap the previous
-// window (its positions first - r ..) contributes its first half of dims,
-// the window itself its second half, in the reference's slot order.
-void pool(const TokenRows& rows, int64_t first, float* out) {
+// for the window starting at position `first`, dimensions [k0, k1) of it
+// (each dimension is its own). With overlap the previous window (its
+// positions first - r ..) contributes its first half of dims, the window
+// itself its second half, in the reference's slot order.
+void pool(const TokenRows& rows, int64_t first, int k0, int k1, float* out) {
   const CompressorWeights& w = rows.w;
   const int r = w.ratio, d = w.head_dim;
   const int slots = w.overlap ? 2 * r : r;
-  std::vector<int64_t> pos(slots);
-  std::vector<int> dim0(slots);  // where slot s's dims start in its token's row
+  thread_local std::vector<int64_t> pos;
+  thread_local std::vector<int> dim0;  // where slot s's dims start in its token's row
+  thread_local std::vector<float> score, weighted;
+  pos.resize(slots);
+  dim0.resize(slots);
+  score.resize(slots);
+  weighted.resize(slots);
   for (int s = 0; s < slots; ++s) {
     pos[s] = w.overlap ? first - r + s : first + s;
     dim0[s] = w.overlap && s >= r ? d : 0;
   }
   // In the reference's order: softmax over the slots (exp, sum, divide),
   // then the weighted kv summed over the slots.
-  std::vector<float> score(slots), weighted(slots);
-  for (int k = 0; k < d; ++k) {
+  for (int k = k0; k < k1; ++k) {
     float mx = -INFINITY;
     for (int s = 0; s < slots; ++s) mx = std::fmax(mx, score[s] = rows.score_at(pos[s], dim0[s] + k));
     float sum = 0.0f;
@@ -58,6 +63,12 @@ void pool(const TokenRows& rows, int64_t first, float* out) {
     out[k] = kernels::sum_outer(weighted.data(), slots, 1);
   }
 }
+
+// A window's dimensions pool in pieces of this many when the windows are
+// too few to keep the pool busy: a decode step completes one at most, and
+// pooled whole it was tens of microseconds on the rank's thread (an
+// exponential a slot and dimension, 4K of them at ratio 4).
+constexpr int kPoolPiece = 32;
 
 }  // namespace
 
@@ -75,12 +86,25 @@ void compress_tokens(const kernels::Kernels& k, const CompressorWeights& w, cons
     if ((pos + 1) % r == 0 && pos >= pooled_from) windows.push_back(pos);
   std::vector<uint8_t*> out(windows.size());
   for (size_t i = windows.size(); i-- > 0;) out[i] = row_out(windows[i] / r);
-  parallel_for(static_cast<int64_t>(windows.size()), 1, [&](int64_t a, int64_t b) {
+  // Few windows: their dimensions pooled in pieces, in a job of their own;
+  // many: a task a window, whole.
+  const auto count = static_cast<int64_t>(windows.size());
+  const bool in_pieces = count < ThreadPool::current().num_threads() && d % kPoolPiece == 0;
+  std::vector<float> pooled_all(in_pieces ? count * d : 0);
+  if (in_pieces)
+    parallel_for(count * (d / kPoolPiece), 1, [&](int64_t a, int64_t b) {
+      for (int64_t u = a; u < b; ++u) {
+        const int64_t i = u / (d / kPoolPiece);
+        const int k0 = static_cast<int>(u % (d / kPoolPiece)) * kPoolPiece;
+        pool(rows, windows[i] + 1 - r, k0, k0 + kPoolPiece, &pooled_all[i * d]);
+      }
+    });
+  parallel_for(count, 1, [&](int64_t a, int64_t b) {
     std::vector<float> pooled(d), row(d), cos(rope_dim / 2), sin(rope_dim / 2);
     for (int64_t i = a; i < b; ++i) {
       const int64_t first = windows[i] + 1 - r;
-      pool(rows, first, pooled.data());
-      kernels::rms_norm(pooled.data(), w.norm.data(), d, norm_eps, row.data());
+      if (!in_pieces) pool(rows, first, 0, d, pooled.data());
+      kernels::rms_norm(in_pieces ? &pooled_all[i * d] : pooled.data(), w.norm.data(), d, norm_eps, row.data());
       rope.angles(first, cos.data(), sin.data());
       kernels::rope(row.data() + d - rope_dim, cos.data(), sin.data(), rope_dim / 2, false);
       if (w.rotate) {

@@ -1,5 +1,6 @@
 #include "model/token_split.h"
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -34,10 +35,10 @@ void gather_rows(Collectives* group, const TokenSplit& s, const float* mine, int
     return;
   }
   // Every block padded to the same size, then the padding dropped.
-  const int64_t block = s.block * width;
-  std::vector<float> sent(block, 0.0f);
-  ScratchVector<float> got(block * s.size);
-  copy_floats(sent.data(), mine, s.count() * width);
+  const int64_t block = s.block * width, held = s.count() * width;
+  ScratchVector<float> sent(block), got(block * s.size);
+  copy_floats(sent.data(), mine, held);
+  std::fill(sent.begin() + held, sent.end(), 0.0f);
   group->all_gather(sent.data(), sizeof(float) * block, got.data());
   for (int r = 0; r < s.size; ++r)
     copy_floats(all + s.begin(r) * width, got.data() + r * block, s.count(r) * width);
@@ -48,6 +49,9 @@ void gather_columns(Collectives* group, const TokenSplit& s, const float* cols, 
     copy_floats(all, cols, s.rows * width);
     return;
   }
+  // One row (a decode step's) arrives laid out as it stays: each rank's
+  // columns after the previous rank's.
+  if (s.rows == 1) return group->all_gather(cols, sizeof(float) * width, all);
   ScratchVector<float> got(s.rows * width * s.size);
   group->all_gather(cols, sizeof(float) * s.rows * width, got.data());
   interleave_blocks(got.data(), s.size, s.rows, width, all);
