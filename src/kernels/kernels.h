@@ -38,6 +38,11 @@ float dot(const float* a, const float* b, int64_t n);
 float sum(const float* x, int64_t n);
 float sum_squares(const float* x, int64_t n);
 
+// The first index of the largest of x[0, n), as a left-to-right scan
+// keeping each strictly larger value finds it: a NaN is never larger, and
+// a NaN first value stays (index 0); -0 and +0 are equal. 0 when n is 0.
+int64_t first_largest(const float* x, int64_t n);
+
 // sum_i x[i * stride]: PyTorch's order for a sum over an outer dimension
 // (a cascade over the rows; exact for columns in its 32-wide blocks).
 float sum_outer(const float* x, int64_t n, int64_t stride);

@@ -330,14 +330,17 @@ void attention_output(const AttentionWeights& w, const LayerContext& ctx, const 
   }
   // wo_b and its FP8 input rounding see whole rows: gather every group's
   // output, then this rank computes its share of wo_b's output features.
-  Buffer all(rows * gl * olr * tp_size), full(rows * G * olr);
+  // With a group a rank or more, the gathered rows are those rows already
+  // (rank r's groups after rank r - 1's); with fewer, each group is taken
+  // once, from the first rank holding it.
+  Buffer all(rows * gl * olr * tp_size), full(G >= tp_size ? 0 : rows * G * olr);
   gather_columns(tp, TokenSplit::of(rows, tp), og.data(), gl * olr, all.data());
-  const int64_t stride = gl * olr * tp_size, per_group = G >= tp_size ? 1 : tp_size / G;
+  if (G >= tp_size) return linear_forward(ctx.k, w.wo_b, all.data(), rows, out);
+  const int64_t stride = gl * olr * tp_size, per_group = tp_size / G;
   parallel_for(rows, 16, [&](int64_t r0, int64_t r1) {
     for (int64_t row = r0; row < r1; ++row)
-      for (int64_t g = 0; g < G; ++g)  // group g from the first rank holding it
-        std::memcpy(&full[(row * G + g) * olr], &all[row * stride + (G >= tp_size ? g : g * per_group * gl) * olr],
-                    sizeof(float) * olr);
+      for (int64_t g = 0; g < G; ++g)
+        std::memcpy(&full[(row * G + g) * olr], &all[row * stride + g * per_group * gl * olr], sizeof(float) * olr);
   });
   linear_forward(ctx.k, w.wo_b, full.data(), rows, out);
 }

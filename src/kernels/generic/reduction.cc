@@ -1,3 +1,7 @@
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "kernels/kernels.h"
@@ -80,6 +84,31 @@ float sum_outer(const float* x, int64_t n, int64_t stride) {
 
 float sum_squares(const float* x, int64_t n) {
   return torch_order_sum([x](int64_t i) { return x[i] * x[i]; }, n);
+}
+
+int64_t first_largest(const float* x, int64_t n) {
+  if (n <= 0 || std::isnan(x[0])) return 0;
+  // The largest value four lanes at a time, four accumulators: maxps(v, m)
+  // keeps m when v is NaN or not larger, the scan's `>` (baseline x86-64;
+  // a vocabulary shard is 64K values at decode, 60 us scanned one by one).
+  __m128 m[4];
+  for (__m128& a : m) a = _mm_set1_ps(x[0]);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int a = 0; a < 4; ++a) m[a] = _mm_max_ps(_mm_loadu_ps(x + i + 4 * a), m[a]);
+  float lanes[16];
+  for (int a = 0; a < 4; ++a) _mm_storeu_ps(lanes + 4 * a, m[a]);
+  float largest = x[0];
+  for (float v : lanes) largest = v > largest ? v : largest;
+  for (; i < n; ++i) largest = x[i] > largest ? x[i] : largest;
+  // Its first place, four values a comparison.
+  const __m128 want = _mm_set1_ps(largest);
+  i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const int hit = _mm_movemask_ps(_mm_cmpeq_ps(_mm_loadu_ps(x + i), want));
+    if (hit) return i + __builtin_ctz(static_cast<unsigned>(hit));
+  }
+  return std::find(x + i, x + n, largest) - x;
 }
 
 }  // namespace dsv4::kernels
