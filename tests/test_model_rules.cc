@@ -15,6 +15,7 @@
 #include "model/hyper_connection.h"
 #include "model/indexer.h"
 #include "model/rope.h"
+#include "ops/norm.h"
 #include "ops/topk.h"
 #include "checkpoint/config_json.h"
 
@@ -238,12 +239,17 @@ TEST(HyperConnections, FastMixesInPiecesDependOnTheirRowOnly) {
 // one job in fast numerics (each tile makes the new values of its piece):
 // the streams, mixes and input are those of hc_post then hc_pre, bit for
 // bit, in both numerics, for one row and for more than a block of rows.
+// And hc_pre's input, collapsed and normed in the mixes' tasks, is the
+// collapse by its pre then the norm, each a step of its own.
 TEST(HyperConnections, PostThenPreInOnePassGiveTheSameBits) {
   const ModelConfig c = hc_config();
   const int64_t flat = int64_t{c.hc_mult} * c.dim;
   std::mt19937 rng(5);
   std::normal_distribution<float> normal(0.0f, 0.05f);
   const HyperConnWeights attn = random_hc_weights(c, rng), ffn = random_hc_weights(c, rng);
+  std::vector<float> attn_norm(c.dim), ffn_norm(c.dim);
+  for (float& v : attn_norm) v = 1.0f + normal(rng);
+  for (float& v : ffn_norm) v = 1.0f + normal(rng);
   for (const kernels::Kernels* k : {&kernels::kernels_for(kernels::Numerics::kFast), &exact_kernels()}) {
     for (int64_t rows : {1, 3, 40}) {
       SCOPED_TRACE(testing::Message() << "rows " << rows << (k == &exact_kernels() ? " exact" : " fast"));
@@ -253,13 +259,18 @@ TEST(HyperConnections, PostThenPreInOnePassGiveTheSameBits) {
       std::vector<float> h(rows * flat), y(rows * c.dim), x(rows * c.dim);
       for (float& v : h) v = normal(rng) * 20.0f;
       for (float& v : y) v = normal(rng) * 10.0f;
-      const HcMix mix = hc_pre(*k, attn, c, h.data(), rows, rr, x.data());
+      const HcMix mix = hc_pre(*k, attn, attn_norm, c, h.data(), rows, rr, x.data());
+      std::vector<float> x_steps(rows * c.dim);
+      hc_collapse(mix.pre.data(), c, h.data(), rows, x_steps.data());
+      rms_norm_rows(attn_norm, c.norm_eps, x_steps.data(), rows, c.dim);
+      EXPECT_EQ(x, x_steps);
       // Separately: the update in place, then the next mixes.
       std::vector<float> h_apart = h, x_apart(rows * c.dim);
       hc_post(mix, c, y.data(), rows, h_apart.data(), h_apart.data());
-      const HcMix apart = hc_pre(*k, ffn, c, h_apart.data(), rows, rr, x_apart.data());
+      const HcMix apart = hc_pre(*k, ffn, ffn_norm, c, h_apart.data(), rows, rr, x_apart.data());
       std::vector<float> h_out(rows * flat), x_out(rows * c.dim);
-      const HcMix together = hc_post_pre(*k, mix, y.data(), ffn, c, h.data(), rows, rr, h_out.data(), x_out.data());
+      const HcMix together =
+          hc_post_pre(*k, mix, y.data(), ffn, ffn_norm, c, h.data(), rows, rr, h_out.data(), x_out.data());
       EXPECT_EQ(h_out, h_apart);
       EXPECT_EQ(x_out, x_apart);
       EXPECT_EQ(together.pre, apart.pre);

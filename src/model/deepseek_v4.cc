@@ -125,9 +125,8 @@ void DeepseekV4::block(const kernels::Kernels& k, const BlockWeights& b, int cac
       x.swap(link->x);
       link->ready = false;
     } else {
-      mix = hc_pre(k, b.hc_attn, c, h, held, held_rr, x.data());
+      mix = hc_pre(k, b.hc_attn, b.attn_norm, c, h, held, held_rr, x.data());
     }
-    rms_norm_rows(b.attn_norm, c.norm_eps, x.data(), held, dim);
   }
   const LayerContext ctx{k, c, rope_for(b.attn.ratio), cache_layer, tensor_group_};
   ScratchVector<float> cols(rows * b.attn.wo_b.out);
@@ -136,8 +135,7 @@ void DeepseekV4::block(const kernels::Kernels& k, const BlockWeights& b, int cac
   held_rows(cols, b.attn.wo_b.out);
   {
     PhaseTimer::Scope time(Phase::kHyperConnections);
-    mix = hc_post_pre(k, mix, y.data(), b.hc_ffn, c, h, held, held_rr, mid, x.data());
-    rms_norm_rows(b.ffn_norm, c.norm_eps, x.data(), held, dim);
+    mix = hc_post_pre(k, mix, y.data(), b.hc_ffn, b.ffn_norm, c, h, held, held_rr, mid, x.data());
   }
   cols.resize(rows * b.ffn.shared.w2.out);
   ScratchVector<float> routed(split.count() * dim), routed_all(scope.flashcomm ? 0 : rows * dim);
@@ -155,7 +153,8 @@ void DeepseekV4::block(const kernels::Kernels& k, const BlockWeights& b, int cac
   });
   if (!link || !link->next) return hc_post(mix, c, y.data(), held, mid, h);
   link->x.resize(held * dim);
-  link->mix = hc_post_pre(k, mix, y.data(), *link->next, c, mid, held, held_rr, h, link->x.data());
+  link->mix = hc_post_pre(k, mix, y.data(), link->next->hc_attn, link->next->attn_norm, c, mid, held, held_rr, h,
+                          link->x.data());
   link->ready = true;
 }
 
@@ -242,7 +241,7 @@ Status DeepseekV4::forward(const ForwardBatch& batch, ForwardOutput* out, bool w
 
   NextBlock link;
   for (int i = 0; i < c.n_layers; ++i) {
-    link.next = i + 1 < c.n_layers ? &weights_->blocks[i + 1].hc_attn : nullptr;
+    link.next = i + 1 < c.n_layers ? &weights_->blocks[i + 1] : nullptr;
     block(k, weights_->blocks[i], i, batch, rr, h.data(), nullptr, &link);
     const auto tap = std::find(c.dspark_target_layer_ids.begin(), c.dspark_target_layer_ids.end(), i);
     const bool tapped = taps && tap != c.dspark_target_layer_ids.end();

@@ -87,11 +87,11 @@ class DeepseekV4 : public ServingModel {
   // attend: the attention to run instead of attention_forward (DSpark stages).
   using AttendFn = std::function<void(const float* x, int64_t rows, float* out)>;
   // The next block's first hc_pre, taken by this block's last hc_post (at
-  // decode one pool job for both, as within a block): the next block's
-  // attention mixes (next, set by the caller) and, once this block has run,
-  // the mixes and the sublayer input they give.
+  // decode one pool job for both, as within a block): the next block (its
+  // attention's mixes and norm; set by the caller) and, once this block has
+  // run, the mixes and the normed sublayer input they give.
   struct NextBlock {
-    const HyperConnWeights* next = nullptr;
+    const BlockWeights* next = nullptr;
     bool ready = false;
     HcMix mix;
     ScratchVector<float> x;

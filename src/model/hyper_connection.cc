@@ -183,9 +183,10 @@ void sinkhorn(float* comb, int hc, int iters, float eps, bool divide) {
 namespace {
 
 // The mixes of every row.
-template <class Source>
+// after(r, pre of row r) runs in row r's task once its mixes are made.
+template <class Source, class After>
 HcMix mix_rows(const kernels::Kernels& k, const HyperConnWeights& w, const ModelConfig& c, const float* h, int64_t rows,
-               const ReferenceRows& rr, bool divide, Source source) {
+               const ReferenceRows& rr, bool divide, Source source, After after) {
   const int hc = c.hc_mult;
   const int64_t mix = c.mix_hc();
   HcMix out;
@@ -202,15 +203,27 @@ HcMix mix_rows(const kernels::Kernels& k, const HyperConnWeights& w, const Model
     float* comb = &out.comb[r * hc * hc];
     for (int e = 0; e < hc * hc; ++e) comb[e] = m[2 * hc + e] * w.scale[2] + w.base[2 * hc + e];
     sinkhorn(comb, hc, c.hc_sinkhorn_iters, c.hc_eps, divide);
+    after(r, &out.pre[r * hc]);
   });
   return out;
+}
+
+// Row r of a sublayer's input: its streams h_row collapsed with pre, then
+// RMS-normed with the sublayer's norm, in the task that made its mixes (a
+// job and a pass over the rows on the rank's thread fewer than collapsing
+// and norming each in a step of its own; the same operations a row).
+void collapse_and_norm_row(const float* pre, const ModelConfig& c, const float* h_row, const std::vector<float>& norm,
+                           float* x_row) {
+  weighted_stream_sum(pre, c, h_row, x_row, 0, c.dim);
+  kernels::rms_norm(x_row, norm.data(), c.dim, c.norm_eps, x_row);
 }
 
 }  // namespace
 
 HcMix hc_mixes(const kernels::Kernels& k, const HyperConnWeights& w, const ModelConfig& c, const float* h,
                int64_t rows, const ReferenceRows& rr, bool divide) {
-  return mix_rows(k, w, c, h, rows, rr, divide, stored_pieces(h, static_cast<int64_t>(c.hc_mult) * c.dim));
+  return mix_rows(k, w, c, h, rows, rr, divide, stored_pieces(h, static_cast<int64_t>(c.hc_mult) * c.dim),
+                  [](int64_t, const float*) {});
 }
 
 void hc_collapse(const float* pre, const ModelConfig& c, const float* h, int64_t rows, float* x) {
@@ -221,11 +234,12 @@ void hc_collapse(const float* pre, const ModelConfig& c, const float* h, int64_t
   });
 }
 
-HcMix hc_pre(const kernels::Kernels& k, const HyperConnWeights& w, const ModelConfig& c, const float* h, int64_t rows,
-             const ReferenceRows& rr, float* x) {
-  HcMix mix = hc_mixes(k, w, c, h, rows, rr);
-  hc_collapse(mix.pre.data(), c, h, rows, x);
-  return mix;
+HcMix hc_pre(const kernels::Kernels& k, const HyperConnWeights& w, const std::vector<float>& norm, const ModelConfig& c,
+             const float* h, int64_t rows, const ReferenceRows& rr, float* x) {
+  const int64_t flat = static_cast<int64_t>(c.hc_mult) * c.dim;
+  return mix_rows(k, w, c, h, rows, rr, /*divide=*/false, stored_pieces(h, flat), [&](int64_t r, const float* pre) {
+    collapse_and_norm_row(pre, c, h + r * flat, norm, x + r * c.dim);
+  });
 }
 
 void hc_post(const HcMix& mix, const ModelConfig& c, const float* x, int64_t rows, const float* h, float* h_out) {
@@ -251,12 +265,13 @@ void hc_post(const HcMix& mix, const ModelConfig& c, const float* x, int64_t row
 }
 
 HcMix hc_post_pre(const kernels::Kernels& k, const HcMix& mix, const float* y, const HyperConnWeights& next,
-                  const ModelConfig& c, const float* h, int64_t rows, const ReferenceRows& rr, float* h_out, float* x) {
+                  const std::vector<float>& next_norm, const ModelConfig& c, const float* h, int64_t rows,
+                  const ReferenceRows& rr, float* h_out, float* x) {
   const int hc = c.hc_mult;
   const int64_t dim = c.dim, flat = hc * dim;
   if (!mixes_in_pieces(k, next.fn, c) || dim % kMixPiece != 0 || rows > kStepInProductRows || h_out == h) {
     hc_post(mix, c, y, rows, h, h_out);
-    return hc_pre(k, next, c, h_out, rows, rr, x);
+    return hc_pre(k, next, next_norm, c, h_out, rows, rr, x);
   }
   // Piece q is a piece of one copy j: its new values, from the old copies'
   // same elements, made by each tile that sums it (one per panel of the
@@ -272,9 +287,9 @@ HcMix hc_post_pre(const kernels::Kernels& k, const HcMix& mix, const float* y, c
     }
     return static_cast<const float*>(buffer.data());
   };
-  HcMix next_mix = mix_rows(k, next, c, h_out, rows, rr, /*divide=*/false, updated);
-  hc_collapse(next_mix.pre.data(), c, h_out, rows, x);
-  return next_mix;
+  return mix_rows(k, next, c, h_out, rows, rr, /*divide=*/false, updated, [&](int64_t r, const float* pre) {
+    collapse_and_norm_row(pre, c, h_out + r * flat, next_norm, x + r * dim);
+  });
 }
 
 void hc_head(const kernels::Kernels& k, const HcHeadWeights& w, const ModelConfig& c, const float* h, int64_t rows,

@@ -37,9 +37,10 @@ HcMix hc_mixes(const kernels::Kernels& k, const HyperConnWeights& w, const Model
 void hc_collapse(const float* pre, const ModelConfig& c, const float* h, int64_t rows, float* x);
 
 // h: [rows, hc, dim] -> x: [rows, dim] collapsed with the mixes' own pre
-// (V4), and the mixes.
-HcMix hc_pre(const kernels::Kernels& k, const HyperConnWeights& w, const ModelConfig& c, const float* h, int64_t rows,
-             const ReferenceRows& rr, float* x);
+// (V4), then RMS-normed with the sublayer's norm (attn_norm, ffn_norm), and
+// the mixes. A row's collapse and norm run in the task that made its mixes.
+HcMix hc_pre(const kernels::Kernels& k, const HyperConnWeights& w, const std::vector<float>& norm, const ModelConfig& c,
+             const float* h, int64_t rows, const ReferenceRows& rr, float* x);
 
 // The streams after a sublayer: h_out[j] = post[j] * x + sum_i comb[i][j] * h[i]
 // (h_out may be h).
@@ -51,7 +52,8 @@ void hc_post(const HcMix& mix, const ModelConfig& c, const float* x, int64_t row
 // pool job for both where a piece of the mixes lies in one copy (dim a
 // multiple of 512): each tile makes the new values of the piece it sums.
 HcMix hc_post_pre(const kernels::Kernels& k, const HcMix& mix, const float* y, const HyperConnWeights& next,
-                  const ModelConfig& c, const float* h, int64_t rows, const ReferenceRows& rr, float* h_out, float* x);
+                  const std::vector<float>& next_norm, const ModelConfig& c, const float* h, int64_t rows,
+                  const ReferenceRows& rr, float* h_out, float* x);
 
 // The head's reduction of the streams to one vector per row: sigmoid weights.
 // Row r is row batch_row[r] of the forward (the reference runs the head over
