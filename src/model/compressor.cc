@@ -64,11 +64,18 @@ void pool(const TokenRows& rows, int64_t first, int k0, int k1, float* out) {
   }
 }
 
-// A window's dimensions pool in pieces of this many when the windows are
-// too few to keep the pool busy: a decode step completes one at most, and
-// pooled whole it was tens of microseconds on the rank's thread (an
-// exponential a slot and dimension, 4K of them at ratio 4).
-constexpr int kPoolPiece = 32;
+// A window's dimensions pool in pieces when the windows are too few to
+// keep the pool busy: a decode step completes one at most, and pooled
+// whole it was tens of microseconds on the rank's thread (an exponential a
+// slot and dimension, 4K of them at ratio 4). As many pieces a window as
+// give each thread one, halving the window while the pieces stay whole
+// and at least kLeastPoolPiece dimensions.
+constexpr int kLeastPoolPiece = 8;
+int pieces_a_window(int64_t windows, int d, int64_t threads) {
+  int pieces = 1;
+  while (d % (2 * pieces) == 0 && d / (2 * pieces) >= kLeastPoolPiece && windows * 2 * pieces <= threads) pieces *= 2;
+  return pieces;
+}
 
 }  // namespace
 
@@ -89,14 +96,15 @@ void compress_tokens(const kernels::Kernels& k, const CompressorWeights& w, cons
   // Few windows: their dimensions pooled in pieces, in a job of their own;
   // many: a task a window, whole.
   const auto count = static_cast<int64_t>(windows.size());
-  const bool in_pieces = count < ThreadPool::current().num_threads() && d % kPoolPiece == 0;
+  const int pieces = pieces_a_window(count, d, ThreadPool::current().num_threads()), piece = d / pieces;
+  const bool in_pieces = pieces > 1;
   std::vector<float> pooled_all(in_pieces ? count * d : 0);
   if (in_pieces)
-    parallel_for(count * (d / kPoolPiece), 1, [&](int64_t a, int64_t b) {
+    parallel_for(count * pieces, 1, [&](int64_t a, int64_t b) {
       for (int64_t u = a; u < b; ++u) {
-        const int64_t i = u / (d / kPoolPiece);
-        const int k0 = static_cast<int>(u % (d / kPoolPiece)) * kPoolPiece;
-        pool(rows, windows[i] + 1 - r, k0, k0 + kPoolPiece, &pooled_all[i * d]);
+        const int64_t i = u / pieces;
+        const int k0 = static_cast<int>(u % pieces) * piece;
+        pool(rows, windows[i] + 1 - r, k0, k0 + piece, &pooled_all[i * d]);
       }
     });
   parallel_for(count, 1, [&](int64_t a, int64_t b) {
