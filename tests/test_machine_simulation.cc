@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "base/phase_timer.h"
@@ -359,18 +360,20 @@ TEST(LinearTiles, ProductsInOneJobGiveEachProductsBits) {
 // by one) gives its tasks about the same weight bytes, the FP8 panels two
 // a task and the FP4 ones four; an even count of panels a task would give
 // some tasks 1.4 times the mean. The numbers stay each product's own.
+// The weight bytes each tile of a simulated pool's last job read.
+struct BytesByTile : JobObserver {
+  std::vector<int64_t> bytes;
+  void read(const void*, int64_t n) override {
+    if (!bytes.empty()) bytes.back() += n;
+  }
+  void job_begins(int64_t) override { bytes.clear(); }
+  void tile_begins(int64_t) override { bytes.push_back(0); }
+  void tile_ends(double) override {}
+  void job_ends() override {}
+  void phase_changes(Phase, Phase) override {}
+};
+
 TEST(LinearTiles, AJobMixingFormatsGivesItsTasksEqualBytes) {
-  struct BytesByTile : JobObserver {
-    std::vector<int64_t> bytes;
-    void read(const void*, int64_t n) override {
-      if (!bytes.empty()) bytes.back() += n;
-    }
-    void job_begins(int64_t) override { bytes.clear(); }
-    void tile_begins(int64_t) override { bytes.push_back(0); }
-    void tile_ends(double) override {}
-    void job_ends() override {}
-    void phase_changes(Phase, Phase) override {}
-  };
   std::vector<Linear> layers;
   for (uint32_t seed : {41u, 42u, 43u}) layers.push_back(random_linear(WeightFormat::kFp4Block, 2048, 4096, true, seed));
   layers.push_back(random_linear(WeightFormat::kFp8Block, 1024, 4096, true, 44));
@@ -395,6 +398,46 @@ TEST(LinearTiles, AJobMixingFormatsGivesItsTasksEqualBytes) {
   EXPECT_LT(static_cast<double>(most), 1.1 * mean) << "mean " << mean;
   for (size_t i = 0; i < layers.size(); ++i)
     EXPECT_TRUE(same_bits(forward(layers[i], Numerics::kFast, x, 1).data(), y[i].data(), layers[i].out)) << "product " << i;
+}
+
+// A product job's tile order is kept for the next job of the same products
+// (a decode step makes the same ones every step); a job of other rows, or
+// on a pool of another size, gets its own. Each is the order a thread that
+// has kept none makes, and the products' numbers are their own.
+TEST(LinearTiles, AKeptTileOrderIsTheOneItsProductsGet) {
+  std::vector<Linear> layers;
+  for (uint32_t seed : {51u, 52u}) layers.push_back(random_linear(WeightFormat::kFp4Block, 2048, 4096, true, seed));
+  layers.push_back(random_linear(WeightFormat::kFp8Block, 1024, 4096, true, 53));
+  std::mt19937 rng(54);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(80 * 4096);
+  for (float& v : x) v = normal(rng);
+  // Each task's weight bytes in a job of every layer over m rows on a pool
+  // of `workers`.
+  auto task_bytes = [&](int workers, int64_t m) {
+    std::vector<std::vector<float>> y;
+    std::vector<LinearProduct> products;
+    for (const Linear& l : layers) y.emplace_back(m * l.out);
+    for (size_t i = 0; i < layers.size(); ++i) products.push_back({&layers[i], x.data(), m, y[i].data()});
+    BytesByTile seen;
+    auto pool = ThreadPool::simulated(workers, &seen);
+    {
+      ThreadPool::Scope scope(pool.get());
+      linear_forward_all(kernels::kernels_for(Numerics::kFast), products);
+    }
+    for (size_t i = 0; i < layers.size(); ++i)
+      EXPECT_TRUE(same_bits(forward(layers[i], Numerics::kFast, x, m).data(), y[i].data(), m * layers[i].out))
+          << "product " << i << " rows " << m << " workers " << workers;
+    return seen.bytes;
+  };
+  const std::pair<int, int64_t> jobs[] = {{64, 1}, {128, 1}, {64, 80}, {64, 1}, {128, 1}};
+  std::vector<std::vector<int64_t>> fresh;  // each on a thread that kept no order
+  for (const auto& [workers, m] : jobs) std::thread([&, w = workers, rows = m] { fresh.push_back(task_bytes(w, rows)); }).join();
+  EXPECT_NE(fresh[0], fresh[1]);
+  EXPECT_NE(fresh[0], fresh[2]);
+  EXPECT_GT(fresh[1].size(), fresh[0].size());  // 128 workers take more tasks
+  for (size_t j = 0; j < std::size(jobs); ++j)
+    EXPECT_EQ(task_bytes(jobs[j].first, jobs[j].second), fresh[j]) << "job " << j << " on one thread";
 }
 
 // A product's `written` callback hears of every output exactly once, from

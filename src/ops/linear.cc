@@ -4,6 +4,7 @@
 #include <cmath>
 #include <memory>
 #include <numeric>
+#include <unordered_map>
 
 #include "base/check.h"
 #include "base/scratch.h"
@@ -387,6 +388,37 @@ TileOrder order_tiles(const std::vector<Prepared>& prepared) {
   return o;
 }
 
+// The tile order of a product job, kept for the next job of the same
+// products: a decode step makes the same products every step (and many
+// layers the same shapes), and the order's search over task sizes took a
+// few microseconds of the rank's thread a job while its workers waited.
+// The order depends only on what the key holds (each product's weight
+// sizes and rows, and the pool's size), so a kept one is the one
+// order_tiles would make. Shared, as a job nested in this one's tasks may
+// start the kept orders over.
+std::shared_ptr<const TileOrder> kept_tile_order(const std::vector<Prepared>& prepared) {
+  struct KeyHash {
+    size_t operator()(const std::vector<int64_t>& key) const {
+      size_t h = key.size();
+      for (int64_t v : key) h = h * 1000003u ^ std::hash<int64_t>{}(v);
+      return h;
+    }
+  };
+  thread_local std::unordered_map<std::vector<int64_t>, std::shared_ptr<const TileOrder>, KeyHash> kept;
+  thread_local std::vector<int64_t> key;
+  key.assign(1, ThreadPool::current().num_threads());
+  for (const Prepared& p : prepared) {
+    const Linear& l = *p.l;
+    key.insert(key.end(), {l.out, l.in, p.m, static_cast<int64_t>(l.panels.size()),
+                           static_cast<int64_t>(l.code_panels.size()), static_cast<int64_t>(l.scale_panels.size())});
+  }
+  if (const auto it = kept.find(key); it != kept.end()) return it->second;
+  // Prefill's and mixed batches' row counts vary from step to step: start
+  // over rather than grow without bound.
+  if (kept.size() >= 256) kept.clear();
+  return kept.emplace(key, std::make_shared<const TileOrder>(order_tiles(prepared))).first->second;
+}
+
 // Rows [r0, r1) x panels [p0, p1) of a prepared product, on this thread.
 void run_tile(const kernels::Kernels& k, const Prepared& p, int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
   const Linear& l = *p.l;
@@ -463,7 +495,8 @@ void linear_forward_all(const kernels::Kernels& k, const std::vector<LinearProdu
   // One job: each task takes a run of tiles of about equal cost (TileOrder),
   // each tile rows x panels of one product; neighbouring tiles of one row
   // block go to the kernel together.
-  const TileOrder order = order_tiles(prepared);
+  const std::shared_ptr<const TileOrder> kept = kept_tile_order(prepared);
+  const TileOrder& order = *kept;
   const std::vector<int64_t>& first_tile = order.first_tile;
   parallel_for(static_cast<int64_t>(order.task_first.size()) - 1, 1, [&](int64_t t0, int64_t t1) {
     int64_t a = order.task_first[t0];
