@@ -7,6 +7,7 @@
 #include <random>
 #include <thread>
 
+#include "base/thread_pool.h"
 #include "dist/local_communicator.h"
 #include "dist/topology.h"
 #include "dist/vocab_argmax.h"
@@ -152,12 +153,36 @@ TEST(ShardedArgmax, IsTheFirstPlaceAScanWithGreaterThanFinds) {
     x[0] = nan;  // unless it comes first
     rows.push_back(x);
   }
+  // A vocabulary shard's row, scanned in pieces (of 1024 on 16 threads):
+  // the same place.
+  {
+    const int64_t n = 3 * 4096 + 17;
+    std::vector<float> x(n);
+    for (float& v : x) v = dist(gen);
+    rows.push_back(x);
+    x[4096 + 7] = x[3 * 4096 + 3] = 60.0f;  // a tie across pieces
+    rows.push_back(x);
+    x[4096] = nan;  // a piece starting with a NaN, its best later in it
+    x[4096 + 9] = 70.0f;
+    rows.push_back(x);
+    x[4096 + 9] = 0.0f;  // ... or in a later piece
+    rows.push_back(x);
+    x[0] = nan;  // the row's first value a NaN
+    rows.push_back(x);
+    std::vector<float> low(n, -inf);  // pieces of -inf, a larger value in the last
+    low[3 * 4096 + 1] = -5.0f;
+    rows.push_back(low);
+    low[2 * 4096] = nan;
+    rows.push_back(low);
+  }
   rows.push_back({-0.0f, 0.0f, -1.0f});
   rows.push_back({-1.0f, 0.0f, -0.0f, 0.0f});
   rows.push_back(std::vector<float>(40, -inf));
   for (const std::vector<float>& x : rows) {
     const auto n = static_cast<int64_t>(x.size());
     on_ranks(1, [&](Communicator& c) {
+      ThreadPool pool(16);
+      ThreadPool::Scope scope(&pool);
       int32_t got = -1;
       sharded_argmax(c, x.data(), 1, n, 0, &got);
       EXPECT_EQ(got, scan(x)) << "a row of " << n;
