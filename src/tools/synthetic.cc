@@ -198,7 +198,7 @@ Status write_synthetic_checkpoint(const ModelConfig& c, const SyntheticOptions& 
     return invalid_argument("fp8 weights need hidden_size, q_lora_rank, moe_intermediate_size and o_groups*o_lora_rank divisible by 128");
   if (opt.dspark_drafts_agree && !c.has_dspark())
     return invalid_argument("a drafter that agrees needs a DSpark checkpoint (--dspark)");
-  ShardedOutput out(opt, c);
+  ShardedOutput out(opt, c, dir);
   const Floats embed = out.random({c.vocab_size, c.dim}, 1.0f);
   out.bf16("embed.weight", {c.vocab_size, c.dim}, embed);
   for (int i = 0; i < c.n_layers; ++i) write_block(out, c, "layers." + std::to_string(i) + ".", i);
@@ -265,7 +265,7 @@ Status write_synthetic_checkpoint(const ModelConfig& c, const SyntheticOptions& 
     out.bf16(last + "confidence_head.proj.weight", {1, c.dim + rank},
              out.random({1, c.dim + rank}, 1.0f / std::sqrt(static_cast<float>(c.dim + rank))));
   }
-  DSV4_RETURN_IF_ERROR(out.write(dir));
+  DSV4_RETURN_IF_ERROR(out.write());
   std::ofstream cfg(dir + "/config.json");
   cfg << model_config_json(c) << "\n";
   if (!cfg) return internal_error("cannot write " + dir + "/config.json");

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "base/check.h"
 #include "base/dtype.h"
 #include "base/scratch.h"
 #include "base/thread_pool.h"
@@ -65,15 +66,19 @@ inline int64_t numel(const std::vector<int64_t>& shape) {
 // Distributes tensors over shard writers and records the weight map.
 class ShardedOutput {
  public:
-  ShardedOutput(const SyntheticOptions& o, const ModelConfig& c) : opt_(o), rng_(o.seed), writers_(std::max(1, o.shards)), cfg_(c) {}
+  // Shards go to files in `dir`.
+  ShardedOutput(const SyntheticOptions& o, const ModelConfig& c, std::string dir)
+      : opt_(o), rng_(o.seed), writers_(std::max(1, o.shards)), shard_written_(writers_.size()), cfg_(c), dir_(std::move(dir)) {}
 
+  // The block a tensor belongs to (mtp.* after the last layer), or -1.
+  int layer_of(const std::string& name) const {
+    if (name.rfind("layers.", 0) == 0) return std::atoi(name.c_str() + 7);
+    if (name.rfind("mtp.", 0) == 0) return cfg_.n_layers;
+    return -1;
+  }
   // The shard a tensor goes to follows its layer, so a layer stays in one file.
-  int shard_of(const std::string& name) const {
-    if (writers_.size() == 1) return 0;
-    int layer = -1;
-    if (name.rfind("layers.", 0) == 0) layer = std::atoi(name.c_str() + 7);
-    if (name.rfind("mtp.", 0) == 0) layer = cfg_.n_layers;
-    if (layer < 0) return 0;
+  int shard_of(int layer) const {
+    if (writers_.size() == 1 || layer < 0) return 0;
     return static_cast<int>((static_cast<int64_t>(layer) * writers_.size()) / (cfg_.n_layers + 1));
   }
 
@@ -208,23 +213,32 @@ class ShardedOutput {
         if (it != saved_.end() && it->second.shape == shape && it->second.dtype == dtype) bytes = it->second.bytes;
       }
     }
-    writers_[shard_of(name)].add(name, dtype, std::move(shape), std::move(bytes));
+    const int layer = layer_of(name), shard = shard_of(layer);
+    // Blocks come in order, so a shard after the first (which also takes
+    // the tensors of no block) is whole once a later shard's block begins:
+    // it is written then, and mkmodel holds about a shard, not the model (a
+    // real-shape model with all its experts is tens of GB).
+    if (!status_.ok()) return;
+    for (int j = 1; j < shard; ++j)
+      if (!shard_written_[j]) {
+        status_ = write_shard(j);
+        if (!status_.ok()) return;
+      }
+    DSV4_CHECK_MSG(!shard_written_[shard], "tensor %s is for shard %d, written already (blocks out of order)",
+                   name.c_str(), shard);
+    writers_[shard].add(name, dtype, std::move(shape), std::move(bytes));
   }
 
-  Status write(const std::string& dir) {
-    if (writers_.size() == 1) return writers_[0].write(dir + "/model.safetensors");
+  // Writes the shards not written yet and the index.
+  Status write() {
+    DSV4_RETURN_IF_ERROR(status_);
+    if (writers_.size() == 1) return writers_[0].write(dir_ + "/model.safetensors");
+    for (size_t i = 0; i < writers_.size(); ++i)
+      if (!shard_written_[i]) DSV4_RETURN_IF_ERROR(write_shard(i));
     nlohmann::json index;
-    index["metadata"] = {{"total_size", 0}};
-    uint64_t total = 0;
-    for (size_t i = 0; i < writers_.size(); ++i) {
-      char name[64];
-      std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", i + 1, writers_.size());
-      DSV4_RETURN_IF_ERROR(writers_[i].write(dir + "/" + name));
-      for (const auto& t : writers_[i].names()) index["weight_map"][t] = name;
-      total += writers_[i].total_bytes();
-    }
-    index["metadata"]["total_size"] = total;
-    std::ofstream(dir + "/model.safetensors.index.json") << index.dump(2);
+    index["metadata"] = {{"total_size", total_bytes_}};
+    index["weight_map"] = weight_map_;
+    std::ofstream(dir_ + "/model.safetensors.index.json") << index.dump(2);
     return Status::Ok();
   }
 
@@ -234,12 +248,29 @@ class ShardedOutput {
     std::vector<int64_t> shape;
     std::vector<uint8_t> bytes;
   };
+  // Shard i's file and its tensors in the index; its bytes let go.
+  Status write_shard(size_t i) {
+    char name[64];
+    std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", i + 1, writers_.size());
+    DSV4_RETURN_IF_ERROR(writers_[i].write(dir_ + "/" + name));
+    for (const auto& t : writers_[i].names()) weight_map_[t] = name;
+    total_bytes_ += writers_[i].total_bytes();
+    writers_[i] = SafetensorsWriter();
+    shard_written_[i] = true;
+    return Status::Ok();
+  }
+
   const SyntheticOptions& opt_;
   Rng rng_;               // the sequential draws (hash routing tables)
   uint64_t tensors_ = 0;  // random tensors drawn so far
   std::map<std::string, Saved> saved_;
   std::vector<SafetensorsWriter> writers_;
+  std::vector<char> shard_written_;  // to its file, its bytes let go
   const ModelConfig& cfg_;
+  const std::string dir_;
+  Status status_;  // of the shards written early
+  std::map<std::string, std::string> weight_map_;  // of the shards written
+  uint64_t total_bytes_ = 0;
 };
 
 }  // namespace dsv4

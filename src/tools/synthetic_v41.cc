@@ -339,7 +339,7 @@ Status write_synthetic_v41_checkpoint(json j, const SyntheticOptions& options, c
   SyntheticOptions o = options;
   o.weights = SyntheticWeights::kFp8;
   o.mtp_copies_last_block = o.dspark_drafts_agree = false;
-  ShardedOutput out(o, c);
+  ShardedOutput out(o, c, dir);
   out.bf16("embed.weight", {c.vocab_size, c.dim}, out.random({c.vocab_size, c.dim}, 1.0f));
   for (int i = 0; i < c.n_layers; ++i) write_block(out, c, i, "layers." + std::to_string(i) + ".");
   out.bf16("norm.weight", {c.dim}, out.random({c.dim}, 0.1f, 1.0f));
@@ -355,7 +355,7 @@ Status write_synthetic_v41_checkpoint(json j, const SyntheticOptions& options, c
     out.linear(last + "markov_head.head", c.vocab_size, rank, kBf16);
     out.linear(last + "confidence_head.proj", 1, c.dim + rank, kBf16);
   }
-  DSV4_RETURN_IF_ERROR(out.write(dir));
+  DSV4_RETURN_IF_ERROR(out.write());
   std::ofstream cfg(dir + "/config.json");
   cfg << j.dump(2) << "\n";
   if (!cfg) return internal_error("cannot write " + dir + "/config.json");
