@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <numeric>
 #include <random>
 #include <thread>
 #include <vector>
@@ -64,6 +65,46 @@ TEST(SimulatedPool, SplitsWorkAsItsLogicalWorkersWouldAndRunsItAll) {
   EXPECT_EQ(seen.job_tiles, (std::vector<int64_t>{256, 40}));
   EXPECT_EQ(seen.tiles_begun, 296);
   EXPECT_EQ(pool->jobs(), 2);
+}
+
+// A simulated job's first tile runs on the calling (rank's) thread, the
+// rest in order on one other thread, as the pool's other workers would on
+// their cores (the rank's thread keeps its own caches); the observer
+// charges every tile's bytes to the phase its job runs in.
+TEST(SimulatedPool, TheRankThreadRunsTheFirstTileAndOneOtherThreadTheRest) {
+  RecordedMemoryBinding memory;
+  std::vector<char> weights(4096);
+  ASSERT_TRUE(memory.bind(weights.data(), weights.size(), 0).ok());
+  SimulatedMachine m;
+  m.nodes = 1;
+  m.cores = 8;
+  m.node_bandwidth = 8000;
+  SimulatedRank rank(m, 0, 8, &memory);
+  auto pool = ThreadPool::simulated(8, &rank);
+  ThreadPool::Scope scope(pool.get());
+  std::vector<std::thread::id> ran(32);
+  std::vector<int> order;
+  {
+    PhaseTimer::Scope phase(Phase::kExperts);
+    parallel_for(32, 1, [&](int64_t a, int64_t b) {
+      for (int64_t i = a; i < b; ++i) {
+        ran[i] = std::this_thread::get_id();
+        order.push_back(static_cast<int>(i));
+      }
+      meter_read(weights.data(), 100);
+    });
+  }
+  std::vector<int> in_order(32);
+  std::iota(in_order.begin(), in_order.end(), 0);
+  EXPECT_EQ(order, in_order);
+  EXPECT_EQ(ran[0], std::this_thread::get_id());  // 32 items, 8 workers: tiles of one
+  EXPECT_NE(ran[1], std::this_thread::get_id());
+  for (int i = 2; i < 32; ++i) EXPECT_EQ(ran[i], ran[1]) << i;
+  const PhaseLoad& experts = rank.loads()[static_cast<int>(Phase::kExperts)];
+  EXPECT_EQ(experts.jobs, 1);
+  EXPECT_EQ(experts.tiles, 32);
+  EXPECT_DOUBLE_EQ(experts.local, 3200);
+  EXPECT_DOUBLE_EQ(total_of(rank.loads()).local, 3200);  // none in another phase
 }
 
 // Each tile goes to the worker that frees up first; a tile costs its CPU

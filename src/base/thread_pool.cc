@@ -35,24 +35,76 @@ int64_t chunk_begin(int64_t c, int64_t n, int64_t chunks) { return c * n / chunk
 
 }  // namespace
 
+// The thread that runs a simulated job's tiles after the first: the tiles
+// the pool's other logical workers would run on their own cores. On the
+// rank's thread they would stream the whole job's weights through its
+// caches, and the rank's serial work after each job would find its own
+// data evicted, as on the big machine it would not (there the rank's
+// thread runs its own share of the tiles). One tile at a time still: the
+// handoff is a lock and a wait, and the tiles run in order.
+class ThreadPool::OtherWorkers {
+ public:
+  // Its tiles see `pool` as theirs; the observer hears only the rank's
+  // thread (it reads that thread's clock), and meters the tiles' reads.
+  explicit OtherWorkers(ThreadPool* pool)
+      : thread_([this, pool] {
+          t_current = pool;
+          std::unique_lock<std::mutex> lock(mu_);
+          for (;;) {
+            cv_.wait(lock, [&] { return stop_ || work_ != nullptr; });
+            if (stop_) return;
+            (*work_)();
+            work_ = nullptr;
+            cv_.notify_all();
+          }
+        }) {}
+  ~OtherWorkers() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  // Runs `work` there and returns when it is done.
+  void run(const std::function<void()>& work) {
+    std::unique_lock<std::mutex> lock(mu_);
+    work_ = &work;
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return work_ == nullptr; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  const std::function<void()>* work_ = nullptr;
+  bool stop_ = false;
+  std::thread thread_;  // last: it starts with the rest in place
+};
+
 std::unique_ptr<ThreadPool> ThreadPool::simulated(int logical_workers, JobObserver* observer) {
   auto pool = std::make_unique<ThreadPool>(1);
   pool->observer_ = observer;
   pool->logical_workers_ = std::max(1, logical_workers);
+  pool->others_ = std::make_unique<OtherWorkers>(pool.get());
   return pool;
 }
 
 void ThreadPool::run_simulated(int64_t n, int64_t chunks, const std::function<void(int64_t, int64_t)>& fn) {
-  WorkMeter::Scope metered(observer_);
   observer_->job_begins(chunks);
-  t_inside_pool = true;  // nested calls run inside their tile, as on a worker
-  for (int64_t c = 0; c < chunks; ++c) {
-    observer_->tile_begins(c);
-    const double t0 = thread_cpu_seconds();
-    fn(chunk_begin(c, n, chunks), chunk_begin(c + 1, n, chunks));
-    observer_->tile_ends(thread_cpu_seconds() - t0);
-  }
-  t_inside_pool = false;
+  auto run_tiles = [&](int64_t first, int64_t end) {
+    WorkMeter::Scope metered(observer_);
+    t_inside_pool = true;  // nested calls run inside their tile, as on a worker
+    for (int64_t c = first; c < end; ++c) {
+      observer_->tile_begins(c);
+      const double t0 = thread_cpu_seconds();
+      fn(chunk_begin(c, n, chunks), chunk_begin(c + 1, n, chunks));
+      observer_->tile_ends(thread_cpu_seconds() - t0);
+    }
+    t_inside_pool = false;
+  };
+  run_tiles(0, 1);  // the rank's thread takes its share
+  others_->run([&] { run_tiles(1, chunks); });
   observer_->job_ends();
 }
 

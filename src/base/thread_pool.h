@@ -84,6 +84,8 @@ class ThreadPool {
 
   JobObserver* observer_ = nullptr;
   int logical_workers_ = 1;
+  class OtherWorkers;
+  std::unique_ptr<OtherWorkers> others_;  // a simulated pool's
 
   std::vector<std::thread> workers_;
   std::mutex mu_;         // only for sleeping and waking; chunks are claimed without it

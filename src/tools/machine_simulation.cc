@@ -93,6 +93,7 @@ void SimulatedRank::read(const void* at, int64_t bytes) {
 void SimulatedRank::job_begins(int64_t) {
   advance_serial();
   job_first_ = tiles_.size();
+  job_phase_ = PhaseTimer::current();
 }
 
 void SimulatedRank::tile_begins(int64_t) {

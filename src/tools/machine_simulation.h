@@ -147,7 +147,9 @@ class SimulatedRank : public JobObserver {
   // phase's serial time: the time between a step's jobs, and of the calls
   // the pool ran inline (a step's tail counts toward the next step's head).
   void advance_serial();
-  PhaseLoad& phase() { return loads_[static_cast<int>(PhaseTimer::current())]; }
+  // The rank thread's phase; a tile's, its job's (tiles after a job's
+  // first run on a thread of their own, ThreadPool::OtherWorkers).
+  PhaseLoad& phase() { return loads_[static_cast<int>(in_tile_ ? job_phase_ : PhaseTimer::current())]; }
 
   SimulatedMachine machine_;
   int node_, workers_;
@@ -162,6 +164,7 @@ class SimulatedRank : public JobObserver {
   std::vector<JobRecord> jobs_;
   std::vector<SpanRecord> spans_;
   size_t job_first_ = 0;  // the running job's first tile
+  Phase job_phase_ = Phase::kOther;  // and the phase it runs in
   std::array<int64_t, kNumPhases> jobs_in_{}, spans_in_{};  // this step's, by phase, so far
   bool in_tile_ = false;
   double serial_mark_ = -1;  // thread CPU time at the last event
