@@ -1,6 +1,8 @@
 #include "base/thread_pool.h"
 
 #include <immintrin.h>
+#include <pthread.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -43,12 +45,24 @@ int64_t chunk_begin(int64_t c, int64_t n, int64_t chunks) { return c * n / chunk
 // thread runs its own share of the tiles). One tile at a time still: the
 // handoff is a lock and a wait, and the tiles run in order.
 class ThreadPool::OtherWorkers {
+  // Each on a CPU of its own in turn, so that its tiles do not move
+  // between cores (and lose their caches) from job to job.
+  static void pin_to_next_cpu() {
+    static std::atomic<unsigned> next{0};
+    const unsigned cpus = std::max(1u, std::thread::hardware_concurrency());
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(next.fetch_add(1) % cpus, &set);
+    pthread_setaffinity_np(pthread_self(), sizeof set, &set);  // best effort
+  }
+
  public:
   // Its tiles see `pool` as theirs; the observer hears only the rank's
   // thread (it reads that thread's clock), and meters the tiles' reads.
   explicit OtherWorkers(ThreadPool* pool)
       : thread_([this, pool] {
           t_current = pool;
+          pin_to_next_cpu();
           std::unique_lock<std::mutex> lock(mu_);
           for (;;) {
             cv_.wait(lock, [&] { return stop_ || work_ != nullptr; });
