@@ -12,6 +12,7 @@
 #include "dist/topology.h"
 #include "dist/vocab_argmax.h"
 #include "model/expert_dispatch.h"
+#include "model/token_split.h"
 #include "collective_checks.h"
 #include "test_util.h"
 
@@ -202,7 +203,8 @@ TEST(ExpertDispatch, ARowTravelsOnceToEachRankItsSlotsChoose) {
   auto expert_output = [](float x, int e, float w) { return x * static_cast<float>(e + 1) * w; };
   on_ranks(2, [&](Communicator& c) {
     const int me = c.rank();
-    std::vector<float> x(rows * dim), weights(rows * k), out(rows * k * dim, -1.0f);
+    std::vector<float> x(rows * dim), weights(rows * k);
+    SlotOutputs out;
     for (int64_t i = 0; i < rows * dim; ++i) x[i] = value(me, static_cast<int>(i));
     for (int64_t i = 0; i < rows * k; ++i) weights[i] = 0.5f + 0.25f * static_cast<float>(i + me);
     const ExpertSlots slots{chosen[me], weights.data(), rows, k, experts};
@@ -215,17 +217,66 @@ TEST(ExpertDispatch, ARowTravelsOnceToEachRankItsSlotsChoose) {
       }
     };
     const int64_t sent_before = c.traffic().bytes;
-    run_expert_slots(slots, x.data(), dim, &c, run, out.data());
+    run_expert_slots(slots, x.data(), dim, &c, run, &out);
     const int64_t sent = c.traffic().bytes - sent_before;
     for (int64_t s = 0; s < rows * k; ++s)
       for (int64_t d = 0; d < dim; ++d)
-        ASSERT_EQ(out[s * dim + d], expert_output(x[s / k * dim + d], chosen[me][s], weights[s]))
+        ASSERT_EQ(out.of_slot[s][d], expert_output(x[s / k * dim + d], chosen[me][s], weights[s]))
             << "rank " << me << " slot " << s;
     // To the other rank: its slot and row counts (16 bytes), four slot
     // headers (one 64-byte line) and the two rows once each; back to it:
     // the outputs of its four slots that ran here.
     const int64_t row_bytes = dim * static_cast<int64_t>(sizeof(float));
     EXPECT_EQ(sent, 16 + (64 + 2 * row_bytes) + 4 * row_bytes) << "rank " << me;
+  });
+}
+
+// A decode batch's gathered rows are copied into place by the pool's
+// workers, a piece of 4 KiB each: at a grain of 16 rows, 16 rows of 16 KiB
+// were one task, copied on the rank's thread while every other worker
+// waited. Copies of less than 64 KiB in all stay on the calling thread.
+TEST(TokenSplit, ABatchsGatheredRowsAreCopiedByTheWorkers) {
+  struct JobSizes : JobObserver {
+    std::vector<int64_t> tiles;
+    void read(const void*, int64_t) override {}
+    void phase_changes(Phase, Phase) override {}
+    void job_begins(int64_t n) override { tiles.push_back(n); }
+    void tile_begins(int64_t) override {}
+    void tile_ends(double) override {}
+    void job_ends() override {}
+  };
+  const int64_t rows = 16, width = 2048;
+  on_ranks(2, [&](Communicator& c) {
+    JobSizes jobs;
+    auto pool = ThreadPool::simulated(64, &jobs);
+    ThreadPool::Scope scope(pool.get());
+    const TokenSplit split = TokenSplit::of(rows, &c);
+    // Columns: each rank's `width` columns of every row, side by side.
+    std::vector<float> cols(rows * width), all(rows * 2 * width);
+    for (int64_t i = 0; i < rows * width; ++i) cols[i] = value(c.rank(), static_cast<int>(i));
+    gather_columns(&c, split, cols.data(), width, all.data());
+    for (int64_t r = 0; r < rows; ++r)
+      for (int b = 0; b < 2; ++b)
+        for (int64_t j = 0; j < width; ++j)
+          ASSERT_EQ(all[(r * 2 + b) * width + j], value(b, static_cast<int>(r * width + j))) << r << " " << b << " " << j;
+    ASSERT_EQ(jobs.tiles.size(), 1u) << "the copy into place is a job";
+    EXPECT_EQ(jobs.tiles[0], 64) << "256 KiB in pieces of 4 KiB";
+    // Rows: each rank's block of 8 rows, one after the other.
+    std::vector<float> mine(split.count() * 2 * width), gathered(rows * 2 * width);
+    for (int64_t i = 0; i < split.count() * 2 * width; ++i) mine[i] = value(c.rank(), static_cast<int>(i));
+    gather_rows(&c, split, mine.data(), 2 * width, gathered.data());
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < 2 * width; ++j)
+        ASSERT_EQ(gathered[r * 2 * width + j], value(static_cast<int>(r / 8), static_cast<int>(r % 8 * 2 * width + j)))
+            << r << " " << j;
+    ASSERT_EQ(jobs.tiles.size(), 2u);
+    EXPECT_EQ(jobs.tiles[1], 64);
+    // Two rows of 8 KiB: no job.
+    const TokenSplit two = TokenSplit::of(2, &c);
+    gather_rows(&c, two, mine.data(), width, gathered.data());
+    for (int64_t r = 0; r < 2; ++r)
+      for (int64_t j = 0; j < width; ++j) ASSERT_EQ(gathered[r * width + j], value(static_cast<int>(r), static_cast<int>(j)));
+    EXPECT_EQ(jobs.tiles.size(), 2u);
   });
 }
 

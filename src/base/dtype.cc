@@ -47,8 +47,6 @@ bool dtype_from_name(const std::string& name, DType* out) {
   return false;
 }
 
-float bf16_to_f32(uint16_t v) { return std::bit_cast<float>(static_cast<uint32_t>(v) << 16); }
-
 uint16_t f32_to_bf16(float v) {
   const uint32_t bits = std::bit_cast<uint32_t>(v);
   if (std::isnan(v)) return 0x7FC0;

@@ -17,7 +17,8 @@ size_t dtype_size(DType t);
 const char* dtype_name(DType t);  // safetensors spelling: "F32", "BF16", ...
 bool dtype_from_name(const std::string& name, DType* out);
 
-float bf16_to_f32(uint16_t v);
+// Inline: the embedding converts a row of thousands a token.
+inline float bf16_to_f32(uint16_t v) { return std::bit_cast<float>(static_cast<uint32_t>(v) << 16); }
 uint16_t f32_to_bf16(float v);  // round to nearest even
 float f16_to_f32(uint16_t v);
 uint16_t f32_to_f16(float v);  // round to nearest even, overflow to infinity

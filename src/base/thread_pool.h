@@ -5,6 +5,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -110,6 +111,16 @@ inline void parallel_for(int64_t n, int64_t grain, const std::function<void(int6
   ThreadPool::current().parallel_for(n, grain, fn);
 }
 
+// The grain of work that streams `item_bytes` bytes an item (a conversion
+// or a sum of rows): at least kStreamTaskBytes a task, so that each task
+// pays for its share of a job's wake-up, and at least one item. A decode
+// batch's 16 rows of 16-64 KiB each, at a grain of 16 rows, were one task:
+// done on the rank's thread while every other worker waited.
+inline constexpr int64_t kStreamTaskBytes = int64_t{64} << 10;
+inline int64_t stream_grain(int64_t item_bytes) {
+  return item_bytes >= kStreamTaskBytes ? 1 : kStreamTaskBytes / (item_bytes > 0 ? item_bytes : 1);
+}
+
 // Work over `rows` rows of `width` values in pieces of `piece` values, at
 // least `grain` pieces a task: fn(row, begin, end) for each piece. For
 // elementwise steps, whose values do not depend on how a row is cut.
@@ -121,6 +132,21 @@ void parallel_for_pieces(int64_t rows, int64_t width, int64_t piece, int64_t gra
       const int64_t r = u / pieces, d0 = u % pieces * piece;
       fn(r, d0, d0 + piece < width ? d0 + piece : width);
     }
+  });
+}
+
+// Copies `runs` runs of `floats` floats, run i from src(i) to dst(i): on
+// the calling thread when they are under kStreamTaskBytes in all (cheaper
+// than a job), else in pieces of 4 KiB, a piece a task, so that a decode
+// batch's copies (hundreds of KiB) keep every worker busy briefly rather
+// than a few for long.
+template <class Src, class Dst>
+void parallel_copy(int64_t runs, int64_t floats, Src src, Dst dst) {
+  constexpr int64_t kPiece = 1024;
+  const int64_t pieces = runs * ((floats + kPiece - 1) / kPiece);
+  const int64_t grain = runs * floats * static_cast<int64_t>(sizeof(float)) < kStreamTaskBytes ? pieces : 1;
+  parallel_for_pieces(runs, floats, kPiece, grain, [&](int64_t i, int64_t d0, int64_t d1) {
+    std::memcpy(dst(i) + d0, src(i) + d0, sizeof(float) * static_cast<size_t>(d1 - d0));
   });
 }
 

@@ -306,12 +306,10 @@ void attention_output(const AttentionWeights& w, const LayerContext& ctx, const 
   const bool one_row = rows == 1;
   Buffer og(rows * gl * olr), ogroups(one_row ? 0 : gl * rows * olr), xin(one_row ? 0 : gl * rows * group_in);
   if (!one_row)
-    parallel_for(rows, 16, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r)
-        for (int64_t gi = 0; gi < gl; ++gi)
-          std::memcpy(&xin[(gi * rows + r) * group_in], oin + (r * oheads + first_head) * hd + gi * group_in,
-                      sizeof(float) * group_in);
-    });
+    parallel_copy(
+        rows * gl, group_in,
+        [&](int64_t i) { return oin + (i / gl * oheads + first_head) * hd + i % gl * group_in; },
+        [&](int64_t i) { return &xin[(i % gl * rows + i / gl) * group_in]; });
   std::vector<LinearProduct> groups;
   for (int64_t gi = 0; gi < gl; ++gi) {
     if (one_row) groups.push_back({&w.wo_a[gi], oin + first_head * hd + gi * group_in, 1, og.data() + gi * olr});
@@ -319,11 +317,9 @@ void attention_output(const AttentionWeights& w, const LayerContext& ctx, const 
   }
   linear_forward_all(ctx.k, groups);
   if (!one_row)
-    parallel_for(rows, 16, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r)
-        for (int64_t gi = 0; gi < gl; ++gi)
-          std::memcpy(&og[(r * gl + gi) * olr], &ogroups[(gi * rows + r) * olr], sizeof(float) * olr);
-    });
+    parallel_copy(
+        rows * gl, olr, [&](int64_t i) { return &ogroups[(i % gl * rows + i / gl) * olr]; },
+        [&](int64_t i) { return &og[i * olr]; });
   if (!tp) {
     linear_forward(ctx.k, w.wo_b, og.data(), rows, out);
     return;
@@ -337,11 +333,9 @@ void attention_output(const AttentionWeights& w, const LayerContext& ctx, const 
   gather_columns(tp, TokenSplit::of(rows, tp), og.data(), gl * olr, all.data());
   if (G >= tp_size) return linear_forward(ctx.k, w.wo_b, all.data(), rows, out);
   const int64_t stride = gl * olr * tp_size, per_group = tp_size / G;
-  parallel_for(rows, 16, [&](int64_t r0, int64_t r1) {
-    for (int64_t row = r0; row < r1; ++row)
-      for (int64_t g = 0; g < G; ++g)
-        std::memcpy(&full[(row * G + g) * olr], &all[row * stride + g * per_group * gl * olr], sizeof(float) * olr);
-  });
+  parallel_copy(
+      rows * G, olr, [&](int64_t i) { return &all[i / G * stride + i % G * per_group * gl * olr]; },
+      [&](int64_t i) { return &full[i * olr]; });
   linear_forward(ctx.k, w.wo_b, full.data(), rows, out);
 }
 

@@ -58,7 +58,9 @@ void DeepseekV4::embed(const ForwardBatch& batch, float* out) const {
   const bool sharded = tensor_group_ && tensor_group_->size() > 1;
   std::vector<float> mine(sharded && scope.flashcomm ? rows * dim : 0);
   float* e = mine.empty() ? out : mine.data();
-  parallel_for(rows, 16, [&](int64_t r0, int64_t r1) {
+  // A row a task: each is a row of a table no cache holds, converted to
+  // f32 (a decode batch's 16 rows were one task, on the rank's thread).
+  parallel_for(rows, 1, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t t = static_cast<int64_t>(batch.token_ids[r]) - first;
       if (t >= 0 && t < part) weights_->embed.row(t, e + r * dim);
@@ -148,7 +150,7 @@ void DeepseekV4::block(const kernels::Kernels& k, const BlockWeights& b, int cac
     r = routed_all.data();
   }
   PhaseTimer::Scope time(Phase::kHyperConnections);
-  parallel_for(held, 16, [&](int64_t r0, int64_t r1) {
+  parallel_for(held, stream_grain(sizeof(float) * dim), [&](int64_t r0, int64_t r1) {
     for (int64_t i = r0 * dim; i < r1 * dim; ++i) y[i] += r[i];
   });
   if (!link || !link->next) return hc_post(mix, c, y.data(), held, mid, h);
@@ -234,10 +236,8 @@ Status DeepseekV4::forward(const ForwardBatch& batch, ForwardOutput* out, bool w
   if (taps) out->taps.assign(rows * c.dspark_taps() * dim, 0.0f);
   embed(batch, e.data());
   const ReferenceRows rr = ReferenceRows::of(batch);
-  parallel_for(held, 16, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r)
-      for (int s = 0; s < c.hc_mult; ++s) std::memcpy(&h[r * flat + s * dim], &e[r * dim], sizeof(float) * dim);
-  });
+  parallel_copy(
+      held * c.hc_mult, dim, [&](int64_t i) { return &e[i / c.hc_mult * dim]; }, [&](int64_t i) { return &h[i * dim]; });
 
   NextBlock link;
   for (int i = 0; i < c.n_layers; ++i) {

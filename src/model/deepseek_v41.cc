@@ -204,14 +204,15 @@ void DeepseekV41::moe(const V41MoE& w, int top_k, const float* x, int64_t rows, 
   // The routed experts (on the ranks holding them), added per row in
   // expert-index order from zero, then the shared expert.
   const ExpertSlots slots{chosen.data(), weights.data(), n, k, static_cast<int>(E)};
-  Buffer slot_out(n * k * dim), routed(n * dim), shared((held ? n : rows) * dim);
+  SlotOutputs slot_out;
+  Buffer routed(n * dim), shared((held ? n : rows) * dim);
   run_expert_slots(slots, x + first * dim, dim, expert_group_,
                    batched ? RunExperts(all_at_once)
                            : one_expert_at_a_time([&](int e, const float* in, int64_t m, const float* rw, float* out) {
                                expert(w.experts[e], in, m, rw, out, nullptr);
                              }),
-                   slot_out.data());
-  sum_slots_in_expert_order(slots, slot_out.data(), dim, routed.data());
+                   &slot_out);
+  sum_slots_in_expert_order(slots, slot_out, dim, routed.data());
   // Under FlashComm1 the routed block is this rank's rows already.
   if (held) std::copy(routed.begin(), routed.end(), y);
   else gather_rows(tensor_group_, split, routed.data(), dim, y);

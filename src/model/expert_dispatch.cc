@@ -63,13 +63,9 @@ void run_with_rows_packed(std::vector<ExpertRows>& experts, int64_t packed, int6
     experts[i].y = yout.data() + row * dim;
     row += experts[i].n;
   }
-  parallel_for(packed, 64, [&](int64_t a, int64_t b) {
-    for (int64_t i = a; i < b; ++i) std::copy_n(input(i), dim, &xin[i * dim]);
-  });
+  parallel_copy(packed, dim, input, [&](int64_t i) { return &xin[i * dim]; });
   run(experts);
-  parallel_for(packed, 64, [&](int64_t a, int64_t b) {
-    for (int64_t i = a; i < b; ++i) std::copy_n(&yout[i * dim], dim, output(i));
-  });
+  parallel_copy(packed, dim, [&](int64_t i) { return &yout[i * dim]; }, output);
 }
 
 // One rank holding every expert: each expert's slots, in slot order (the
@@ -78,8 +74,12 @@ void run_with_rows_packed(std::vector<ExpertRows>& experts, int64_t packed, int6
 // prefill chunk's six slots a token would otherwise be copied three more
 // times over (hundreds of MiB a layer).
 void run_local_expert_slots(const ExpertSlots& s, const float* x, int64_t dim, const RunExperts& run,
-                            float* slots_out) {
+                            SlotOutputs* outputs) {
   const int64_t k = s.k, n_slots = s.rows * k;
+  outputs->rows.resize(n_slots * dim);
+  float* slots_out = outputs->rows.data();
+  outputs->of_slot.resize(n_slots);
+  for (int64_t i = 0; i < n_slots; ++i) outputs->of_slot[i] = slots_out + i * dim;
   std::vector<int64_t> first(s.num_experts + 1, 0);  // of each expert's slots in `slot`
   for (int64_t i = 0; i < n_slots; ++i) {
     DSV4_CHECK_MSG(s.experts[i] >= 0 && s.experts[i] < s.num_experts, "a slot for expert %d of %d", s.experts[i],
@@ -118,10 +118,10 @@ void run_local_expert_slots(const ExpertSlots& s, const float* x, int64_t dim, c
 }  // namespace
 
 void run_expert_slots(const ExpertSlots& s, const float* x, int64_t dim, Collectives* ep, const RunExperts& run,
-                      float* slots_out) {
+                      SlotOutputs* outputs) {
   const int64_t k = s.k, n_slots = s.rows * k;
   const int ranks = ep ? ep->size() : 1;
-  if (ranks == 1) return run_local_expert_slots(s, x, dim, run, slots_out);
+  if (ranks == 1) return run_local_expert_slots(s, x, dim, run, outputs);
   const ExpertShard shard{ep->rank(), ranks};
   const int per_rank = s.num_experts / ranks;
   // Each destination's slots in slot order, and the rows they read in the
@@ -159,9 +159,9 @@ void run_expert_slots(const ExpertSlots& s, const float* x, int64_t dim, Collect
     char* rows_at = at + header_bytes(send_counts[r].slots);
     for (size_t j = 0; j < rows_to[r].size(); ++j) row_copies.emplace_back(rows_at + j * row_bytes, rows_to[r][j]);
   }
-  parallel_for(static_cast<int64_t>(row_copies.size()), 64, [&](int64_t a, int64_t b) {
-    for (int64_t j = a; j < b; ++j) std::memcpy(row_copies[j].first, x + row_copies[j].second * dim, row_bytes);
-  });
+  parallel_copy(
+      static_cast<int64_t>(row_copies.size()), dim, [&](int64_t j) { return x + row_copies[j].second * dim; },
+      [&](int64_t j) { return reinterpret_cast<float*>(row_copies[j].first); });
   ep->all_to_all_v(send_counts.data(), count_bytes, recv_counts.data(), count_bytes);
   size_t received = 0;
   for (int r = 0; r < ranks; ++r) received += recv_bytes[r] = recv_counts[r].bytes(dim);
@@ -208,20 +208,20 @@ void run_expert_slots(const ExpertSlots& s, const float* x, int64_t dim, Collect
   run_with_rows_packed(
       experts, static_cast<int64_t>(arrival.size()), dim, run, [&](int64_t i) { return slot_row[arrival[i]]; },
       [&](int64_t i) { return &results[arrival[i] * dim]; });
-  // Outputs travel back the way their slots came, one a slot.
+  // Outputs travel back the way their slots came, one a slot, and stay
+  // where they arrive.
   std::vector<size_t> out_bytes(ranks), in_bytes(ranks);
   for (int r = 0; r < ranks; ++r) {
     out_bytes[r] = row_bytes * recv_counts[r].slots;
     in_bytes[r] = row_bytes * send_counts[r].slots;
   }
-  ScratchVector<float> back(n_slots * dim);
-  ep->all_to_all_v(results.data(), out_bytes, back.data(), in_bytes);
-  parallel_for(n_slots, 64, [&](int64_t a, int64_t b) {
-    for (int64_t j = a; j < b; ++j) std::copy_n(&back[j * dim], dim, slots_out + order[j] * dim);
-  });
+  outputs->rows.resize(n_slots * dim);
+  ep->all_to_all_v(results.data(), out_bytes, outputs->rows.data(), in_bytes);
+  outputs->of_slot.resize(n_slots);
+  for (int64_t j = 0; j < n_slots; ++j) outputs->of_slot[order[j]] = &outputs->rows[j * dim];
 }
 
-void sum_slots_in_expert_order(const ExpertSlots& s, const float* slots_out, int64_t dim, float* out) {
+void sum_slots_in_expert_order(const ExpertSlots& s, const SlotOutputs& outputs, int64_t dim, float* out) {
   const int64_t k = s.k;
   // A task a piece of a row (each value adds its own slots' values).
   parallel_for_pieces(s.rows, dim, 512, 1, [&](int64_t r, int64_t d0, int64_t d1) {
@@ -232,7 +232,7 @@ void sum_slots_in_expert_order(const ExpertSlots& s, const float* slots_out, int
     std::stable_sort(order.begin(), order.end(),
                      [&](int64_t a, int64_t b) { return s.experts[r * k + a] < s.experts[r * k + b]; });
     for (int64_t j : order)
-      for (int64_t d = d0; d < d1; ++d) out[r * dim + d] += slots_out[(r * k + j) * dim + d];
+      for (int64_t d = d0; d < d1; ++d) out[r * dim + d] += outputs.of_slot[r * k + j][d];
   });
 }
 

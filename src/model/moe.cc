@@ -153,7 +153,7 @@ void moe_forward(const kernels::Kernels& k, const MoEWeights& w, const ModelConf
   PhaseTimer::Scope experts_time(Phase::kExperts);
   Routing rt = route_tokens(k, w, c, x + first * dim, token_ids + first, n, rr.slice(first, n));
   const ExpertSlots slots{rt.experts.data(), rt.weights.data(), n, static_cast<int>(topk), c.n_routed_experts};
-  ScratchVector<float> slot_out(n * topk * dim);
+  SlotOutputs slot_out;
   // The shared expert, for every row (this rank's share of its features),
   // runs in the routed experts' jobs: its own would be three more a layer.
   Collectives* tp = groups.tp && groups.tp->size() > 1 ? groups.tp : nullptr;
@@ -166,8 +166,8 @@ void moe_forward(const kernels::Kernels& k, const MoEWeights& w, const ModelConf
         calls.push_back(shared);
         experts_forward(k, c.swiglu_limit, calls);
       },
-      slot_out.data());
-  sum_slots_in_expert_order(slots, slot_out.data(), dim, routed_out);
+      &slot_out);
+  sum_slots_in_expert_order(slots, slot_out, dim, routed_out);
 }
 
 }  // namespace dsv4

@@ -17,14 +17,12 @@ void copy_floats(float* dst, const float* src, int64_t n) {
 
 // Row r of each of `blocks` blocks of `rows` rows of `width` floats in src
 // (block-major) -> dst row r, the blocks side by side: the layout a
-// gather of columns makes. Rows in parallel: a prefill chunk moves
-// hundreds of MiB here.
+// gather of columns makes. In parallel: a prefill chunk moves hundreds of
+// MiB here, a decode batch hundreds of KiB.
 void interleave_blocks(const float* src, int blocks, int64_t rows, int64_t width, float* dst) {
-  parallel_for(rows, 16, [&](int64_t r0, int64_t r1) {
-    for (int64_t row = r0; row < r1; ++row)
-      for (int b = 0; b < blocks; ++b)
-        copy_floats(dst + (row * blocks + b) * width, src + (b * rows + row) * width, width);
-  });
+  parallel_copy(
+      rows * blocks, width, [&](int64_t i) { return src + (i % blocks * rows + i / blocks) * width; },
+      [&](int64_t i) { return dst + i * width; });
 }
 
 }  // namespace
@@ -40,8 +38,10 @@ void gather_rows(Collectives* group, const TokenSplit& s, const float* mine, int
   copy_floats(sent.data(), mine, held);
   std::fill(sent.begin() + held, sent.end(), 0.0f);
   group->all_gather(sent.data(), sizeof(float) * block, got.data());
-  for (int r = 0; r < s.size; ++r)
-    copy_floats(all + s.begin(r) * width, got.data() + r * block, s.count(r) * width);
+  // Row i came from rank i / s.block, at its place in that rank's block.
+  parallel_copy(
+      s.rows, width, [&](int64_t i) { return got.data() + i / s.block * block + i % s.block * width; },
+      [&](int64_t i) { return all + i * width; });
 }
 
 void gather_columns(Collectives* group, const TokenSplit& s, const float* cols, int64_t width, float* all) {
@@ -112,7 +112,7 @@ void reduce_scatter_rows(Collectives* group, const TokenSplit& s, const float* a
   for (int r = 0; r < s.size; ++r) send[r] = sizeof(float) * s.count(r) * width;
   ScratchVector<float> got(n * s.size);
   group->all_to_all_v(all + s.begin(0) * width, send, got.data(), recv);
-  parallel_for(s.count(), 16, [&](int64_t r0, int64_t r1) {
+  parallel_for(s.count(), stream_grain(sizeof(float) * width * s.size), [&](int64_t r0, int64_t r1) {
     for (int64_t i = r0 * width; i < r1 * width; ++i) {
       float sum = got[i];
       for (int r = 1; r < s.size; ++r) sum += got[r * n + i];
