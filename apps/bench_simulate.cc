@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include <atomic>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -32,11 +33,13 @@ struct Outcome {
   std::vector<PhaseLoads> raw;    // by rank: every tile and span at the time it took here
   std::vector<CollectiveLoad> comm;  // by rank, over the measured steps
   int64_t tokens_measured = 0;    // tokens the measured steps produced (prefill: the chunk's prompt tokens)
+  std::vector<SimulatedRank::TraceEntry> trace;  // rank 0's traced step (--trace-step)
 };
 
 struct Scenario {
   std::string name;
   int64_t batch = 1, prompt = 0, gen = 0;  // gen 0: measure the prefill step
+  int64_t trace_step = 0;  // a measured decode step (1: the first) whose jobs and spans to list; 0: none
 };
 
 // One engine over the checkpoint: on the placement's simulated pools, its
@@ -119,6 +122,7 @@ Status run(Engine& engine, const Scenario& s, std::vector<std::unique_ptr<Simula
         for (auto& sim : *sims) sim->step_ends();
     }
   }
+  if (sims && s.trace_step > 0) out->trace = sims->front()->trace_of_step(static_cast<size_t>(s.trace_step - 1));
   if (sims)
     for (auto& sim : *sims) {
       out->loads.push_back(sim->clamped_loads());
@@ -165,6 +169,31 @@ double measure_clock_seconds() {
 }
 
 double mib(double bytes) { return bytes / 1048576.0; }
+
+// A step's jobs and serial spans in order, each on a line, with the time of
+// the whole step's spans and jobs by phase after them.
+void print_trace(const Scenario& s, const std::vector<SimulatedRank::TraceEntry>& trace, int workers) {
+  std::printf("  step %lld, rank 0, in order (job: its tiles, its busiest worker's projected time and its balance; "
+              "serial: the rank thread's time outside jobs, measured here):\n",
+              static_cast<long long>(s.trace_step));
+  std::array<double, kNumPhases> serial{}, busiest{};
+  for (const SimulatedRank::TraceEntry& e : trace) {
+    const int p = static_cast<int>(e.phase);
+    if (e.tiles > 0) {
+      busiest[p] += e.seconds;
+      std::printf("    %-18s job %5lld tiles %9.2f us, balance %5.1f%%\n", phase_name(e.phase),
+                  static_cast<long long>(e.tiles), 1e6 * e.seconds, 100 * e.work / workers / e.seconds);
+    } else {
+      serial[p] += e.seconds;
+      std::printf("    %-18s serial          %9.2f us\n", phase_name(e.phase), 1e6 * e.seconds);
+    }
+  }
+  std::printf("  step %lld by phase: serial us / jobs' busiest us:", static_cast<long long>(s.trace_step));
+  for (int p = 0; p < kNumPhases; ++p)
+    if (serial[p] > 0 || busiest[p] > 0)
+      std::printf(" %s %.1f / %.1f;", phase_name(static_cast<Phase>(p)), 1e6 * serial[p], 1e6 * busiest[p]);
+  std::printf("\n");
+}
 
 void print_scenario(const SimulateOptions& o, const Scenario& s, const Outcome& out, int layers) {
   const SimulatedMachine& m = o.machine;
@@ -231,6 +260,7 @@ void print_scenario(const SimulateOptions& o, const Scenario& s, const Outcome& 
               "times at its place in the %lld steps; at the times they took: projected %.2f tok/s, %.1f%% of "
               "roofline, balance of the whole step %.1f%% (worst rank)\n",
               static_cast<long long>(s.gen), raw, 100 * raw / roofline, 100 * raw_balance);
+  if (!out.trace.empty()) print_trace(s, out.trace, workers);
 }
 
 }  // namespace
@@ -308,7 +338,7 @@ int bench_simulate(const SimulateOptions& o_in) {
   std::vector<Scenario> scenarios;
   for (int64_t b : o.batches)
     scenarios.push_back({"decode batch " + std::to_string(b) + " after " + std::to_string(o.ctx) + " prompt tokens", b,
-                         o.ctx, o.gen});
+                         o.ctx, o.gen, std::min(o.trace_step, o.gen)});
   if (o.chunk > 0) scenarios.push_back({"prefill of a " + std::to_string(o.chunk) + "-token chunk", 1, o.chunk, 0});
 
   std::vector<Outcome> plain(scenarios.size());

@@ -28,6 +28,7 @@ struct SimulateOptions {
   std::vector<int64_t> batches = {1, 16};
   int64_t chunk = 4096;               // the prefill chunk measured (0: none)
   bool compare = true;                // also run unsimulated and compare the tokens
+  int64_t trace_step = 0;             // list this measured decode step's jobs and serial spans (0: none)
 };
 
 // "cores=128,nodes=2[,bandwidth=400][,job-us=2.5]" (bandwidth: GB/s a node).

@@ -32,7 +32,7 @@ const char* kHelp =
     "                  [--flashcomm1-sp-min-token-num N]\n"
     "       dsv4 bench --serving [--model DIR] [--ctx 4096] [--gen N] [--k 1,3,7] [--csv FILE]\n"
     "       dsv4 bench --simulate cores=N[,nodes=N,bandwidth=GBPS,job-us=US] [--model DIR] [--tp N --dp N]\n"
-    "                  [--ctx N] [--gen N] [--batch 1,16] [--prompt-len N] [--numerics M]\n"
+    "                  [--ctx N] [--gen N] [--batch 1,16] [--prompt-len N] [--numerics M] [--trace-step N]\n"
     "       dsv4 bench --soak [--host H] [--port P] [--duration S] [--clients N] [--seed S]\n"
     "       dsv4 bench --structured [--model DIR] [--tokenizer DIR] [--cases FILE] [--batch 16] [--gen 32]\n"
     "       dsv4 bench --front-end [--host H] [--port P] [--compare-port P2] [--parts LIST] [--idle N]\n"
@@ -65,7 +65,8 @@ const char* kHelp =
     "                     --batch after --ctx tokens, default 256) and of a --prompt-len prefill chunk\n"
     "                     (default 4096; 0: none): pool jobs, tiles, balance, weight bytes from each\n"
     "                     node and a projected tok/s against the roofline; checks the tokens against\n"
-    "                     an unsimulated run (docs/simulation.md)\n"
+    "                     an unsimulated run (docs/simulation.md); --trace-step N also lists decode step\n"
+    "                     N's jobs and the rank thread's serial spans in order (1: the first measured)\n"
     "  --soak             a mixed load against a running dsv4 serve (default 127.0.0.1:8000) for\n"
     "                     --duration seconds (default 180) from --clients threads (default 16): short\n"
     "                     and long prompts, streaming and not, chat, n=2, shared prefixes, abandoned\n"
@@ -177,7 +178,7 @@ int cmd_bench(int argc, char** argv) {
   std::set<std::string> valued = {"model", "prompt-len", "ctx", "batch", "gen", "csv", "k",
                                   "host", "port", "duration", "clients", "seed", "numerics",
                                   "peer-gguf", "peer-harness", "tokenizer", "cases", "compare-port", "parts",
-                                  "idle", "slowloris", "samples", "streams", "stalled", "simulate"};
+                                  "idle", "slowloris", "samples", "streams", "stalled", "simulate", "trace-step"};
   for (const auto& k : parallel_option_names()) valued.insert(k);
   Args args(argc, argv, 2, valued, {"help", "topology", "serving", "soak", "structured", "front-end"});
   if (args.has("help")) {
@@ -230,10 +231,12 @@ int cmd_bench(int argc, char** argv) {
     s.ctx = args.get_int("ctx", s.ctx);
     s.gen = args.get_int("gen", s.gen);
     s.chunk = args.get_int("prompt-len", s.chunk);
+    s.trace_step = args.get_int("trace-step", 0);
     if (args.has("batch")) s.batches = int_list(args.get("batch"));
     if (Status st = parse_simulated_machine(args.get("simulate"), &s); args.ok() && !st.ok()) args.set_error(st.message());
-    if (args.ok() && (s.ctx < 1 || s.gen < 1 || s.chunk < 0 || s.batches.empty()))
-      args.set_error("--simulate needs --ctx and --gen of at least 1, --prompt-len of at least 0 and --batch sizes");
+    if (args.ok() && (s.ctx < 1 || s.gen < 1 || s.chunk < 0 || s.batches.empty() || s.trace_step < 0))
+      args.set_error("--simulate needs --ctx and --gen of at least 1, --prompt-len and --trace-step of at least 0 "
+                     "and --batch sizes");
     if (!args.ok()) {
       std::fprintf(stderr, "dsv4 bench: %s\n%s", args.error().c_str(), kHelp);
       return 2;

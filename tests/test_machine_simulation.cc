@@ -196,6 +196,56 @@ TEST(SimulatedPool, ClampedLoadsCutARareLongTileAndKeepPeriodicWork) {
   EXPECT_EQ(total_of(rank.clamped_loads()).jobs, 0);
 }
 
+// A step's trace lists its jobs and the rank thread's serial spans between
+// them in the order they ran, each job with its tiles and busiest worker.
+TEST(SimulatedPool, AStepsTraceListsItsJobsAndSerialSpansInOrder) {
+  SimulatedMachine m;
+  m.nodes = 1;
+  m.cores = 2;
+  SimulatedRank rank(m, 0, 2, nullptr);
+  auto job = [&](Phase phase, std::vector<double> cpu) {
+    PhaseTimer::Scope in(phase);
+    rank.job_begins(static_cast<int64_t>(cpu.size()));
+    for (size_t t = 0; t < cpu.size(); ++t) {
+      rank.tile_begins(static_cast<int64_t>(t));
+      rank.tile_ends(cpu[t]);
+    }
+    rank.job_ends();
+  };
+  auto spin = [](double seconds) {  // the rank thread's own work between jobs
+    const double until = thread_cpu_seconds() + seconds;
+    while (thread_cpu_seconds() < until) {
+    }
+  };
+  job(Phase::kAttention, {1.0, 1.0});
+  spin(2e-3);
+  job(Phase::kExperts, {2.0, 1.0, 0.5});
+  rank.step_ends();
+  job(Phase::kHyperConnections, {3.0});
+  rank.step_ends();
+
+  const auto first = rank.trace_of_step(0);
+  ASSERT_EQ(first.size(), 3u);
+  EXPECT_EQ(first[0].phase, Phase::kAttention);
+  EXPECT_EQ(first[0].tiles, 2);
+  EXPECT_DOUBLE_EQ(first[0].seconds, 1.0);
+  EXPECT_EQ(first[1].tiles, 0);  // the spin, a serial span in the phase the next job began in
+  EXPECT_EQ(first[1].phase, Phase::kExperts);
+  EXPECT_GE(first[1].seconds, 2e-3);
+  EXPECT_LT(first[1].seconds, 1.0);
+  EXPECT_EQ(first[2].tiles, 3);
+  EXPECT_DOUBLE_EQ(first[2].seconds, 2.0);  // worker 0: 2, worker 1: 1 + 0.5
+  EXPECT_DOUBLE_EQ(first[2].work, 3.5);
+  const auto second = rank.trace_of_step(1);
+  ASSERT_EQ(second.size(), 2u);  // the span before its job, then the job
+  EXPECT_EQ(second[0].tiles, 0);
+  EXPECT_EQ(second[1].phase, Phase::kHyperConnections);
+  EXPECT_DOUBLE_EQ(second[1].seconds, 3.0);
+  EXPECT_TRUE(rank.trace_of_step(2).empty());
+  rank.reset();
+  EXPECT_TRUE(rank.trace_of_step(0).empty());
+}
+
 TEST(MemoryBinding, ARecordedRequestReplacesWhatItOverlaps) {
   RecordedMemoryBinding b;
   std::vector<char> buf(1000);

@@ -48,6 +48,8 @@ SimulatedRank::SimulatedRank(const SimulatedMachine& machine, int node, int work
   tiles_.reserve(size_t{1} << 22);
   jobs_.reserve(size_t{1} << 18);
   spans_.reserve(size_t{1} << 20);
+  events_.reserve(size_t{1} << 21);
+  reset();
 }
 
 void SimulatedRank::reset() {
@@ -55,10 +57,13 @@ void SimulatedRank::reset() {
   tiles_.clear();
   jobs_.clear();
   spans_.clear();
+  events_.clear();
+  step_starts_.clear();
   step_ends();
 }
 
 void SimulatedRank::step_ends() {
+  step_starts_.push_back(events_.size());
   jobs_in_ = {};
   spans_in_ = {};
 }
@@ -70,6 +75,7 @@ void SimulatedRank::advance_serial() {
     const double span = std::max(0.0, now - serial_mark_ - machine_.clock_seconds);
     const int p = static_cast<int>(PhaseTimer::current());
     loads_[p].serial += span;
+    events_.push_back({false, spans_.size()});
     spans_.push_back({p, spans_in_[p]++, span});
   }
   serial_mark_ = now;
@@ -132,8 +138,27 @@ void SimulatedRank::job_ends() {
   p.work += s.work;
   p.busiest += s.busiest;
   const int phase = static_cast<int>(PhaseTimer::current());
+  events_.push_back({true, jobs_.size()});
   jobs_.push_back({phase, jobs_in_[phase]++, job_first_, count});
   serial_mark_ = thread_cpu_seconds();
+}
+
+std::vector<SimulatedRank::TraceEntry> SimulatedRank::trace_of_step(size_t step) const {
+  // step_starts_[0] is reset's mark; step k runs from mark k to mark k + 1.
+  if (step + 1 >= step_starts_.size()) return {};
+  std::vector<TraceEntry> out;
+  for (size_t e = step_starts_[step]; e < step_starts_[step + 1]; ++e) {
+    const Event& ev = events_[e];
+    if (ev.job) {
+      const JobRecord& j = jobs_[ev.index];
+      const Schedule sc = schedule(tiles_.data() + j.first, j.count);
+      out.push_back({static_cast<Phase>(j.phase), static_cast<int64_t>(j.count), sc.busiest, sc.work});
+    } else {
+      const SpanRecord& s = spans_[ev.index];
+      out.push_back({static_cast<Phase>(s.phase), 0, s.seconds});
+    }
+  }
+  return out;
 }
 
 namespace {

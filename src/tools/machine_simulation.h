@@ -114,6 +114,18 @@ class SimulatedRank : public JobObserver {
   // cost. Places seen in fewer than 8 steps keep their times.
   PhaseLoads clamped_loads() const;
 
+  // One step's jobs and the rank thread's serial spans between them, in the
+  // order they ran, at the times they took here (unclamped): where a step's
+  // time goes, for `dsv4 bench --simulate --trace-step`.
+  struct TraceEntry {
+    Phase phase = Phase::kOther;
+    int64_t tiles = 0;     // 0: a serial span
+    double seconds = 0;    // a job's busiest worker (projected), or the span
+    double work = 0;       // a job's tiles, all together (projected)
+  };
+  // Step `step` (0: the first) since the last reset; empty if not recorded.
+  std::vector<TraceEntry> trace_of_step(size_t step) const;
+
   void read(const void* at, int64_t bytes) override;
   void job_begins(int64_t tiles) override;
   void tile_begins(int64_t index) override;
@@ -136,6 +148,11 @@ class SimulatedRank : public JobObserver {
     int phase = 0;
     int64_t ordinal = 0;
     double seconds = 0;
+  };
+  // jobs_ and spans_ interleaved in the order they ended.
+  struct Event {
+    bool job = false;
+    size_t index = 0;  // into jobs_ or spans_
   };
   // A job's projected work (all tiles) and busiest worker, its tiles handed
   // out in order, each to the worker that frees up first.
@@ -163,6 +180,8 @@ class SimulatedRank : public JobObserver {
   std::vector<Tile> tiles_;
   std::vector<JobRecord> jobs_;
   std::vector<SpanRecord> spans_;
+  std::vector<Event> events_;
+  std::vector<size_t> step_starts_;  // each step's first event (the first step's is 0)
   size_t job_first_ = 0;  // the running job's first tile
   Phase job_phase_ = Phase::kOther;  // and the phase it runs in
   std::array<int64_t, kNumPhases> jobs_in_{}, spans_in_{};  // this step's, by phase, so far
