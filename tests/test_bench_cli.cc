@@ -227,10 +227,11 @@ namespace {
 
 // The simulator end to end on the embedded model: two nodes of four cores,
 // the ranks placed one a node, every weight byte read on its own node, the
-// tokens those of an unsimulated run; and malformed machines refused by name.
+// tokens those of an unsimulated run; each decode scenario's traced step
+// listed; and malformed machines refused by name.
 TEST(BenchCli, SimulatedMachineRunsTheRealForward) {
   const auto r = testing::run_dsv4("bench --simulate cores=8,nodes=2,bandwidth=100,job-us=5 --ctx 16 --gen 2 "
-                                   "--batch 1,3 --prompt-len 64");
+                                   "--batch 1,3 --prompt-len 64 --trace-step 2");
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("2 NUMA nodes x 4 cores"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("rank 1: NUMA node 1, cores 4-7 (4 threads)"), std::string::npos) << r.output;
@@ -248,6 +249,15 @@ TEST(BenchCli, SimulatedMachineRunsTheRealForward) {
   int same = 0;
   while ((at = r.output.find("tokens identical to an unsimulated run", at)) != std::string::npos) ++same, ++at;
   EXPECT_EQ(same, 3) << r.output;
+  at = 0;
+  int traced = 0;
+  while ((at = r.output.find("step 2, rank 0, in order", at)) != std::string::npos) ++traced, ++at;
+  EXPECT_EQ(traced, 2) << r.output;  // the decode scenarios, not the prefill
+  EXPECT_NE(r.output.find(" tiles "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("step 2 by phase: serial us / jobs' busiest us: "), std::string::npos) << r.output;
+  const auto negative = testing::run_dsv4("bench --simulate cores=8 --trace-step -1");
+  EXPECT_EQ(negative.code, 2) << negative.output;
+  EXPECT_NE(negative.output.find("--trace-step of at least 0"), std::string::npos) << negative.output;
 
   for (const auto& [spec, says] : std::vector<std::pair<std::string, std::string>>{
            {"nodes=2", "needs cores=N"},
