@@ -255,6 +255,23 @@ void print_scenario(const SimulateOptions& o, const Scenario& s, const Outcome& 
   std::printf("  projected %.2f tok/s; roofline %.2f tok/s (the busiest rank's weight bytes a step over its node's "
               "%.0f GB/s): %.1f%% of roofline\n",
               projected, roofline, m.node_bandwidth / 1e9, 100 * projected / roofline);
+  // The layers alone: a checkpoint shrunk in layers keeps the vocabulary's
+  // head whole, which streams near the roofline and would flatter the
+  // step; the layers' share is what a released model's 43 or 61 repeat.
+  double layer_s = 0, layer_bytes = 0;
+  for (int r = 0; r < ranks; ++r) {
+    PhaseLoads without_head = out.loads[r];
+    without_head[static_cast<int>(Phase::kHead)] = {};
+    const CollectiveLoad comm = r < static_cast<int>(out.comm.size()) ? out.comm[r] : CollectiveLoad{};
+    layer_s = std::max(layer_s, projected_step_seconds(without_head, m, comm));
+    layer_bytes = std::max(layer_bytes, total_of(without_head).bytes());
+  }
+  const double steps = static_cast<double>(s.gen);  // the loads are the measured steps'
+  layer_s /= steps;
+  const double layer_roofline_s = layer_bytes / steps / m.node_bandwidth;
+  std::printf("  the %d layers alone (every phase but embedding + head): projected %.3f ms a step against %.3f ms at "
+              "the roofline: %.1f%% of roofline, %.3f ms a layer\n",
+              layers, 1e3 * layer_s, 1e3 * layer_roofline_s, 100 * layer_roofline_s / layer_s, 1e3 * layer_s / layers);
   const double raw = static_cast<double>(out.tokens_measured) / raw_step_s;
   std::printf("  above, each tile's and serial span's time at most the next longest after the longest eighth of its "
               "times at its place in the %lld steps; at the times they took: projected %.2f tok/s, %.1f%% of "

@@ -253,6 +253,11 @@ TEST(BenchCli, SimulatedMachineRunsTheRealForward) {
   int traced = 0;
   while ((at = r.output.find("step 2, rank 0, in order", at)) != std::string::npos) ++traced, ++at;
   EXPECT_EQ(traced, 2) << r.output;  // the decode scenarios, not the prefill
+  at = 0;
+  int layers_alone = 0;
+  while ((at = r.output.find("layers alone (every phase but embedding + head): projected ", at)) != std::string::npos)
+    ++layers_alone, ++at;
+  EXPECT_EQ(layers_alone, 2) << r.output;
   EXPECT_NE(r.output.find(" tiles "), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("step 2 by phase: serial us / jobs' busiest us: "), std::string::npos) << r.output;
   const auto negative = testing::run_dsv4("bench --simulate cores=8 --trace-step -1");
