@@ -139,7 +139,7 @@ void run_expert_slots(const ExpertSlots& s, const float* x, int64_t dim, Collect
   std::vector<size_t> send_bytes(ranks), recv_bytes(ranks), count_bytes(ranks, sizeof(MessageCounts));
   std::vector<int64_t> order;       // slots by destination, each destination's in slot order
   std::vector<int64_t> message_at;  // byte offset of each destination's message
-  std::vector<std::pair<char*, int64_t>> row_copies;  // (where, source row) of every row sent
+  std::vector<std::pair<float*, int64_t>> row_copies;  // (where, source row) of every row sent
   size_t sent = 0;
   for (int r = 0; r < ranks; ++r) {
     send_counts[r] = {static_cast<int64_t>(to[r].size()), static_cast<int64_t>(rows_to[r].size())};
@@ -156,12 +156,13 @@ void run_expert_slots(const ExpertSlots& s, const float* x, int64_t dim, Collect
       const SlotHeader hdr{s.experts[i], s.weights[i], row_in_message[i], 0};
       std::memcpy(at + j * sizeof(SlotHeader), &hdr, sizeof hdr);
     }
-    char* rows_at = at + header_bytes(send_counts[r].slots);
-    for (size_t j = 0; j < rows_to[r].size(); ++j) row_copies.emplace_back(rows_at + j * row_bytes, rows_to[r][j]);
+    // Rows start on 64-byte lines (header_bytes), so they are floats in place.
+    auto* rows = reinterpret_cast<float*>(at + header_bytes(send_counts[r].slots));
+    for (size_t j = 0; j < rows_to[r].size(); ++j) row_copies.emplace_back(rows + j * dim, rows_to[r][j]);
   }
   parallel_copy(
       static_cast<int64_t>(row_copies.size()), dim, [&](int64_t j) { return x + row_copies[j].second * dim; },
-      [&](int64_t j) { return reinterpret_cast<float*>(row_copies[j].first); });
+      [&](int64_t j) { return row_copies[j].first; });
   ep->all_to_all_v(send_counts.data(), count_bytes, recv_counts.data(), count_bytes);
   size_t received = 0;
   for (int r = 0; r < ranks; ++r) received += recv_bytes[r] = recv_counts[r].bytes(dim);
