@@ -8,15 +8,12 @@
 #include <random>
 #include <vector>
 
-#include "base/thread_pool.h"
 #include "kernels/cache_rows.h"
 #include "model/cache_geometry.h"
 #include "model/compressor.h"
 #include "model/config.h"
 #include "model/hyper_connection.h"
 #include "model/indexer.h"
-#include "model/moe.h"
-#include "model/weights.h"
 #include "model/rope.h"
 #include "ops/norm.h"
 #include "ops/topk.h"
@@ -235,56 +232,6 @@ TEST(HyperConnections, FastMixesInPiecesDependOnTheirRowOnly) {
   for (int e = 0; e < hc * hc; ++e) {
     EXPECT_EQ(alone.comb[e], batch.comb[row * hc * hc + e]) << e;
     EXPECT_NEAR(alone.comb[e], exact.comb[e], 1e-5f) << e;
-  }
-}
-
-// Fast numerics sum routing's gate in pieces of its inputs too (a tile a
-// piece and panel): a row's experts and weights are its own, bit for bit,
-// alone or among more rows than a tile's block, on one thread or many; and
-// they are the experts the exact one-sum gate picks, with weights within
-// float rounding of its.
-TEST(Routing, FastGateInPiecesDependsOnItsRowOnly) {
-  ModelConfig c;
-  c.dim = 1024;  // two pieces
-  c.n_routed_experts = 64;
-  c.n_activated_experts = 6;
-  c.score_func = ScoreFunc::kSqrtSoftplus;
-  c.route_scale = 1.5f;
-  std::mt19937 rng(9);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  MoEWeights w;
-  w.gate.out = c.n_routed_experts;
-  w.gate.in = c.dim;
-  w.gate.w.resize(w.gate.out * w.gate.in);
-  for (float& v : w.gate.w) v = normal(rng) * 0.03f;
-  w.gate.pack();
-  w.gate_bias.resize(c.n_routed_experts);
-  for (float& v : w.gate_bias) v = normal(rng) * 0.01f;
-  const int64_t rows = 40, row = 35;  // the second block of 32 rows
-  std::vector<float> x(rows * c.dim);
-  for (float& v : x) v = normal(rng);
-  std::vector<int32_t> tokens(rows, 7);
-  auto decode_rows = [](int64_t n) {
-    ReferenceRows rr;
-    rr.index.assign(n, 0);
-    rr.count.assign(n, ReferenceRows::kDecodeRows);
-    return rr;
-  };
-  const kernels::Kernels& fast = kernels::kernels_for(kernels::Numerics::kFast);
-  const Routing batch = route_tokens(fast, w, c, x.data(), tokens.data(), rows, decode_rows(rows));
-  Routing alone;
-  {
-    ThreadPool one(1);
-    ThreadPool::Scope scope(&one);
-    alone = route_tokens(fast, w, c, x.data() + row * c.dim, tokens.data(), 1, decode_rows(1));
-  }
-  const Routing exact = route_tokens(exact_kernels(), w, c, x.data() + row * c.dim, tokens.data(), 1, decode_rows(1));
-  const int64_t k = c.n_activated_experts;
-  for (int64_t j = 0; j < k; ++j) {
-    EXPECT_EQ(alone.experts[j], batch.experts[row * k + j]) << j;
-    EXPECT_EQ(alone.weights[j], batch.weights[row * k + j]) << j;
-    EXPECT_EQ(alone.experts[j], exact.experts[j]) << j;
-    EXPECT_NEAR(alone.weights[j], exact.weights[j], 1e-5f) << j;
   }
 }
 

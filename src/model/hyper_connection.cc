@@ -3,37 +3,77 @@
 #include <algorithm>
 #include <cmath>
 
-#include "base/check.h"
 #include "base/scratch.h"
 #include "base/thread_pool.h"
+#include "base/work_meter.h"
 #include "kernels/kernels.h"
-#include "ops/f32_pieces.h"
 #include "ops/linear.h"
 
 namespace dsv4 {
 namespace {
 
 // Fast numerics add each mix's products over the flattened streams in
-// pieces (ops/f32_pieces.h: a tile a piece and panel), then the pieces in
+// pieces of kMixPiece inputs (a tile a piece and panel), then the pieces in
 // order; exact numerics keep the reference's one left-to-right sum a mix.
 // A row's mixes depend on its own data only, so they are batch-invariant;
 // and a decode step's single row keeps dozens of workers busy: streamed
 // whole, the [24, hc*dim] f32 weight (1.5 MiB at Flash's shapes) would take
 // one core a panel, two in all.
-constexpr int64_t kMixPiece = kF32Piece;
+constexpr int64_t kMixPiece = 512;
+constexpr int64_t kMixRowBlock = 32;
+
+// Each piece's share of the mixes, part [pieces][rows][num_mixes] = fn h[r]
+// over the piece, and of the squares, part_squares [pieces][rows]; a tile
+// is a block of rows x a piece x a panel of outputs. source(r0, n, q, p,
+// buffer) gives piece q of rows [r0, r0 + n), the rows kMixPiece apart (in
+// buffer, or in place for one row).
+template <class Source>
+void piecewise_mixes(const kernels::Kernels& k, const Linear& fn, int64_t num_mixes, int64_t flat, int64_t rows,
+                     Source source, ScratchVector<float>* part_mixes, ScratchVector<float>* part_squares_out) {
+  const int64_t pieces = flat / kMixPiece, blocks = (rows + kMixRowBlock - 1) / kMixRowBlock;
+  const int64_t panels = (num_mixes + kernels::kPanel - 1) / kernels::kPanel;
+  ScratchVector<float>& part = *part_mixes;
+  ScratchVector<float>& part_squares = *part_squares_out;
+  part.resize(pieces * rows * num_mixes);
+  part_squares.resize(pieces * rows);
+  parallel_for(blocks * pieces * panels, 1, [&](int64_t a, int64_t b) {
+    thread_local ScratchVector<float> gathered;  // kept: a task every piece
+    for (int64_t u = a; u < b; ++u) {
+      const int64_t p = u % panels, q = u / panels % pieces, r0 = u / panels / pieces * kMixRowBlock;
+      const int64_t n = std::min(rows - r0, kMixRowBlock);
+      const float* x = source(r0, n, q, p, gathered);
+      if (p == 0)
+        for (int64_t r = 0; r < n; ++r)
+          part_squares[q * rows + r0 + r] = kernels::sum_squares(x + r * kMixPiece, kMixPiece);
+      const float* w = fn.panels.data() + (p * flat + q * kMixPiece) * kernels::kPanel;
+      meter_read(w, static_cast<int64_t>(sizeof(float)) * kMixPiece * kernels::kPanel);
+      k.matmul_f32(x, n, kMixPiece, w, std::min(kernels::kPanel, num_mixes - p * kernels::kPanel), 0, 1,
+                   &part[(q * rows + r0) * num_mixes + p * kernels::kPanel], num_mixes);
+    }
+  });
+}
 
 // Whether the mixes of fn sum in pieces (fast numerics).
 bool mixes_in_pieces(const kernels::Kernels& k, const Linear& fn, const ModelConfig& c) {
-  return f32_in_pieces(k, fn, static_cast<int64_t>(c.hc_mult) * c.dim);
+  const int64_t flat = static_cast<int64_t>(c.hc_mult) * c.dim;
+  return k.numerics == kernels::Numerics::kFast && flat % kMixPiece == 0 && !fn.panels.empty();
 }
 
 // Piece q of rows [r0, r0 + n) of the streams h as they are.
-auto stored_pieces(const float* h, int64_t flat) { return stored_f32_pieces(h, flat); }
+auto stored_pieces(const float* h, int64_t flat) {
+  return [h, flat](int64_t r0, int64_t n, int64_t q, int64_t, ScratchVector<float>& buffer) {
+    const float* x = h + r0 * flat + q * kMixPiece;
+    if (n == 1) return x;
+    buffer.resize(n * kMixPiece);
+    for (int64_t r = 0; r < n; ++r) std::copy_n(x + r * flat, kMixPiece, buffer.data() + r * kMixPiece);
+    return static_cast<const float*>(buffer.data());
+  };
+}
 
 // mixes[r, m] = (fn[m] . h[r]) / rms(h[r]) over the flattened hc*dim
 // stream, each row's then handed to finish(r, mixes of r) in one job over
 // the rows, a task a row: the pieces' sums, the scaling and what the caller
-// makes of the mixes. In pieces, source gives them (f32_pieces);
+// makes of the mixes. In pieces, source gives them (piecewise_mixes);
 // otherwise h holds the streams.
 template <class Source, class Finish>
 void stream_mixes(const kernels::Kernels& k, const Linear& fn, int64_t num_mixes, const ModelConfig& c, const float* h,
@@ -41,28 +81,20 @@ void stream_mixes(const kernels::Kernels& k, const Linear& fn, int64_t num_mixes
   const int64_t flat = static_cast<int64_t>(c.hc_mult) * c.dim;
   ScratchVector<float> mixes(rows * num_mixes), part, part_squares;
   const bool pieces = mixes_in_pieces(k, fn, c);
-  if (pieces) {
-    DSV4_CHECK(fn.out == num_mixes);
-    // Each piece's sum of squares too, part_squares [pieces][rows].
-    part_squares.resize(flat / kMixPiece * rows);
-    f32_pieces(
-        k, fn, flat, rows, source,
-        [&](int64_t q, int64_t r0, int64_t n, const float* x) {
-          for (int64_t r = 0; r < n; ++r)
-            part_squares[q * rows + r0 + r] = kernels::sum_squares(x + r * kMixPiece, kMixPiece);
-        },
-        &part);
-  } else {
-    linear_forward(k, fn, h, rows, mixes.data());
-  }
+  if (pieces) piecewise_mixes(k, fn, num_mixes, flat, rows, source, &part, &part_squares);
+  else linear_forward(k, fn, h, rows, mixes.data());
   parallel_for(rows, 1, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       float* m = mixes.data() + r * num_mixes;
       float squares;
       if (pieces) {  // the pieces in order
-        add_f32_pieces(part.data(), flat / kMixPiece, rows, num_mixes, r, m);
+        std::copy_n(&part[r * num_mixes], num_mixes, m);
         squares = part_squares[r];
-        for (int64_t q = 1; q < flat / kMixPiece; ++q) squares += part_squares[q * rows + r];
+        for (int64_t q = 1; q < flat / kMixPiece; ++q) {
+          const float* pm = &part[(q * rows + r) * num_mixes];
+          for (int64_t j = 0; j < num_mixes; ++j) m[j] += pm[j];
+          squares += part_squares[q * rows + r];
+        }
       } else {
         squares = kernels::sum_squares(h + r * flat, flat);
       }

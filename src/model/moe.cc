@@ -10,7 +10,6 @@
 #include "base/thread_pool.h"
 #include "kernels/kernels.h"
 #include "model/expert_dispatch.h"
-#include "ops/f32_pieces.h"
 #include "ops/topk.h"
 
 namespace dsv4 {
@@ -109,22 +108,12 @@ Routing route_tokens(const kernels::Kernels& k, const MoEWeights& w, const Model
   Routing rt;
   rt.experts.resize(rows * topk);
   rt.weights.resize(rows * topk);
-  ScratchVector<float> logits(rows * E), part;
-  // Fast numerics sum the gate in pieces of its inputs (ops/f32_pieces.h):
-  // whole, 256 experts' gate is 16 panels of 256 KiB, a tile each for 64
-  // workers; in pieces, 128 tiles. Each row adds its pieces in its task.
-  const bool pieces = f32_in_pieces(k, w.gate, c.dim);
-  if (pieces) {
-    const auto nothing = [](int64_t, int64_t, int64_t, const float*) {};
-    f32_pieces(k, w.gate, c.dim, rows, stored_f32_pieces(x, c.dim), nothing, &part);
-  } else {
-    linear_forward(k, w.gate, x, rows, logits.data());
-  }
+  ScratchVector<float> logits(rows * E);
+  linear_forward(k, w.gate, x, rows, logits.data());
   // A task a row: scoring and ranking all experts of a row is microseconds.
   parallel_for(rows, 1, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       float* s = &logits[r * E];
-      if (pieces) add_f32_pieces(part.data(), c.dim / kF32Piece, rows, E, r, s);
       if (c.score_func == ScoreFunc::kSoftmax) {
         float mx = *std::max_element(s, s + E), sum = 0.0f;
         for (int e = 0; e < E; ++e) sum += (s[e] = std::exp(s[e] - mx));
