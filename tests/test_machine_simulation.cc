@@ -155,24 +155,32 @@ TEST(SimulatedPool, TheSimulatorSchedulesAndChargesTilesAsDocumented) {
   EXPECT_DOUBLE_EQ(m.share_of(64), 1000);
 }
 
+// A one-node machine of two cores.
+SimulatedMachine two_cores() {
+  SimulatedMachine m;
+  m.nodes = 1;
+  m.cores = 2;
+  return m;
+}
+
+// Tells `rank` of a job in `phase` whose tiles took `cpu` seconds each.
+void feed_job(SimulatedRank& rank, Phase phase, const std::vector<double>& cpu) {
+  PhaseTimer::Scope in(phase);
+  rank.job_begins(static_cast<int64_t>(cpu.size()));
+  for (size_t t = 0; t < cpu.size(); ++t) {
+    rank.tile_begins(static_cast<int64_t>(t));
+    rank.tile_ends(cpu[t]);
+  }
+  rank.job_ends();
+}
+
 // Over the steps of a run, a tile's rare long time (this VM's interrupts
 // and preemptions) is cut to the usual times of its place, while work that
 // comes every few steps (at the same place or in jobs of its own) keeps
 // its cost.
 TEST(SimulatedPool, ClampedLoadsCutARareLongTileAndKeepPeriodicWork) {
-  SimulatedMachine m;
-  m.nodes = 1;
-  m.cores = 2;
-  SimulatedRank rank(m, 0, 2, nullptr);
-  auto job = [&](Phase phase, std::vector<double> cpu) {
-    PhaseTimer::Scope in(phase);
-    rank.job_begins(static_cast<int64_t>(cpu.size()));
-    for (size_t t = 0; t < cpu.size(); ++t) {
-      rank.tile_begins(static_cast<int64_t>(t));
-      rank.tile_ends(cpu[t]);
-    }
-    rank.job_ends();
-  };
+  SimulatedRank rank(two_cores(), 0, 2, nullptr);
+  auto job = [&](Phase phase, std::vector<double> cpu) { feed_job(rank, phase, cpu); };
   for (int step = 0; step < 16; ++step) {
     job(Phase::kAttention, {1.0, step == 5 ? 9.0 : 1.0});      // one preempted tile
     job(Phase::kHyperConnections, {step % 4 ? 1.0 : 3.0, 1.0});  // longer every 4th step
@@ -199,19 +207,8 @@ TEST(SimulatedPool, ClampedLoadsCutARareLongTileAndKeepPeriodicWork) {
 // A step's trace lists its jobs and the rank thread's serial spans between
 // them in the order they ran, each job with its tiles and busiest worker.
 TEST(SimulatedPool, AStepsTraceListsItsJobsAndSerialSpansInOrder) {
-  SimulatedMachine m;
-  m.nodes = 1;
-  m.cores = 2;
-  SimulatedRank rank(m, 0, 2, nullptr);
-  auto job = [&](Phase phase, std::vector<double> cpu) {
-    PhaseTimer::Scope in(phase);
-    rank.job_begins(static_cast<int64_t>(cpu.size()));
-    for (size_t t = 0; t < cpu.size(); ++t) {
-      rank.tile_begins(static_cast<int64_t>(t));
-      rank.tile_ends(cpu[t]);
-    }
-    rank.job_ends();
-  };
+  SimulatedRank rank(two_cores(), 0, 2, nullptr);
+  auto job = [&](Phase phase, std::vector<double> cpu) { feed_job(rank, phase, cpu); };
   auto spin = [](double seconds) {  // the rank thread's own work between jobs
     const double until = thread_cpu_seconds() + seconds;
     while (thread_cpu_seconds() < until) {
