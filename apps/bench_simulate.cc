@@ -182,7 +182,8 @@ void print_trace(const Scenario& s, const std::vector<SimulatedRank::TraceEntry>
     if (e.tiles > 0) {
       busiest[p] += e.seconds;
       std::printf("    %-18s job %5lld tiles %9.2f us, balance %5.1f%%\n", phase_name(e.phase),
-                  static_cast<long long>(e.tiles), 1e6 * e.seconds, 100 * e.work / workers / e.seconds);
+                  static_cast<long long>(e.tiles), 1e6 * e.seconds,
+                  e.seconds > 0 ? 100 * e.work / workers / e.seconds : 100.0);
     } else {
       serial[p] += e.seconds;
       std::printf("    %-18s serial          %9.2f us\n", phase_name(e.phase), 1e6 * e.seconds);
@@ -258,16 +259,14 @@ void print_scenario(const SimulateOptions& o, const Scenario& s, const Outcome& 
   // The layers alone: a checkpoint shrunk in layers keeps the vocabulary's
   // head whole, which streams near the roofline and would flatter the
   // step; the layers' share is what a released model's 43 or 61 repeat.
-  double layer_s = 0, layer_bytes = 0;
-  for (int r = 0; r < ranks; ++r) {
-    PhaseLoads without_head = out.loads[r];
-    without_head[static_cast<int>(Phase::kHead)] = {};
-    const CollectiveLoad comm = r < static_cast<int>(out.comm.size()) ? out.comm[r] : CollectiveLoad{};
-    layer_s = std::max(layer_s, projected_step_seconds(without_head, m, comm));
-    layer_bytes = std::max(layer_bytes, total_of(without_head).bytes());
+  std::vector<PhaseLoads> layers_only = out.loads;
+  double layer_bytes = 0, layer_balance = 1;
+  for (PhaseLoads& l : layers_only) {
+    l[static_cast<int>(Phase::kHead)] = {};
+    layer_bytes = std::max(layer_bytes, total_of(l).bytes());
   }
   const double steps = static_cast<double>(s.gen);  // the loads are the measured steps'
-  layer_s /= steps;
+  const double layer_s = step_of(layers_only, &layer_balance) / steps;
   const double layer_roofline_s = layer_bytes / steps / m.node_bandwidth;
   std::printf("  the %d layers alone (every phase but embedding + head): projected %.3f ms a step against %.3f ms at "
               "the roofline: %.1f%% of roofline, %.3f ms a layer\n",
