@@ -155,6 +155,40 @@ TEST(SimulatedPool, TheSimulatorSchedulesAndChargesTilesAsDocumented) {
   EXPECT_DOUBLE_EQ(m.share_of(64), 1000);
 }
 
+// Balance measures a job against its work spread over every worker. Two
+// tiles that stream at the node's bandwidth between them are as fast as
+// the job can be on four workers (each of four would get a quarter of the
+// node); two tiles of arithmetic leave two of the four workers idle.
+TEST(SimulatedPool, BalanceIsAgainstTheJobSpreadOverEveryWorker) {
+  RecordedMemoryBinding memory;
+  const std::vector<char> weights(4096);
+  ASSERT_TRUE(memory.bind(weights.data(), weights.size(), 0).ok());
+  SimulatedMachine m;
+  m.nodes = 1;
+  m.cores = 4;
+  m.node_bandwidth = 4000;  // 2000 bytes/s a tile when two stream, 1000 when four do
+  SimulatedRank rank(m, 0, 4, &memory);
+  auto job = [&](Phase phase, int64_t bytes, double cpu) {
+    PhaseTimer::Scope in(phase);
+    rank.job_begins(2);
+    for (int t = 0; t < 2; ++t) {
+      rank.tile_begins(t);
+      if (bytes) rank.read(weights.data(), bytes);
+      rank.tile_ends(cpu);
+    }
+    rank.job_ends();
+  };
+  job(Phase::kAttention, 2000, 0.1);  // 1 s a tile at half the node each
+  job(Phase::kExperts, 0, 1.0);
+  const PhaseLoad& streaming = rank.loads()[static_cast<int>(Phase::kAttention)];
+  EXPECT_DOUBLE_EQ(streaming.busiest, 1.0);
+  EXPECT_DOUBLE_EQ(streaming.work, 2 * 2.0);  // each tile at a quarter of the node
+  EXPECT_DOUBLE_EQ(streaming.balance(4), 1.0);
+  const PhaseLoad& computing = rank.loads()[static_cast<int>(Phase::kExperts)];
+  EXPECT_DOUBLE_EQ(computing.busiest, 1.0);
+  EXPECT_DOUBLE_EQ(computing.balance(4), 0.5);
+}
+
 // A one-node machine of two cores.
 SimulatedMachine two_cores() {
   SimulatedMachine m;

@@ -117,13 +117,15 @@ SimulatedRank::Schedule SimulatedRank::schedule(const Tile* tiles, size_t count)
   std::priority_queue<double, std::vector<double>, std::greater<double>> free_at;
   for (int w = 0; w < workers_; ++w) free_at.push(0.0);
   Schedule s;
+  // A job of fewer tiles than workers streams each at a larger share of
+  // the node; spread over every worker, each would get the share of all.
   const double share = machine_.share_of(static_cast<int>(std::min<size_t>(workers_, count)));
+  const double share_of_all = machine_.share_of(workers_);
   for (const Tile& t : std::span(tiles, count)) {
-    const double seconds = std::max(t.cpu, t.bytes / share);
-    const double done = free_at.top() + seconds;
+    const double done = free_at.top() + std::max(t.cpu, t.bytes / share);
     free_at.pop();
     free_at.push(done);
-    s.work += seconds;
+    s.work += std::max(t.cpu, t.bytes / share_of_all);
     s.busiest = std::max(s.busiest, done);
   }
   return s;

@@ -55,7 +55,12 @@ struct SimulatedMachine {
 // One phase's parallel work and serial time over a span of steps.
 struct PhaseLoad {
   int64_t jobs = 0, tiles = 0;
-  double work = 0;     // projected seconds of all tiles
+  // Projected seconds of all tiles, each at the bandwidth share it would
+  // get were the job spread over all the rank's workers: the ideal, work
+  // over workers, is then the job's time at perfect balance. (At the
+  // larger share a job of fewer tiles than workers gets, a job streaming
+  // at the node's bandwidth would count as unbalanced.)
+  double work = 0;
   double busiest = 0;  // projected seconds of each job's busiest worker, summed over jobs
   double serial = 0;   // seconds the rank's thread spent outside jobs (measured here)
   // Weight bytes read, by where they live against the reading worker.
@@ -154,8 +159,9 @@ class SimulatedRank : public JobObserver {
     bool job = false;
     size_t index = 0;  // into jobs_ or spans_
   };
-  // A job's projected work (all tiles) and busiest worker, its tiles handed
-  // out in order, each to the worker that frees up first.
+  // A job's projected work (all tiles, as PhaseLoad::work counts it) and
+  // busiest worker, its tiles handed out in order, each to the worker that
+  // frees up first.
   struct Schedule {
     double work = 0, busiest = 0;
   };
