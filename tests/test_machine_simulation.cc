@@ -417,6 +417,29 @@ TEST(LinearTiles, ManyWorkerTilesKeepEveryRowsBits) {
   EXPECT_FALSE(seen.job_tiles.empty());
 }
 
+// A prefill chunk's product of few panels splits its rows into as many
+// tiles as the pool takes: on 192 workers, 4 a worker (256 tiles, as for
+// 64 workers, left a third of them two tiles of milliseconds to the
+// others' one), with the bits of one worker's run.
+TEST(LinearTiles, APrefillProductKeepsEveryWorkerOfABigNodeBusy) {
+  const Linear l = random_linear(WeightFormat::kFp8Block, 1024, 128, false, 9);  // 64 panels
+  const int64_t m = 512;
+  std::vector<float> x(m * l.in);
+  std::mt19937 rng(10);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (float& v : x) v = normal(rng);
+  const std::vector<float> alone = forward(l, Numerics::kFast, x, m);
+  for (int workers : {64, 192}) {
+    CountingObserver seen;
+    auto pool = ThreadPool::simulated(workers, &seen);
+    ThreadPool::Scope scope(pool.get());
+    const std::vector<float> y = forward(l, Numerics::kFast, x, m);
+    EXPECT_TRUE(same_bits(alone.data(), y.data(), m * l.out)) << workers;
+    ASSERT_EQ(seen.job_tiles.size(), 1u) << workers;
+    EXPECT_EQ(seen.job_tiles[0], std::max<int64_t>(256, workers * ThreadPool::kChunksPerThread)) << workers;
+  }
+}
+
 // A layer's independent products (an expert's w1 and w3, every active
 // expert's, wq_a beside wkv) as one pool job: each product's numbers are
 // what it gives alone, and a decode step's products cost one job, whatever

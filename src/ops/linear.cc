@@ -95,8 +95,14 @@ void linear_panels(const kernels::Kernels& k, const Linear& l, const float* x, i
 
 namespace {
 
-// Tiles a product aims for: 4 for each of a 64-core node's workers.
-constexpr int64_t kTargetTiles = 256;
+// Tiles a product aims for: as many as the pool takes (kChunksPerThread a
+// worker), and at least 256, what 64 workers take, so that a smaller pool
+// keeps the row blocks that hold a prefill chunk's inputs in cache. With
+// 256 on a 192-worker node, each of a prefill chunk's products was 256
+// tiles of a few milliseconds: a third of the workers took two.
+int64_t target_tiles() {
+  return std::max<int64_t>(256, ThreadPool::current().num_threads() * ThreadPool::kChunksPerThread);
+}
 
 // Panels a tile takes at least: enough multiply-adds (8K, 32 KB of f32
 // weights) that handing it to a worker costs little next to streaming it,
@@ -121,7 +127,7 @@ struct Tiling {
 Tiling tiling_of(const Linear& l, int64_t m) {
   Tiling t;
   t.panels = (l.out + kernels::kPanel - 1) / kernels::kPanel;
-  t.row_blocks = std::clamp<int64_t>((kTargetTiles + t.panels - 1) / t.panels, 1, std::max<int64_t>(1, m / 32));
+  t.row_blocks = std::clamp<int64_t>((target_tiles() + t.panels - 1) / t.panels, 1, std::max<int64_t>(1, m / 32));
   t.rows_per = (m + t.row_blocks - 1) / t.row_blocks;
   t.panels_per = panels_per_tile(t.rows_per, l.in);
   return t;
