@@ -4,7 +4,10 @@
 #include <bit>
 #include <cstdint>
 
+#include <sys/mman.h>
+
 #include "base/huge_pages.h"
+#include "base/thread_pool.h"
 
 namespace dsv4 {
 namespace {
@@ -37,7 +40,32 @@ constexpr size_t kMappedFrom = SIZE_MAX;
 constexpr size_t kMappedFrom = 4 * kHugePage;
 #endif
 
-void* new_block(size_t size) { return size >= kMappedFrom ? map_huge_pages(size) : ::operator new(size, kAlign); }
+// A mapped block's pages, every one faulted in when it is mapped, in a
+// pool job of a huge page a task (on the rank's pool: its node's cores, so the
+// pages land on its node, as the kernels' first writes put them); once, as
+// the block then stays in its thread's cache. Left to the kernels, a
+// page's first write (zeroing it, and with huge pages often compacting
+// memory first) fell on whichever tile wrote it first. An output written a
+// panel's column at a time has a row on every page, so its first tile
+// faulted them all: a 4K prefill chunk's queries (256 MiB) made tile 0 of
+// wq_b's job take 8-35 ms against the others' 1.3-1.9 (bench --simulate,
+// 2 x 192). And a block a smaller buffer had used came back with pages no
+// one had touched, so even a warm chunk met them. Faulted in on the
+// allocating thread alone, a chunk's new blocks (the experts' buffers,
+// sized by routing) were serial time instead.
+void* new_mapped_block(size_t size) {
+  void* p = map_huge_pages(size);
+  constexpr int64_t kPagesATask = 1;
+  parallel_for(static_cast<int64_t>(size / kHugePage), kPagesATask, [&](int64_t a, int64_t b) {
+    char* at = static_cast<char*>(p) + a * kHugePage;
+    const size_t n = static_cast<size_t>(b - a) * kHugePage;
+    if (madvise(at, n, MADV_POPULATE_WRITE) != 0)  // before Linux 5.14: a write a page
+      for (size_t i = 0; i < n; i += 4096) static_cast<volatile char*>(at)[i] = 0;
+  });
+  return p;
+}
+
+void* new_block(size_t size) { return size >= kMappedFrom ? new_mapped_block(size) : ::operator new(size, kAlign); }
 void delete_block(void* p, size_t size) noexcept {
   if (size >= kMappedFrom) unmap_huge_pages(p, size);
   else ::operator delete(p, kAlign);

@@ -10,8 +10,8 @@
 // ScratchVector is written by the kernels that fill it, so nothing is
 // zeroed, and a freed large block goes back to its thread's cache for the
 // next layer, its pages still mapped. Blocks of 8 MiB or more are mapped
-// on transparent huge pages (base/huge_pages.h), so even the first layer
-// faults them in 2 MiB at a time.
+// on transparent huge pages (base/huge_pages.h), every page faulted in as
+// the block is mapped, so that no tile meets a page's first write.
 #pragma once
 
 #include <cstddef>
