@@ -78,25 +78,25 @@ Status run(Engine& engine, const Scenario& s, std::vector<std::unique_ptr<Simula
   greedy.temperature = 0;
   greedy.max_tokens = std::max<int64_t>(1, s.gen + 1);
   greedy.ignore_eos = true;
-  if (s.gen == 0) {
-    // A chunk of another prompt first, unmeasured, as a serving engine has
-    // run one before: the first chunk's activations land on fresh pages,
-    // and each page's first write (a fault) fell on whichever tile wrote
-    // it, a few in a job taking milliseconds more than the rest.
+  auto random_prompt = [&] {
     std::vector<int32_t> prompt(s.prompt);
     for (auto& t : prompt) t = static_cast<int32_t>(2 + rng() % (c.vocab_size - 2));
-    SamplingParams one = greedy;
-    one.max_tokens = 1;
-    DSV4_RETURN_IF_ERROR(engine.add_request(prompt, one).status());
+    return prompt;
+  };
+  if (s.gen == 0) {
+    // A chunk of another prompt first, unmeasured (one token: greedy's
+    // max_tokens here), as a serving engine has run one before: the first
+    // chunk's activations land on fresh pages, and each page's first write
+    // (a fault) fell on whichever tile wrote it, a few in a job taking
+    // milliseconds more than the rest.
+    DSV4_RETURN_IF_ERROR(engine.add_request(random_prompt(), greedy).status());
     while (engine.has_unfinished())
       for (const RequestOutput& r : engine.step())
         if (!r.error.empty()) return internal_error(r.error);
   }
   std::map<int64_t, size_t> index;  // request id -> its tokens
   for (int64_t b = 0; b < s.batch; ++b) {
-    std::vector<int32_t> prompt(s.prompt);
-    for (auto& t : prompt) t = static_cast<int32_t>(2 + rng() % (c.vocab_size - 2));
-    DSV4_ASSIGN_OR_RETURN(int64_t id, engine.add_request(prompt, greedy));
+    DSV4_ASSIGN_OR_RETURN(int64_t id, engine.add_request(random_prompt(), greedy));
     index[id] = static_cast<size_t>(b);
   }
   out->tokens.assign(index.size(), {});
