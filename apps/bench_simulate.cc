@@ -253,10 +253,14 @@ void print_scenario(const SimulateOptions& o, const Scenario& s, const Outcome& 
               mib(t0.bytes() * per), mib(t0.remote * per), mib(t0.unplaced * per),
               1e3 * projected_step_seconds(l0, m, comm0) * per);
   if (comm0.collectives)
-    std::printf("  communication: %.1f collectives and %.3f MiB a token (rank 0), projected as 2 barriers each at the "
-                "job cost plus the bytes at a core's bandwidth; its serial time above is measured here, waits "
-                "included\n",
-                comm0.collectives * per, mib(comm0.bytes * per));
+    std::printf("  communication: %.1f collectives and %.3f MiB a token sent (rank 0), projected as 2 barriers each at "
+                "the job cost, the jobs of their copies, and the bytes copied on the rank's thread at one core's "
+                "bandwidth (%.3f MiB a token, %.3f of them from other ranks); its serial time above is measured here, "
+                "waits included\n",
+                comm0.collectives * per, mib(comm0.bytes * per),
+                mib((l0[static_cast<int>(Phase::kCommunication)].inline_local +
+                     l0[static_cast<int>(Phase::kCommunication)].inline_peer) * per),
+                mib(l0[static_cast<int>(Phase::kCommunication)].inline_peer * per));
   const double projected = static_cast<double>(out.tokens_measured) / step_s;
   const double roofline = static_cast<double>(out.tokens_measured) / (bytes / m.node_bandwidth);
   std::printf("  pool jobs a layer: %.1f; balance of the whole step, worst rank: %.1f%%; weight bytes read off the "
@@ -314,8 +318,9 @@ Status parse_simulated_machine(const std::string& spec, SimulateOptions* out) {
     else if (key == "bandwidth") out->machine.node_bandwidth = v * 1e9;
     else if (key == "job-us") out->job_seconds = v * 1e-6;
     else if (key == "core-bandwidth") out->machine.core_peak_bandwidth = v * 1e9;
+    else if (key == "link") out->machine.link_bandwidth = v * 1e9;
     else return invalid_argument("--simulate knows cores, nodes, bandwidth (GB/s a node), core-bandwidth (GB/s one "
-                                 "core alone) and job-us, not '" + key + "'");
+                                 "core alone), link (GB/s a node reads from another) and job-us, not '" + key + "'");
   }
   if (!cores) return invalid_argument("--simulate needs cores=N (in all, e.g. cores=128,nodes=2)");
   if (out->machine.nodes < 1 || out->machine.cores % out->machine.nodes)
@@ -354,9 +359,11 @@ int bench_simulate(const SimulateOptions& o_in) {
   // on it all the same.
   for (RankPlacement& r : placement->ranks)
     if (r.node < 0) r.node = machine->nodes.front().os_index;
-  std::printf("dsv4 bench --simulate: %s on %s (hwloc synthetic '%s'), %.0f GB/s a node, %s numerics\n%s\n",
+  std::printf("dsv4 bench --simulate: %s on %s (hwloc synthetic '%s'), %.0f GB/s a node, %.0f GB/s from another "
+              "node, %s numerics\n%s\n",
               model_name(o.model).c_str(), machine->describe().c_str(), description->c_str(),
-              o.machine.node_bandwidth / 1e9, kernels::numerics_name(o.numerics), placement->describe().c_str());
+              o.machine.node_bandwidth / 1e9, o.machine.link_bandwidth / 1e9, kernels::numerics_name(o.numerics),
+              placement->describe().c_str());
   std::printf("a pool job (wake-up and join) costs %.2f us here (%s, %d threads); the projection charges that to "
               "every job\nreading a thread's CPU clock costs %.2f us here (measured), taken off each tile's measured "
               "time\none core streams %.2f GB/s alone (%s); a tile's bandwidth is its node's split among the job's busy "
@@ -397,9 +404,10 @@ int bench_simulate(const SimulateOptions& o_in) {
       std::printf("  tokens %s an unsimulated run of the same layout\n", same ? "identical to" : "DIFFER FROM");
     }
   }
-  std::printf("\nprojection: a tile takes max(its CPU time here, its weight bytes / its share of the node's "
-              "bandwidth); a job its busiest worker's tiles plus the job cost; a step its jobs plus the rank thread's "
-              "time outside them, collectives priced (docs/simulation.md)\n");
+  std::printf("\nprojection: a tile takes max(its CPU time here, its bytes (weights, or a collective's copies) / its "
+              "share of the node's bandwidth, plus the bytes it read from another node / its share of the link); a job "
+              "its busiest worker's tiles plus the job cost; a step its jobs plus the rank thread's time outside them, "
+              "collectives priced (docs/simulation.md)\n");
   return bad ? 1 : 0;
 }
 

@@ -31,7 +31,8 @@ struct SimulateOptions {
   int64_t trace_step = 0;             // list this measured decode step's jobs and serial spans (0: none)
 };
 
-// "cores=128,nodes=2[,bandwidth=400][,job-us=2.5]" (bandwidth: GB/s a node).
+// "cores=128,nodes=2[,bandwidth=400][,link=64][,core-bandwidth=20][,job-us=2.5]"
+// (bandwidth: GB/s a node; link: GB/s a node reads from another).
 Status parse_simulated_machine(const std::string& spec, SimulateOptions* out);
 
 int bench_simulate(const SimulateOptions& options);

@@ -18,6 +18,7 @@
 #include "base/phase_timer.h"
 #include "base/thread_pool.h"
 #include "checkpoint/config_json.h"
+#include "dist/local_communicator.h"
 #include "dist/machine_topology.h"
 #include "dist/memory_binding.h"
 #include "dist/numa_placement.h"
@@ -187,6 +188,92 @@ TEST(SimulatedPool, BalanceIsAgainstTheJobSpreadOverEveryWorker) {
   const PhaseLoad& computing = rank.loads()[static_cast<int>(Phase::kExperts)];
   EXPECT_DOUBLE_EQ(computing.busiest, 1.0);
   EXPECT_DOUBLE_EQ(computing.balance(4), 0.5);
+}
+
+// A collective's copies are tiles like any: their bytes of the rank's own
+// memory at its share of the node, those read from another rank at its
+// share of the link. Copies on the rank's thread (too small for a job) are
+// priced at one core's bandwidth, with the barriers, for communication.
+TEST(SimulatedPool, ACollectivesCopiesArePricedAtTheNodesAndTheLinksShare) {
+  SimulatedMachine m;
+  m.nodes = 2;
+  m.cores = 8;              // 4 workers a node
+  m.node_bandwidth = 4000;  // 1000 bytes/s a worker when all four stream
+  m.link_bandwidth = 400;   // 100 when all four read across
+  m.core_peak_bandwidth = 2000;
+  m.job_seconds = 0.5;
+  SimulatedRank rank(m, 0, 4, nullptr);
+  {
+    PhaseTimer::Scope phase(Phase::kCommunication);
+    rank.job_begins(4);
+    for (int t = 0; t < 4; ++t) {
+      rank.tile_begins(t);
+      rank.moved(1000, 100);  // 1 s at the node's share, 1 s at the link's
+      rank.tile_ends(0.1);
+    }
+    rank.job_ends();
+    rank.moved(2000, 200);  // on the rank's thread: 1 s at one core's 2000, 0.5 s of the link's 400
+  }
+  const PhaseLoad& comm = rank.loads()[static_cast<int>(Phase::kCommunication)];
+  EXPECT_DOUBLE_EQ(comm.busiest, 2.0);
+  EXPECT_DOUBLE_EQ(comm.balance(4), 1.0);
+  EXPECT_DOUBLE_EQ(comm.local, 0);  // not weights
+  EXPECT_DOUBLE_EQ(comm.inline_local, 2000);
+  EXPECT_DOUBLE_EQ(comm.inline_peer, 200);
+  const CollectiveLoad collectives{3, 0};
+  // 2 s of the job, its join and two barriers a collective, 1.5 s inline.
+  EXPECT_DOUBLE_EQ(projected_seconds(rank.loads(), Phase::kCommunication, m, collectives), 2.0 + 7 * 0.5 + 1.5);
+}
+
+// Ranks as threads copy a large collective on their own pools, in pieces,
+// and a small one on their own thread; either way every value is as a
+// single copy would leave it (sums in rank order), and what each rank
+// moved is told to its meter.
+TEST(SimulatedPool, ALargeCollectiveCopiesOnTheRanksPoolAndGivesTheSameValues) {
+  constexpr int kRanks = 2;
+  SimulatedMachine m;
+  m.nodes = 2;
+  m.cores = 32;
+  auto comms = LocalCommunicator::create(kRanks);
+  std::vector<std::unique_ptr<SimulatedRank>> ranks;
+  for (int r = 0; r < kRanks; ++r) ranks.push_back(std::make_unique<SimulatedRank>(m, r, 16, nullptr));
+  constexpr int64_t kBig = 1 << 16, kSmall = 100;  // floats: 256 KiB, then 400 bytes
+  std::vector<std::vector<float>> gathered(kRanks), summed(kRanks), small(kRanks);
+  auto value = [](int r, int64_t i) { return std::ldexp(static_cast<float>((i * 7 + r * 3) % 1001), -5) + 0.1f * r; };
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kRanks; ++r)
+    threads.emplace_back([&, r] {
+      auto pool = ranks[r]->make_pool();
+      ThreadPool::Scope scope(pool.get());
+      std::vector<float> mine(kBig);
+      for (int64_t i = 0; i < kBig; ++i) mine[i] = value(r, i);
+      gathered[r].resize(kRanks * kBig);
+      comms[r]->all_gather(mine.data(), sizeof(float) * kBig, gathered[r].data());
+      summed[r] = mine;
+      comms[r]->all_reduce_sum(summed[r].data(), kBig);
+      small[r].assign(mine.begin(), mine.begin() + kSmall);
+      comms[r]->all_reduce_sum(small[r].data(), kSmall);
+    });
+  for (std::thread& t : threads) t.join();
+  for (int r = 0; r < kRanks; ++r) {
+    for (int from = 0; from < kRanks; ++from) {
+      for (int64_t i = 0; i < kBig; ++i) ASSERT_EQ(gathered[r][from * kBig + i], value(from, i)) << r << " " << i;
+    }
+    for (int64_t i = 0; i < kBig; ++i) {
+      const float sum = value(0, i) + value(1, i);
+      ASSERT_EQ(summed[r][i], sum) << i;
+      if (i < kSmall) {
+        ASSERT_EQ(small[r][i], sum) << i;
+      }
+    }
+    const PhaseLoad& comm = ranks[r]->loads()[static_cast<int>(Phase::kCommunication)];
+    EXPECT_EQ(comm.jobs, 3);  // the gather's copy, the sum, its copy back
+    EXPECT_EQ(comm.tiles, 3 * 16 * ThreadPool::kChunksPerThread);
+    // The small sum on the rank's thread: its own values read and the sums
+    // written twice (made, then copied back), the other rank's read once.
+    EXPECT_DOUBLE_EQ(comm.inline_local, 4.0 * sizeof(float) * kSmall);
+    EXPECT_DOUBLE_EQ(comm.inline_peer, 1.0 * sizeof(float) * kSmall);
+  }
 }
 
 // A one-node machine of two cores.

@@ -1,6 +1,7 @@
 // What a tile of parallel work reads, for the machine simulator (`dsv4
 // bench --simulate`): the callers of the weight kernels report the bytes of
-// weights each call streams and where they are. Nothing is counted unless a
+// weights each call streams and where they are, and the in-process
+// collectives the bytes they copy. Nothing is counted unless a
 // simulated pool installed a meter on this thread; then one thread-local
 // load and a branch per kernel call.
 #pragma once
@@ -14,6 +15,10 @@ class WorkMeter {
   virtual ~WorkMeter() = default;
   // `bytes` of weights read starting at `at`.
   virtual void read(const void* at, int64_t bytes) = 0;
+  // Activations a collective copied: `local` bytes of this rank's memory
+  // read or written, and `peer` bytes read from other ranks' buffers (on a
+  // machine of one rank a node, across the link between nodes).
+  virtual void moved(int64_t /*local*/, int64_t /*peer*/) {}
 
   // The meter of the tile running on this thread, else the process's
   // (ProcessScope), or null.
@@ -49,6 +54,10 @@ double thread_cpu_seconds();
 
 inline void meter_read(const void* at, int64_t bytes) {
   if (WorkMeter* m = WorkMeter::current()) m->read(at, bytes);
+}
+
+inline void meter_moved(int64_t local, int64_t peer) {
+  if (WorkMeter* m = WorkMeter::current()) m->moved(local, peer);
 }
 
 }  // namespace dsv4

@@ -9,8 +9,58 @@
 
 #include "base/check.h"
 #include "base/scratch.h"
+#include "base/thread_pool.h"
+#include "base/work_meter.h"
 
 namespace dsv4 {
+namespace {
+
+// What a collective copies runs on the rank's pool, whose workers wait idle
+// through it: a prefill chunk's gathers are hundreds of MiB, which one core
+// copies at no more than what one core streams. Under kCopyOnThread bytes
+// in all they stay on the rank's thread: a decode step's row or two, which
+// one core copies in about the time a job's wake-up and join take at 64
+// workers or more, and without adding to a decode layer's jobs (at batch 1
+// a layer's gathered columns, 96 KiB at Flash's shapes, would be one). More
+// go in pieces of kCopyPiece bytes.
+constexpr size_t kCopyPiece = 4096;
+constexpr size_t kCopyOnThread = size_t{128} << 10;
+
+// One block a collective copies into this rank's buffer; `peer`: from
+// another rank's.
+struct Block {
+  void* to;
+  const void* from;
+  size_t bytes;
+  bool peer;
+};
+
+void copy_blocks(const std::vector<Block>& blocks) {
+  std::vector<int64_t> first(blocks.size() + 1, 0);  // each block's first piece; then the count
+  size_t total = 0;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    first[i + 1] = first[i] + static_cast<int64_t>((blocks[i].bytes + kCopyPiece - 1) / kCopyPiece);
+    total += blocks[i].bytes;
+  }
+  const int64_t pieces = first.back();
+  const int64_t grain = total < kCopyOnThread ? pieces : 1;
+  parallel_for(pieces, grain, [&](int64_t a, int64_t b) {
+    size_t i = static_cast<size_t>(std::upper_bound(first.begin(), first.end(), a) - first.begin()) - 1;
+    int64_t local = 0, peer = 0;
+    for (int64_t u = a; u < b; ++u) {
+      while (u >= first[i + 1]) ++i;
+      const Block& block = blocks[i];
+      const size_t at = static_cast<size_t>(u - first[i]) * kCopyPiece, n = std::min(kCopyPiece, block.bytes - at);
+      std::memcpy(static_cast<char*>(block.to) + at, static_cast<const char*>(block.from) + at, n);
+      const auto moved = static_cast<int64_t>(n);
+      local += moved;  // written here
+      (block.peer ? peer : local) += moved;
+    }
+    meter_moved(local, peer);
+  });
+}
+
+}  // namespace
 
 std::vector<std::unique_ptr<Communicator>> LocalCommunicator::create(int size) {
   DSV4_CHECK(size >= 1);
@@ -26,13 +76,24 @@ void LocalCommunicator::all_reduce_sum(float* data, int64_t n) {
   count_sent(sizeof(float) * n * (w.size() - 1));
   w.slots_[rank_] = data;
   barrier();
-  ScratchVector<float> sum(static_cast<const float*>(w.slots_[0]), static_cast<const float*>(w.slots_[0]) + n);
-  for (int r = 1; r < w.size(); ++r) {
-    const float* x = static_cast<const float*>(w.slots_[r]);
-    for (int64_t i = 0; i < n; ++i) sum[i] += x[i];
-  }
+  // Each value summed in rank order, a piece of them a task (see
+  // copy_blocks).
+  ScratchVector<float> sum(n);
+  constexpr int64_t kPiece = kCopyPiece / sizeof(float);
+  const int64_t pieces = (n + kPiece - 1) / kPiece;
+  const int64_t bytes_read = static_cast<int64_t>(sizeof(float)) * n * w.size();
+  parallel_for(pieces, bytes_read < static_cast<int64_t>(kCopyOnThread) ? pieces : 1, [&](int64_t a, int64_t b) {
+    const int64_t i0 = a * kPiece, i1 = std::min(n, b * kPiece);
+    std::copy(static_cast<const float*>(w.slots_[0]) + i0, static_cast<const float*>(w.slots_[0]) + i1, &sum[i0]);
+    for (int r = 1; r < w.size(); ++r) {
+      const float* x = static_cast<const float*>(w.slots_[r]);
+      for (int64_t i = i0; i < i1; ++i) sum[i] += x[i];
+    }
+    const auto values = static_cast<int64_t>(sizeof(float)) * (i1 - i0);
+    meter_moved(2 * values, (w.size() - 1) * values);  // own values read, sums written; the others' read
+  });
   barrier();  // everyone has read every buffer
-  if (n) std::memcpy(data, sum.data(), sizeof(float) * n);
+  copy_blocks({{data, sum.data(), sizeof(float) * n, false}});
 }
 
 void LocalCommunicator::all_gather(const void* send, size_t bytes, void* recv) {
@@ -41,8 +102,10 @@ void LocalCommunicator::all_gather(const void* send, size_t bytes, void* recv) {
   count_sent(bytes * (w.size() - 1));
   w.slots_[rank_] = send;
   barrier();
+  std::vector<Block> blocks;
   for (int r = 0; r < w.size(); ++r)
-    if (bytes) std::memcpy(static_cast<char*>(recv) + r * bytes, w.slots_[r], bytes);
+    if (bytes) blocks.push_back({static_cast<char*>(recv) + r * bytes, w.slots_[r], bytes, r != rank_});
+  copy_blocks(blocks);
   barrier();
 }
 
@@ -55,6 +118,7 @@ void LocalCommunicator::all_to_all_v(const void* send, const std::vector<size_t>
   w.slots_[rank_] = send;
   w.sizes_[rank_] = send_bytes;
   barrier();
+  std::vector<Block> blocks;
   size_t at = 0;
   for (int r = 0; r < w.size(); ++r) {
     // Rank r's block for me starts after its blocks for ranks before me.
@@ -62,9 +126,11 @@ void LocalCommunicator::all_to_all_v(const void* send, const std::vector<size_t>
     const size_t offset = std::accumulate(theirs.begin(), theirs.begin() + rank_, size_t{0});
     DSV4_CHECK_MSG(theirs[rank_] == recv_bytes[r], "all_to_all_v: send and receive counts disagree");
     if (recv_bytes[r])  // an empty block may come from a null buffer
-      std::memcpy(static_cast<char*>(recv) + at, static_cast<const char*>(w.slots_[r]) + offset, recv_bytes[r]);
+      blocks.push_back({static_cast<char*>(recv) + at, static_cast<const char*>(w.slots_[r]) + offset, recv_bytes[r],
+                        r != rank_});
     at += recv_bytes[r];
   }
+  copy_blocks(blocks);
   barrier();
 }
 
@@ -79,7 +145,7 @@ void LocalCommunicator::broadcast(void* data, size_t bytes, int root) {
   if (rank_ == root) count_sent(bytes * (w.size() - 1));
   if (rank_ == root) w.slots_[root] = data;
   barrier();
-  if (rank_ != root && bytes) std::memcpy(data, w.slots_[root], bytes);
+  if (rank_ != root && bytes) copy_blocks({{data, w.slots_[root], bytes, true}});
   barrier();
 }
 

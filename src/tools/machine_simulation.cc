@@ -18,6 +18,8 @@ PhaseLoad& PhaseLoad::operator+=(const PhaseLoad& o) {
   local += o.local;
   remote += o.remote;
   unplaced += o.unplaced;
+  inline_local += o.inline_local;
+  inline_peer += o.inline_peer;
   return *this;
 }
 
@@ -31,7 +33,7 @@ double projected_seconds(const PhaseLoads& loads, Phase p, const SimulatedMachin
   const PhaseLoad& l = loads[static_cast<int>(p)];
   if (p != Phase::kCommunication) return l.seconds(m.job_seconds);
   return l.busiest + static_cast<double>(l.jobs + 2 * comm.collectives) * m.job_seconds +
-         comm.bytes / m.core_bandwidth();
+         l.inline_local / m.share_of(1) + l.inline_peer / m.link_share_of(1);
 }
 
 double projected_step_seconds(const PhaseLoads& loads, const SimulatedMachine& m, const CollectiveLoad& comm) {
@@ -96,6 +98,17 @@ void SimulatedRank::read(const void* at, int64_t bytes) {
   if (in_tile_) tiles_.back().bytes += b;
 }
 
+void SimulatedRank::moved(int64_t local, int64_t peer) {
+  if (!in_tile_) {
+    advance_serial();
+    phase().inline_local += static_cast<double>(local);
+    phase().inline_peer += static_cast<double>(peer);
+    return;
+  }
+  tiles_.back().bytes += static_cast<double>(local);
+  tiles_.back().link_bytes += static_cast<double>(peer);
+}
+
 void SimulatedRank::job_begins(int64_t) {
   advance_serial();
   job_first_ = tiles_.size();
@@ -119,13 +132,14 @@ SimulatedRank::Schedule SimulatedRank::schedule(const Tile* tiles, size_t count)
   Schedule s;
   // A job of fewer tiles than workers streams each at a larger share of
   // the node; spread over every worker, each would get the share of all.
-  const double share = machine_.share_of(static_cast<int>(std::min<size_t>(workers_, count)));
-  const double share_of_all = machine_.share_of(workers_);
+  const int streaming = static_cast<int>(std::min<size_t>(workers_, count));
+  const double share = machine_.share_of(streaming), link_share = machine_.link_share_of(streaming);
+  const double share_of_all = machine_.share_of(workers_), link_share_of_all = machine_.link_share_of(workers_);
   for (const Tile& t : std::span(tiles, count)) {
-    const double done = free_at.top() + std::max(t.cpu, t.bytes / share);
+    const double done = free_at.top() + std::max(t.cpu, t.bytes / share + t.link_bytes / link_share);
     free_at.pop();
     free_at.push(done);
-    s.work += std::max(t.cpu, t.bytes / share_of_all);
+    s.work += std::max(t.cpu, t.bytes / share_of_all + t.link_bytes / link_share_of_all);
     s.busiest = std::max(s.busiest, done);
   }
   return s;

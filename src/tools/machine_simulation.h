@@ -10,9 +10,10 @@
 // tile when they finish one.
 //
 // A tile's projected time on the big machine is
-//   max(its CPU time here, its weight bytes / share)
-// where share is the node's bandwidth split among the workers the job keeps
-// busy, at most what one core streams alone; a job's is its busiest
+//   max(its CPU time here, its bytes / share + its bytes from another node / link share)
+// where share is the node's bandwidth (link share: the link's) split among
+// the workers the job keeps busy, at most what one core streams alone; its
+// bytes are the weights it streamed and what a collective's copy moved; a job's is its busiest
 // worker's total plus a job's wake-up and join cost;
 // a step's is the sum of its jobs plus the rank thread's time outside jobs
 // (measured here, collectives included). docs/simulation.md has the rest.
@@ -42,12 +43,19 @@ struct SimulatedMachine {
   // its hundreds of jobs, phase changes and inline calls).
   double clock_seconds = 0;
   double core_peak_bandwidth = 0;  // bytes/s one core streams when alone (0: no limit)
+  // Bytes/s a node reads from another (the sockets' link, each direction):
+  // what a collective's copies from a rank on another node share.
+  double link_bandwidth = 64e9;
   int cores_per_node() const { return cores / nodes; }
-  double core_bandwidth() const { return node_bandwidth / cores_per_node(); }
   // What each of `streaming` cores of a node gets: an equal share of the
   // node's bandwidth, at most what one core can stream.
-  double share_of(int streaming) const {
-    const double share = node_bandwidth / std::max(1, std::min(streaming, cores_per_node()));
+  double share_of(int streaming) const { return split(node_bandwidth, streaming); }
+  // And of the link, reading from another node.
+  double link_share_of(int streaming) const { return split(link_bandwidth, streaming); }
+
+ private:
+  double split(double bandwidth, int streaming) const {
+    const double share = bandwidth / std::max(1, std::min(streaming, cores_per_node()));
     return core_peak_bandwidth > 0 ? std::min(share, core_peak_bandwidth) : share;
   }
 };
@@ -65,6 +73,10 @@ struct PhaseLoad {
   double serial = 0;   // seconds the rank's thread spent outside jobs (measured here)
   // Weight bytes read, by where they live against the reading worker.
   double local = 0, remote = 0, unplaced = 0;
+  // Bytes collectives copied on the rank's thread (small ones, not worth a
+  // job), of its own memory and read from other ranks': priced, as the
+  // rank's time in a collective is mostly waiting here.
+  double inline_local = 0, inline_peer = 0;
 
   // Ideal over busiest: 1 when every worker of every job is equally busy.
   double balance(int workers) const { return busiest > 0 ? work / workers / busiest : 1.0; }
@@ -83,10 +95,12 @@ struct CollectiveLoad {
 };
 
 // Projected seconds of phase p on the machine: its jobs and serial time,
-// except communication, whose time here is mostly waiting for the other
-// ranks (which run their tiles one by one here); it is priced instead as
-// two barriers a collective (each a pool job's join) and its bytes read by
-// one core.
+// except communication, whose serial time here is mostly waiting for the
+// other ranks (which run their tiles one by one here); it is priced instead
+// as two barriers a collective (each a pool job's join), the jobs its
+// copies ran (their tiles timed as any tile's, their bytes at their share
+// of the node and of the link), and the bytes copied on the rank's thread
+// by one core (alone on its node, the others waiting).
 double projected_seconds(const PhaseLoads& loads, Phase p, const SimulatedMachine& m, const CollectiveLoad& comm);
 double projected_step_seconds(const PhaseLoads& loads, const SimulatedMachine& m, const CollectiveLoad& comm);
 
@@ -132,6 +146,7 @@ class SimulatedRank : public JobObserver {
   std::vector<TraceEntry> trace_of_step(size_t step) const;
 
   void read(const void* at, int64_t bytes) override;
+  void moved(int64_t local, int64_t peer) override;
   void job_begins(int64_t tiles) override;
   void tile_begins(int64_t index) override;
   void tile_ends(double cpu_seconds) override;
@@ -141,6 +156,7 @@ class SimulatedRank : public JobObserver {
  private:
   struct Tile {
     double cpu = 0, bytes = 0;
+    double link_bytes = 0;  // read from another node (a collective's copies)
   };
   // A job or serial span as recorded, at its place in its step: its phase
   // and the count of jobs (spans) of that phase before it in the step.
