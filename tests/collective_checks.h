@@ -33,6 +33,28 @@ inline std::string run_collective_checks(Communicator& c) {
   c.all_gather(mine, sizeof mine, all.data());
   for (int r = 0; r < size; ++r)
     if (all[2 * r] != r || all[2 * r + 1] != r * 10) return fail("all_gather");
+  // all_gather_v: rank r sends r + 1 ints of 7 * r + k.
+  std::vector<int32_t> mine_v(me + 1), all_v(size * (size + 1) / 2);
+  std::vector<size_t> bytes_v(size);
+  for (int k = 0; k <= me; ++k) mine_v[k] = 7 * me + k;
+  for (int r = 0; r < size; ++r) bytes_v[r] = sizeof(int32_t) * (r + 1);
+  c.all_gather_v(mine_v.data(), bytes_v, all_v.data());
+  for (int r = 0, at = 0; r < size; ++r)
+    for (int k = 0; k <= r; ++k)
+      if (all_v[at++] != 7 * r + k) return fail("all_gather_v");
+  // all_gather_rows: 3 rows of 2 ints a rank into rows of 2 * size + 1
+  // ints (the last one untouched).
+  const int row_ints = 2 * size + 1;
+  int32_t mine_rows[6];
+  for (int i = 0; i < 6; ++i) mine_rows[i] = 100 * me + i;
+  std::vector<int32_t> rows_out(3 * row_ints, -1);
+  c.all_gather_rows(mine_rows, 3, 2 * sizeof(int32_t), rows_out.data(), row_ints * sizeof(int32_t));
+  for (int i = 0; i < 3; ++i) {
+    for (int r = 0; r < size; ++r)
+      for (int j = 0; j < 2; ++j)
+        if (rows_out[i * row_ints + 2 * r + j] != 100 * r + 2 * i + j) return fail("all_gather_rows");
+    if (rows_out[i * row_ints + 2 * size] != -1) return fail("all_gather_rows wrote past a row's parts");
+  }
   // broadcast from the last rank
   double v = me == size - 1 ? 3.25 : 0.0;
   c.broadcast(&v, sizeof v, size - 1);

@@ -135,19 +135,27 @@ void parallel_for_pieces(int64_t rows, int64_t width, int64_t piece, int64_t gra
   });
 }
 
-// Copies `runs` runs of `floats` floats, run i from src(i) to dst(i): on
-// the calling thread when they are under kStreamTaskBytes in all (cheaper
-// than a job), else in pieces of 4 KiB, a piece a task, so that a decode
-// batch's copies (hundreds of KiB) keep every worker busy briefly rather
-// than a few for long.
+// Copies `runs` runs of `bytes` bytes, run i from src(i) to dst(i): on the
+// calling thread when they are under kStreamTaskBytes in all (cheaper than
+// a job), else in pieces of 4 KiB, a piece a task, so that a decode batch's
+// copies (hundreds of KiB) keep every worker busy briefly rather than a few
+// for long.
+template <class Src, class Dst>
+void parallel_copy_bytes(int64_t runs, int64_t bytes, Src src, Dst dst) {
+  constexpr int64_t kPiece = 4096;
+  const int64_t pieces = runs * ((bytes + kPiece - 1) / kPiece);
+  const int64_t grain = runs * bytes < kStreamTaskBytes ? pieces : 1;
+  parallel_for_pieces(runs, bytes, kPiece, grain, [&](int64_t i, int64_t d0, int64_t d1) {
+    std::memcpy(static_cast<char*>(dst(i)) + d0, static_cast<const char*>(src(i)) + d0, static_cast<size_t>(d1 - d0));
+  });
+}
+
+// parallel_copy_bytes of runs of `floats` floats.
 template <class Src, class Dst>
 void parallel_copy(int64_t runs, int64_t floats, Src src, Dst dst) {
-  constexpr int64_t kPiece = 1024;
-  const int64_t pieces = runs * ((floats + kPiece - 1) / kPiece);
-  const int64_t grain = runs * floats * static_cast<int64_t>(sizeof(float)) < kStreamTaskBytes ? pieces : 1;
-  parallel_for_pieces(runs, floats, kPiece, grain, [&](int64_t i, int64_t d0, int64_t d1) {
-    std::memcpy(dst(i) + d0, src(i) + d0, sizeof(float) * static_cast<size_t>(d1 - d0));
-  });
+  parallel_copy_bytes(
+      runs, floats * static_cast<int64_t>(sizeof(float)), [&](int64_t i) -> const void* { return src(i); },
+      [&](int64_t i) -> void* { return dst(i); });
 }
 
 }  // namespace dsv4

@@ -21,6 +21,11 @@ class Communicator : public Collectives {
   void all_reduce_sum(float* data, int64_t n) override = 0;
   // send[bytes] of every rank -> recv[size * bytes], rank-major.
   void all_gather(const void* send, size_t bytes, void* recv) override = 0;
+  // Through all_gather: the blocks padded to the largest, or gathered
+  // whole, then copied into place (a backend that can place them directly
+  // overrides these).
+  void all_gather_v(const void* send, const std::vector<size_t>& bytes, void* recv) override;
+  void all_gather_rows(const void* send, size_t rows, size_t row_bytes, void* recv, size_t recv_stride) override;
   void all_to_all_v(const void* send, const std::vector<size_t>& send_bytes, void* recv,
                     const std::vector<size_t>& recv_bytes) override = 0;
   virtual void broadcast(void* data, size_t bytes, int root) = 0;

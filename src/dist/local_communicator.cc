@@ -109,6 +109,40 @@ void LocalCommunicator::all_gather(const void* send, size_t bytes, void* recv) {
   barrier();
 }
 
+void LocalCommunicator::all_gather_v(const void* send, const std::vector<size_t>& bytes, void* recv) {
+  PhaseTimer::Scope time(Phase::kCommunication);
+  LocalWorld& w = *world_;
+  DSV4_CHECK(static_cast<int>(bytes.size()) == w.size());
+  count_sent(bytes[rank_] * (w.size() - 1));
+  w.slots_[rank_] = send;
+  barrier();
+  std::vector<Block> blocks;
+  size_t at = 0;
+  for (int r = 0; r < w.size(); ++r) {
+    if (bytes[r]) blocks.push_back({static_cast<char*>(recv) + at, w.slots_[r], bytes[r], r != rank_});
+    at += bytes[r];
+  }
+  copy_blocks(blocks);
+  barrier();
+}
+
+void LocalCommunicator::all_gather_rows(const void* send, size_t rows, size_t row_bytes, void* recv,
+                                        size_t recv_stride) {
+  PhaseTimer::Scope time(Phase::kCommunication);
+  LocalWorld& w = *world_;
+  count_sent(rows * row_bytes * (w.size() - 1));
+  w.slots_[rank_] = send;
+  barrier();
+  std::vector<Block> blocks;
+  if (row_bytes)
+    for (size_t i = 0; i < rows; ++i)
+      for (int r = 0; r < w.size(); ++r)
+        blocks.push_back({static_cast<char*>(recv) + i * recv_stride + r * row_bytes,
+                          static_cast<const char*>(w.slots_[r]) + i * row_bytes, row_bytes, r != rank_});
+  copy_blocks(blocks);
+  barrier();
+}
+
 void LocalCommunicator::all_to_all_v(const void* send, const std::vector<size_t>& send_bytes, void* recv,
                                      const std::vector<size_t>& recv_bytes) {
   PhaseTimer::Scope time(Phase::kCommunication);

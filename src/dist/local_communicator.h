@@ -38,6 +38,9 @@ class LocalCommunicator : public Communicator {
   int size() const override { return world_->size(); }
   void all_reduce_sum(float* data, int64_t n) override;
   void all_gather(const void* send, size_t bytes, void* recv) override;
+  // Each rank's blocks copied straight into place from the others' buffers.
+  void all_gather_v(const void* send, const std::vector<size_t>& bytes, void* recv) override;
+  void all_gather_rows(const void* send, size_t rows, size_t row_bytes, void* recv, size_t recv_stride) override;
   void all_to_all_v(const void* send, const std::vector<size_t>& send_bytes, void* recv,
                     const std::vector<size_t>& recv_bytes) override;
   void broadcast(void* data, size_t bytes, int root) override;

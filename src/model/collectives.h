@@ -17,6 +17,13 @@ class Collectives {
   virtual void all_reduce_sum(float* data, int64_t n) = 0;
   // send[bytes] of every rank -> recv[size * bytes], rank-major.
   virtual void all_gather(const void* send, size_t bytes, void* recv) = 0;
+  // Rank r's send[bytes[r]] -> recv, the ranks' blocks one after another
+  // in rank order (every rank passes the same bytes).
+  virtual void all_gather_v(const void* send, const std::vector<size_t>& bytes, void* recv) = 0;
+  // Each rank's `rows` rows of row_bytes (consecutive in send) -> recv row
+  // i at i * recv_stride, rank r's part of it at r * row_bytes: each rank's
+  // columns of a [rows, size * columns] tensor land in place.
+  virtual void all_gather_rows(const void* send, size_t rows, size_t row_bytes, void* recv, size_t recv_stride) = 0;
   // Rank i sends send_bytes[j] bytes (consecutive in send) to rank j and
   // receives recv_bytes[j] from rank j (consecutive in recv, rank order).
   virtual void all_to_all_v(const void* send, const std::vector<size_t>& send_bytes, void* recv,

@@ -32,16 +32,10 @@ void gather_rows(Collectives* group, const TokenSplit& s, const float* mine, int
     copy_floats(all, mine, s.rows * width);
     return;
   }
-  // Every block padded to the same size, then the padding dropped.
-  const int64_t block = s.block * width, held = s.count() * width;
-  ScratchVector<float> sent(block), got(block * s.size);
-  copy_floats(sent.data(), mine, held);
-  std::fill(sent.begin() + held, sent.end(), 0.0f);
-  group->all_gather(sent.data(), sizeof(float) * block, got.data());
-  // Row i came from rank i / s.block, at its place in that rank's block.
-  parallel_copy(
-      s.rows, width, [&](int64_t i) { return got.data() + i / s.block * block + i % s.block * width; },
-      [&](int64_t i) { return all + i * width; });
+  // Rank r's rows are rows [begin(r), begin(r) + count(r)) of all.
+  std::vector<size_t> bytes(s.size);
+  for (int r = 0; r < s.size; ++r) bytes[r] = sizeof(float) * s.count(r) * width;
+  group->all_gather_v(mine, bytes, all);
 }
 
 void gather_columns(Collectives* group, const TokenSplit& s, const float* cols, int64_t width, float* all) {
@@ -49,12 +43,7 @@ void gather_columns(Collectives* group, const TokenSplit& s, const float* cols, 
     copy_floats(all, cols, s.rows * width);
     return;
   }
-  // One row (a decode step's) arrives laid out as it stays: each rank's
-  // columns after the previous rank's.
-  if (s.rows == 1) return group->all_gather(cols, sizeof(float) * width, all);
-  ScratchVector<float> got(s.rows * width * s.size);
-  group->all_gather(cols, sizeof(float) * s.rows * width, got.data());
-  interleave_blocks(got.data(), s.size, s.rows, width, all);
+  group->all_gather_rows(cols, s.rows, sizeof(float) * width, all, sizeof(float) * width * s.size);
 }
 
 void columns_to_rows(Collectives* group, const TokenSplit& s, const float* cols, int64_t width, float* mine) {
