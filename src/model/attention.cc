@@ -51,14 +51,16 @@ void rope_tail(const Rope& rope, float* x, int64_t count, int64_t stride, int ro
   });
 }
 
-// Heads one attention task takes: up to 16, which share the token's key
-// slots (decoded once a task); fewer when the tokens are too few to give
+// Heads one attention task takes: up to 64 (all of a released model's),
+// which share the token's key slots (decoded once a task for the scores
+// and once for the weighted sum); fewer when the tokens are too few to give
 // each of the pool's threads a task (decode on a many-core node). A head's
 // result is the same in any group (the kernels' heads are independent
 // lanes), so this changes no number.
+constexpr int64_t kMostHeadsPerTask = 64;
 int64_t heads_per_task(int64_t tokens, int64_t heads) {
   const int64_t threads = ThreadPool::current().num_threads();
-  int64_t g = 16;
+  int64_t g = kMostHeadsPerTask;
   while (g > 1 && tokens * ((heads + g - 1) / g) < threads) g /= 2;
   return g;
 }
@@ -492,8 +494,8 @@ void attention_forward(const AttentionWeights& w, const LayerContext& ctx, const
       }
       attend_in_blocks(ctx, w, q.data(), split, scale, o.data());
     } else {
-      // Enough tokens for a group of 16 heads a thread.
-      const int64_t per_task = kernels::kPanel, head_groups = (heads + per_task - 1) / per_task;
+      // Enough tokens for a group of at least 16 heads a thread.
+      const int64_t per_task = heads_per_task(n, heads), head_groups = (heads + per_task - 1) / per_task;
       parallel_for(n * head_groups, 1, [&](int64_t v0, int64_t v1) {
         // Per thread and kept: one task per token would otherwise allocate
         // and zero its scratch every time.

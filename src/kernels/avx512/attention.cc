@@ -103,34 +103,67 @@ inline __m512 mul_add(bool fused, __m512 a, __m512 b, __m512 c) {
   return fused ? _mm512_fmadd_ps(a, b, c) : _mm512_add_ps(c, _mm512_mul_ps(a, b));
 }
 
-template <int S, bool Fused>
-void dot_slots(const float* qt, __mmask16 lanes, const float* first, const float* const* k, int64_t j0, int64_t dim,
-               float scale, float* dots, int64_t key_stride, int64_t head_stride) {
-  __m512 acc[S];
-  for (int s = 0; s < S; ++s) acc[s] = _mm512_setzero_ps();
+// P panels of heads at once (qt's panels kPanel * dim apart, dots' heads
+// kPanel * head_stride apart): each key element broadcast serves them all.
+// Every dot product adds its products in d order whatever P.
+template <int S, int P, bool Fused>
+void dot_slots(const float* qt, const __mmask16* lanes, const float* first, const float* const* k, int64_t j0,
+               int64_t dim, float scale, float* dots, int64_t key_stride, int64_t head_stride) {
+  __m512 acc[P][S];
+  for (int p = 0; p < P; ++p)
+    for (int s = 0; s < S; ++s) acc[p][s] = _mm512_setzero_ps();
   for (int64_t d = 0; d < dim; ++d) {
-    const __m512 qd = _mm512_loadu_ps(qt + d * kPanel);
-    for (int s = 0; s < S; ++s) acc[s] = mul_add(Fused, qd, _mm512_set1_ps(first[s * dim + d]), acc[s]);
+    __m512 qd[P];
+    for (int p = 0; p < P; ++p) qd[p] = _mm512_loadu_ps(qt + (p * dim + d) * kPanel);
+    for (int s = 0; s < S; ++s) {
+      const __m512 kd = _mm512_set1_ps(first[s * dim + d]);
+      for (int p = 0; p < P; ++p) acc[p][s] = mul_add(Fused, qd[p], kd, acc[p][s]);
+    }
   }
   alignas(64) float lane[kPanel];
-  for (int s = 0; s < S; ++s) {
-    if (!k[s]) continue;
-    _mm512_store_ps(lane, scale == 1.0f ? acc[s] : _mm512_mul_ps(acc[s], _mm512_set1_ps(scale)));
-    for (int h = 0; h < kPanel; ++h)
-      if (lanes >> h & 1) dots[(j0 + s) * key_stride + h * head_stride] = lane[h];
-  }
+  for (int p = 0; p < P; ++p)
+    for (int s = 0; s < S; ++s) {
+      if (!k[s]) continue;
+      _mm512_store_ps(lane, scale == 1.0f ? acc[p][s] : _mm512_mul_ps(acc[p][s], _mm512_set1_ps(scale)));
+      float* to = dots + (j0 + s) * key_stride + p * kPanel * head_stride;
+      for (int h = 0; h < kPanel; ++h)
+        if (lanes[p] >> h & 1) to[h * head_stride] = lane[h];
+    }
 }
 
-// A tile's n decoded keys against one panel of up to 16 heads.
-template <bool Fused>
-void dot_tile(const float* qt, __mmask16 lanes, const float* tile, const float* const* rows, int64_t j0, int64_t n,
-              int64_t dim, float scale, float* dots, int64_t key_stride, int64_t head_stride) {
+// A tile's n decoded keys against P panels of up to 16 heads.
+template <int P, bool Fused>
+void dot_tile(const float* qt, const __mmask16* lanes, const float* tile, const float* const* rows, int64_t j0,
+              int64_t n, int64_t dim, float scale, float* dots, int64_t key_stride, int64_t head_stride) {
   if (n == kKeyTile) {
-    dot_slots<kKeyTile, Fused>(qt, lanes, tile, rows, j0, dim, scale, dots, key_stride, head_stride);
+    dot_slots<kKeyTile, P, Fused>(qt, lanes, tile, rows, j0, dim, scale, dots, key_stride, head_stride);
     return;
   }
   for (int64_t s = 0; s < n; ++s)
-    dot_slots<1, Fused>(qt, lanes, tile + s * dim, rows + s, j0 + s, dim, scale, dots, key_stride, head_stride);
+    dot_slots<1, P, Fused>(qt, lanes, tile + s * dim, rows + s, j0 + s, dim, scale, dots, key_stride, head_stride);
+}
+
+__mmask16 lanes_of(int64_t heads) { return static_cast<__mmask16>((1u << heads) - 1); }
+
+// A tile's keys against every panel of the heads (qt [panels][dim][16]),
+// two panels at a time: 16 sums in flight, each broadcast key element
+// serving 32 heads (one panel at a time, the broadcasts were as many as
+// the multiply-adds and held the loads' ports). Head h's dots go to
+// dots[key * key_stride + h * head_stride].
+template <bool Fused>
+void dot_tile_panels(const float* qt, int64_t heads, const float* tile, const float* const* rows, int64_t j0,
+                     int64_t n, int64_t dim, float scale, float* dots, int64_t key_stride, int64_t head_stride) {
+  const int64_t panels = (heads + kPanel - 1) / kPanel;
+  for (int64_t p = 0; p < panels;) {
+    const int64_t two = panels - p >= 2 ? 2 : 1;
+    __mmask16 lanes[2];
+    for (int64_t i = 0; i < two; ++i) lanes[i] = lanes_of(lesser(kPanel, heads - (p + i) * kPanel));
+    const float* qp = qt + p * kPanel * dim;
+    float* to = dots + p * kPanel * head_stride;
+    if (two == 2) dot_tile<2, Fused>(qp, lanes, tile, rows, j0, n, dim, scale, to, key_stride, head_stride);
+    else dot_tile<1, Fused>(qp, lanes, tile, rows, j0, n, dim, scale, to, key_stride, head_stride);
+    p += two;
+  }
 }
 
 // Up to 16 heads of q [heads][dim] transposed to qt [dim][16], zero-padded.
@@ -139,7 +172,6 @@ void transpose_heads(const float* q, int64_t heads, int64_t dim, float* qt) {
     for (int64_t h = 0; h < kPanel; ++h) qt[d * kPanel + h] = h < heads ? q[h * dim + d] : 0.0f;
 }
 
-__mmask16 lanes_of(int64_t heads) { return static_cast<__mmask16>((1u << heads) - 1); }
 
 // The weighted sum decodes this many rows a tile: the scratch's rows for
 // the transposed queries and the score tile, free by then
@@ -210,19 +242,23 @@ void sink_softmax_weights(const uint8_t* const* keys, int64_t num_slots, float s
 }
 
 // scores[h * stride + j] = (q[h] . key_j) * scale, -inf for a masked slot.
+// Each tile of keys is decoded once for every panel of 16 heads (a prefill
+// row's task takes all its heads: decoding a row's keys per panel was
+// about a third of the attention's time at 32 heads).
 template <bool Fused>
 void scores_of(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_slots, const KvRowFormat& f,
                float scale, float* scratch, float* scores, int64_t stride) {
-  const int64_t dim = f.dim();
-  float* qt = scratch;              // [dim][16]
-  float* tile = qt + kPanel * dim;  // [kKeyTile][dim]
+  const int64_t dim = f.dim(), panels = (heads + kPanel - 1) / kPanel;
+  float* qt = scratch;                       // [panels][dim][16]
+  float* tile = qt + panels * kPanel * dim;  // [kKeyTile][dim]
   auto decode = [&](const uint8_t* row, float* to) { decode_kv_row(row, f, to); };
   const float* rows[kKeyTile];
-  transpose_heads(q, heads, dim, qt);
+  for (int64_t p = 0; p < panels; ++p)
+    transpose_heads(q + p * kPanel * dim, lesser(kPanel, heads - p * kPanel), dim, qt + p * kPanel * dim);
   for (int64_t j = 0; j < num_slots; j += kKeyTile) {
     const int64_t n = lesser(kKeyTile, num_slots - j);
     decode_tile(keys, j, n, dim, tile, rows, decode);
-    dot_tile<Fused>(qt, lanes_of(heads), tile, rows, j, n, dim, scale, scores, 1, stride);
+    dot_tile_panels<Fused>(qt, heads, tile, rows, j, n, dim, scale, scores, 1, stride);
   }
   for (int64_t h = 0; h < heads; ++h)
     for (int64_t j = 0; j < num_slots; ++j)
@@ -276,9 +312,7 @@ void dots_of_heads(const float* q, int64_t heads, const uint8_t* const* keys, in
   for (int64_t j = 0; j < num_keys; j += kKeyTile) {
     const int64_t n = lesser(kKeyTile, num_keys - j);
     decode_tile(keys, j, n, dim, tile, rows, decode);
-    for (int64_t p = 0; p < panels; ++p)
-      dot_tile<Fused>(qt + p * kPanel * dim, lanes_of(lesser(kPanel, heads - p * kPanel)), tile, rows, j, n, dim, 1.0f,
-                      dots + p * kPanel, heads, 1);
+    dot_tile_panels<Fused>(qt, heads, tile, rows, j, n, dim, 1.0f, dots, heads, 1);
   }
 }
 
@@ -286,15 +320,13 @@ void dots_of_heads(const float* q, int64_t heads, const uint8_t* const* keys, in
 
 void sink_attention_heads(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_slots,
                           const KvRowFormat& f, const float* sinks, float scale, float* scratch, float* out) {
-  if (f.dim() % kPanel || heads > kPanel)
-    return generic::sink_attention_heads(q, heads, keys, num_slots, f, sinks, scale, scratch, out);
+  if (f.dim() % kPanel) return generic::sink_attention_heads(q, heads, keys, num_slots, f, sinks, scale, scratch, out);
   attend<false>(q, heads, keys, num_slots, f, sinks, scale, scratch, out);
 }
 
 void sink_attention_heads_fast(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_slots,
                                const KvRowFormat& f, const float* sinks, float scale, float* scratch, float* out) {
-  if (f.dim() % kPanel || heads > kPanel)
-    return generic::sink_attention_heads(q, heads, keys, num_slots, f, sinks, scale, scratch, out);
+  if (f.dim() % kPanel) return generic::sink_attention_heads(q, heads, keys, num_slots, f, sinks, scale, scratch, out);
   attend<true>(q, heads, keys, num_slots, f, sinks, scale, scratch, out);
 }
 
@@ -303,9 +335,11 @@ void sink_attention_heads_fast(const float* q, int64_t heads, const uint8_t* con
 template <bool Fused>
 void sink_scores_as(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_slots, const KvRowFormat& f,
                     float scale, float* scratch, float* scores, int64_t stride) {
-  if (f.dim() % kPanel || heads > kPanel)
-    return generic::sink_scores(q, heads, keys, num_slots, f, scale, scratch, scores, stride);
-  scores_of<Fused>(q, heads, keys, num_slots, f, scale, scratch, scores, stride);
+  if (f.dim() % kPanel) return generic::sink_scores(q, heads, keys, num_slots, f, scale, scratch, scores, stride);
+  // A panel of heads at a time: the scratch holds one (dispatch.h).
+  for (int64_t h = 0; h < heads; h += kPanel)
+    scores_of<Fused>(q + h * f.dim(), lesser(kPanel, heads - h), keys, num_slots, f, scale, scratch,
+                     scores + h * stride, stride);
 }
 
 template <bool Fused>

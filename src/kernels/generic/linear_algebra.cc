@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/generic/generic_kernels.h"
@@ -97,11 +98,12 @@ float sink_softmax(const uint8_t* const* keys, int64_t num_slots, float sink, fl
 }
 
 int64_t sink_attention_scratch(int64_t heads, int64_t num_slots, int64_t dim) {
-  // Scores [heads][slots], then (AVX-512) the queries transposed [dim][16]
-  // and a tile of kKeyTile decoded keys for the scores, all 16 + kKeyTile
-  // rows a tile of decoded values for the weighted sum; or (generic) one
-  // decoded key.
-  return heads * num_slots + (kPanel + kKeyTile) * dim;
+  // Scores [heads][slots], then (AVX-512) the queries transposed in panels
+  // of 16 heads [panels][dim][16] and a tile of kKeyTile decoded keys for
+  // the scores, at least 16 + kKeyTile rows a tile of decoded values for
+  // the weighted sum; or (generic) one decoded key.
+  const int64_t panels = std::max<int64_t>(1, (heads + kPanel - 1) / kPanel);
+  return heads * num_slots + (panels * kPanel + kKeyTile) * dim;
 }
 
 void generic::sink_scores(const float* q, int64_t heads, const uint8_t* const* keys, int64_t num_slots,
