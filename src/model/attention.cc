@@ -53,15 +53,18 @@ void rope_tail(const Rope& rope, float* x, int64_t count, int64_t stride, int ro
 
 // Heads one attention task takes: up to 64 (all of a released model's),
 // which share the token's key slots (decoded once a task for the scores
-// and once for the weighted sum); fewer when the tokens are too few to give
-// each of the pool's threads a task (decode on a many-core node). A head's
-// result is the same in any group (the kernels' heads are independent
-// lanes), so this changes no number.
+// and once for the weighted sum), when the tokens give every thread
+// several tasks (a prefill chunk); else 16, or fewer when the tokens are
+// too few to give each of the pool's threads a task (decode on a many-core
+// node). A head's result is the same in any group (the kernels' heads are
+// independent lanes), so this changes no number.
 constexpr int64_t kMostHeadsPerTask = 64;
 int64_t heads_per_task(int64_t tokens, int64_t heads) {
   const int64_t threads = ThreadPool::current().num_threads();
+  auto tasks = [&](int64_t g) { return tokens * ((heads + g - 1) / g); };
   int64_t g = kMostHeadsPerTask;
-  while (g > 1 && tokens * ((heads + g - 1) / g) < threads) g /= 2;
+  while (g > kernels::kPanel && tasks(g) < ThreadPool::kChunksPerThread * threads) g /= 2;
+  while (g > 1 && tasks(g) < threads) g /= 2;
   return g;
 }
 
