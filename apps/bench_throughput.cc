@@ -44,12 +44,19 @@ struct Row {
   double tok_s() const { return seconds > 0 ? tokens / seconds : 0.0; }
 };
 
+// A prefill chunk's phases: tokens [from, to) of the sequence.
+struct ChunkPhases {
+  int64_t from = 0, to = 0;
+  std::array<double, kNumPhases> seconds{};
+};
+
 // One numerics' run over the contexts and batch sizes, and the phases of
-// the first prefill chunk and of the first decode step at each batch size.
+// the last prefill chunk of each row (the longest context it reached) and
+// of the first decode step at each batch size.
 struct Run {
   kernels::Numerics numerics;
   std::vector<Row> rows;
-  std::array<double, kNumPhases> prefill_phases{};
+  std::vector<ChunkPhases> prefill_phases;
   std::vector<std::pair<int64_t, std::array<double, kNumPhases>>> decode_phases;  // batch -> seconds
   int64_t kv_bytes = 0, kv_context = 0;
 };
@@ -119,7 +126,8 @@ StatusOr<Run> run_rows(DeepseekV4& m, kernels::Numerics numerics, const std::vec
           // run (a lock and a few words per kernel call: noise next to a
           // chunk's seconds).
           weight_bytes = metered([&] {
-            if (s0 == 0 && at == 0) run.prefill_phases = timed_phases([&] { return m.forward(fb, &out); }, &st);
+            if (s0 + n == L - at)
+              run.prefill_phases.push_back({at + s0, at + s0 + n, timed_phases([&] { return m.forward(fb, &out); }, &st)});
             else st = m.forward(fb, &out);
           });
         } else {
@@ -270,7 +278,7 @@ void print_step_rooflines(const Run& run, const KernelPeaks& peaks) {
 void print_phases(const char* what, const std::array<double, kNumPhases>& seconds) {
   double total = 0;
   for (double s : seconds) total += s;
-  std::printf("  %-22s %8.1f ms:", what, total * 1e3);
+  std::printf("  %-30s %8.1f ms:", what, total * 1e3);
   for (int p = 0; p < kNumPhases; ++p)
     if (seconds[p] > 0.0005 * total) std::printf(" %s %.1f%%", phase_name(static_cast<Phase>(p)), 100 * seconds[p] / total);
   std::printf("\n");
@@ -418,11 +426,13 @@ int bench_throughput(DeepseekV4& m, const ThroughputOptions& o) {
     }
   }
   const bool peer_ok = o.peer_gguf.empty() || print_peer(o, runs.back(), limits(runs.size() - 1));
-  std::printf("time by phase (one prefill chunk from context 0, one decode step at context %lld):\n",
+  std::printf("time by phase (the last prefill chunk of each row, one decode step at context %lld):\n",
               static_cast<long long>(contexts.front()));
   for (const Run& run : runs) {
     const std::string mode = kernels::numerics_name(run.numerics);
-    print_phases((mode + " prefill").c_str(), run.prefill_phases);
+    for (const ChunkPhases& chunk : run.prefill_phases)
+      print_phases((mode + " prefill " + std::to_string(chunk.from) + "-" + std::to_string(chunk.to)).c_str(),
+                   chunk.seconds);
     for (const auto& [batch, phases] : run.decode_phases)
       print_phases((mode + " decode batch " + std::to_string(batch)).c_str(), phases);
   }

@@ -45,9 +45,10 @@ TEST(BenchCli, ThroughputRowsMachineLimitsAndCsv) {
     EXPECT_TRUE(
         std::regex_search(r.output, std::regex(md + R"(: decode at context 192: [0-9.]+x the tokens/s at context 64)")))
         << r.output;
-    // The per-phase breakdown of a prefill chunk and a decode step: shares
-    // of the step that add up to at most 100%.
-    for (const char* step : {"prefill", "decode batch 1", "decode batch 3"}) {
+    // The per-phase breakdown of each prefill row's last chunk (the longest
+    // context it reached) and of a decode step: shares of the step that add
+    // up to at most 100%.
+    for (const char* step : {"prefill 0-64", "prefill 64-192", "decode batch 1", "decode batch 3"}) {
       ASSERT_TRUE(std::regex_search(r.output, m, std::regex("  " + md + " " + step + R"(\s+[0-9.]+ ms: ([^\n]*))")))
           << step << "\n" << r.output;
       const std::string shares = m[1];
