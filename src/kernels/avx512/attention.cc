@@ -172,7 +172,6 @@ void transpose_heads(const float* q, int64_t heads, int64_t dim, float* qt) {
     for (int64_t h = 0; h < kPanel; ++h) qt[d * kPanel + h] = h < heads ? q[h * dim + d] : 0.0f;
 }
 
-
 // The weighted sum decodes this many rows a tile: the scratch's rows for
 // the transposed queries and the score tile, free by then
 // (sink_attention_scratch).
