@@ -56,12 +56,19 @@ int health(const ServerProcess& server) {
 }
 
 // The pid a rank logged when it was ready.
+// A rank's pid from the line it logs, waiting up to 10 s for it: the other
+// processes' lines reach the log through mpiexec's forwarding, which may
+// come after rank 0 already serves.
 pid_t pid_of_rank(const ServerProcess& server, int rank) {
-  std::smatch m;
-  const std::string log = server.log();
   const std::regex re(rank == 0 ? R"(rank 0 of \d+ drives .*, pid (\d+))"
                                  : "rank " + std::to_string(rank) + R"( of \d+ ready .*, pid (\d+))");
-  return std::regex_search(log, m, re) ? std::stoi(m[1]) : -1;
+  for (int i = 0; i < 100; ++i) {
+    std::smatch m;
+    const std::string log = server.log();
+    if (std::regex_search(log, m, re)) return std::stoi(m[1]);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return -1;
 }
 
 TEST(MpiServe, RankZeroServesLikeOneRank) {
