@@ -73,14 +73,19 @@ void fast_block(const uint32_t* pairs, int64_t k, const QuantizedPanels& w, cons
             }
         }
     }
+    // A panel's rows are all read before any is written: rows sit ldy
+    // apart, often a multiple of 4 KiB, and a read after a write whose
+    // address has the same low 12 bits waits for that write (read then
+    // written row by row, 16 rows of a [2048, 1024] product with ldy 2048
+    // ran at 0.6x the speed of ldy 2064).
     const bool fresh = first && b0 == t0;
     for (int pp = 0; pp < P; ++pp) {
       const __m512 scale = block_scales(w.scales + ((p + pp) * blocks + b0 / Chunks::kBlock) * kPanel);
-      for (int r = 0; r < R; ++r) {
-        float* out = y + (i + r) * ldy + (p + pp) * kPanel;
-        const __m512 sum = fresh ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mask[pp], out);
-        _mm512_mask_storeu_ps(out, mask[pp], _mm512_fmadd_ps(part[r][pp], scale, sum));
-      }
+      __m512 sum[R];
+      for (int r = 0; r < R; ++r)
+        sum[r] = fresh ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mask[pp], y + (i + r) * ldy + (p + pp) * kPanel);
+      for (int r = 0; r < R; ++r)
+        _mm512_mask_storeu_ps(y + (i + r) * ldy + (p + pp) * kPanel, mask[pp], _mm512_fmadd_ps(part[r][pp], scale, sum[r]));
     }
     b0 = b1;
   }
