@@ -55,7 +55,6 @@ int health(const ServerProcess& server) {
   return r ? r->status : 0;  // 0: nobody answers
 }
 
-// The pid a rank logged when it was ready.
 // A rank's pid from the line it logs, waiting up to 10 s for it: the other
 // processes' lines reach the log through mpiexec's forwarding, which may
 // come after rank 0 already serves.
