@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <string>
@@ -14,6 +15,7 @@
 #include "model/deepseek_v4.h"
 #include "tools/golden_verify.h"
 #include "tools/parallel_verify.h"
+#include "temp_dir.h"
 #include "test_util.h"
 
 namespace dsv4 {
@@ -202,6 +204,33 @@ INSTANTIATE_TEST_SUITE_P(
         if (c == '-') c = '_';
       return n;
     });
+
+// A golden the official reference computed states exact_numerics (exact
+// numerics are then held to bit identity); one a second implementation
+// computed (the trainer's, models/default) states only the bounds for
+// another correct implementation, which then hold in both numerics.
+TEST(GoldenBoundsRule, ExactNumericsAreBitExactOnlyForReferenceGoldens) {
+  auto bounds_for = [](const std::string& case_json, kernels::Numerics numerics) {
+    const testing::TempDir dir;
+    std::ofstream(dir.file("case.json")) << case_json;
+    auto b = GoldenBounds::for_run(dir.file("golden.safetensors"), numerics, false);
+    EXPECT_TRUE(b.ok()) << b.status().message();
+    return b.ok() ? *b : GoldenBounds();
+  };
+  const std::string reference = R"({"bounds": {"exact_numerics": "every tensor bit-identical",
+      "other_correct_implementations": {"prefill_logits": 0.2, "decode_argmax_min": 0.85}}})";
+  const std::string second = R"({"bounds": {"other_correct_implementations": {"prefill_logits": 0.05, "decode_argmax_min": 0.9}}})";
+  const GoldenBounds exact_ref = bounds_for(reference, kernels::Numerics::kExact);
+  EXPECT_EQ(exact_ref.bound("prefill_logits"), 0.0);
+  EXPECT_TRUE(exact_ref.greedy_identical);
+  EXPECT_EQ(bounds_for(reference, kernels::Numerics::kFast).bound("prefill_logits"), 0.2);
+  for (auto numerics : {kernels::Numerics::kExact, kernels::Numerics::kFast}) {
+    const GoldenBounds b = bounds_for(second, numerics);
+    EXPECT_EQ(b.bound("prefill_logits"), 0.05);
+    EXPECT_FALSE(b.greedy_identical);
+    EXPECT_EQ(b.decode_argmax_min, 0.9);
+  }
+}
 
 TEST(GoldenParallelErrors, LayoutsThatDoNotFitTheModelAreRejected) {
   VerifyOptions opt;

@@ -38,6 +38,8 @@ struct GoldenBounds {
   // for the FP8 case).
   static StatusOr<GoldenBounds> other_implementations(const std::string& golden_path);
   // The bounds for a model run in `numerics` against `golden_path`.
+  // Exact numerics are held to bit identity unless the case declares no
+  // exact_numerics bound (a golden not from the official reference).
   static StatusOr<GoldenBounds> for_run(const std::string& golden_path, kernels::Numerics numerics, bool w8a8);
 };
 
