@@ -79,8 +79,9 @@ void one_request(const std::string& host, int port, std::mt19937_64& rng, const 
   if (kind == 0 || kind == 3) prompt = text_of(rng, 5 + rng() % 60);           // short
   else if (kind == 1) prompt = text_of(rng, 500 + rng() % 1500);                // long
   else prompt = prefixes[rng() % prefixes.size()] + text_of(rng, 10 + rng() % 50);  // shared prefix
+  // ignore_eos: the load is the lengths drawn, whatever the model would say.
   json body = {{"max_tokens", 1 + static_cast<int>(rng() % 24)}, {"temperature", rng() % 2 ? 0.0 : 0.8},
-               {"seed", static_cast<int>(rng() % 1000)}, {"stream", stream}};
+               {"seed", static_cast<int>(rng() % 1000)}, {"stream", stream}, {"ignore_eos", true}};
   if (rng() % 5 == 0) body["n"] = 2;
   if (chat) body["messages"] = json::array({{{"role", "user"}, {"content", prompt}}});
   else body["prompt"] = prompt;
@@ -175,7 +176,8 @@ int bench_soak(const std::string& host, int port, double duration_s, int clients
   std::printf("dsv4 bench --soak: %d clients against http://%s:%d for %.0f s\n", clients, host.c_str(), port, duration_s);
   std::mt19937_64 rng(seed);
   std::vector<std::string> prefixes;
-  for (int i = 0; i < 4; ++i) prefixes.push_back(text_of(rng, 600));
+  // Several 128-token cache blocks each, whatever the tokenizer.
+  for (int i = 0; i < 4; ++i) prefixes.push_back(text_of(rng, 2000));
   const double hits0 = metric_total(host, port, "dsv4_prefix_cache_hits_total");
   const double drafts0 = metric_total(host, port, "dsv4_spec_decode_num_draft_tokens_total");
   const double accepted0 = metric_total(host, port, "dsv4_spec_decode_num_accepted_tokens_total");

@@ -128,6 +128,7 @@ StatusOr<StepTraffic> measure(const std::string& dir, const ParallelOptions& p, 
   SamplingParams greedy;
   greedy.temperature = 0;
   greedy.max_tokens = 2;
+  greedy.ignore_eos = true;  // the decode traffic is measured, whatever the model says
   for (int g = 0; g < engine->num_groups(); ++g) {
     std::vector<int32_t> prompt(prompt_len);
     for (auto& t : prompt) t = static_cast<int32_t>(rng() % config.vocab_size);

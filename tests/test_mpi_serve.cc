@@ -32,7 +32,7 @@ std::vector<std::string> with(std::vector<std::string> extra) {
 std::string complete(const ServerProcess& server, const std::string& prompt) {
   HttpClient cli("127.0.0.1", server.port());
   cli.set_read_timeout_ms(60000);
-  json body = {{"model", "dsv4-default"}, {"prompt", prompt}, {"max_tokens", 10}, {"temperature", 0}};
+  json body = {{"model", "dsv4-default"}, {"prompt", prompt}, {"max_tokens", 10}, {"temperature", 0}, {"ignore_eos", true}};
   auto r = cli.post("/v1/completions", body.dump(), "application/json");
   if (!r || r->status != 200) return "<failed>";
   return json::parse(r->body)["choices"][0]["text"];
@@ -101,7 +101,8 @@ TEST(MpiServe, SpeculationAndPrefixCachingOverProcesses) {
     auto r = cli.post("/v1/completions", body.dump(), "application/json");
     return r && r->status == 200 ? json::parse(r->body) : json();
   };
-  const std::string prefix(300, 'a');
+  std::string prefix;  // 300 tokens (digits and the spaces between them are one token each)
+  for (int i = 0; i < 150; ++i) prefix += std::to_string(i % 10) + " ";
   std::vector<json> expected;
   {
     ServerProcess one(with({"--speculative-config", spec}));

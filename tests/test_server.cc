@@ -105,8 +105,15 @@ TEST(Server, SseFramingAndJsonShapes) {
 // with MTP speculation on; a multi-turn chat re-sent with one more turn hits
 // the whole earlier conversation (aligned down to 128); /metrics counts it.
 TEST(Server, PrefixCachingAndSpeculationThroughTheApi) {
-  const std::string prefix(384, 'p');  // the default model's tokenizer: one token per byte
-  auto complete = [](HttpClient& cli, const std::string& prompt) {
+  // Prompts as token ids: 384 shared, then a question of a few.
+  std::vector<int32_t> prefix;
+  for (int i = 0; i < 384; ++i) prefix.push_back(20 + (i * 37) % 400);
+  auto prompt_of = [&](std::vector<int32_t> tail) {
+    std::vector<int32_t> ids = prefix;
+    ids.insert(ids.end(), tail.begin(), tail.end());
+    return ids;
+  };
+  auto complete = [](HttpClient& cli, const std::vector<int32_t>& prompt) {
     const json body = {{"prompt", prompt}, {"max_tokens", 12}, {"temperature", 0}, {"ignore_eos", true}, {"logprobs", 3}};
     auto r = cli.post("/v1/completions", body.dump(), "application/json");
     EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no answer");
@@ -118,16 +125,18 @@ TEST(Server, PrefixCachingAndSpeculationThroughTheApi) {
   ASSERT_GT(warm.port(), 0) << warm.log();
   ASSERT_GT(cold.port(), 0) << cold.log();
   HttpClient w("127.0.0.1", warm.port()), c("127.0.0.1", cold.port());
-  const json first = complete(w, prefix + "first question?");
+  const json first = complete(w, prompt_of({101, 102, 103}));
   EXPECT_EQ(first["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
-  const json second = complete(w, prefix + "other question?"), reference = complete(c, prefix + "other question?");
+  const json second = complete(w, prompt_of({201, 202})), reference = complete(c, prompt_of({201, 202}));
   EXPECT_EQ(second["usage"]["prompt_tokens_details"]["cached_tokens"], 384);
   EXPECT_EQ(reference["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
   EXPECT_EQ(second["choices"][0]["text"], reference["choices"][0]["text"]);
   EXPECT_EQ(second["choices"][0]["logprobs"], reference["choices"][0]["logprobs"]);
 
   // Multi-turn chat.
-  json messages = {{{"role", "user"}, {"content", std::string(300, 'u')}}};
+  std::string long_turn;  // 300 tokens: digits are single tokens, and so is each space between them
+  for (int i = 0; i < 150; ++i) long_turn += std::to_string(i % 10) + " ";
+  json messages = {{{"role", "user"}, {"content", long_turn}}};
   auto chat = [&](int max_tokens) {
     const json body = {{"messages", messages}, {"max_tokens", max_tokens}, {"temperature", 0}, {"ignore_eos", true}};
     auto r = w.post("/v1/chat/completions", body.dump(), "application/json");
@@ -141,6 +150,7 @@ TEST(Server, PrefixCachingAndSpeculationThroughTheApi) {
   const int64_t earlier = turn1["usage"]["prompt_tokens"].get<int64_t>();
   const int64_t cached = turn2["usage"]["prompt_tokens_details"]["cached_tokens"].get<int64_t>();
   EXPECT_EQ(cached % 128, 0);
+  EXPECT_GE(earlier, 256);
   EXPECT_GE(cached, earlier / 128 * 128) << "the earlier turn's prompt is cached";
   EXPECT_LT(cached, turn2["usage"]["prompt_tokens"].get<int64_t>());
 
@@ -504,7 +514,14 @@ TEST(Server, StructuredOutputsAlwaysValidate) {
 // (or 0), temperature 0; it reads token_logprobs[ctxlen:-1] and compares
 // each with the best of its top_logprobs.
 TEST(Server, EvaluationHarnessLoglikelihoodRequests) {
-  const std::vector<int32_t> context = {84, 104, 101, 32, 99, 97, 116, 32};  // "The cat "
+  // The harness tokenizes context and continuation itself (here through
+  // /tokenize, as its tokenizer would).
+  std::vector<int32_t> context, continuation;
+  auto tokenize = [](HttpClient& cli, const std::string& text) {
+    auto r = cli.post("/tokenize", json{{"prompt", text}, {"add_special_tokens", false}}.dump(), "application/json");
+    EXPECT_TRUE(r && r->status == 200);
+    return r ? json::parse(r->body)["tokens"].get<std::vector<int32_t>>() : std::vector<int32_t>{};
+  };
   auto score = [&](HttpClient& cli, int max_tokens, bool stream, std::vector<int32_t> continuation) {
     std::vector<int32_t> ids = context;
     ids.insert(ids.end(), continuation.begin(), continuation.end());
@@ -533,18 +550,20 @@ TEST(Server, EvaluationHarnessLoglikelihoodRequests) {
     }
     return std::make_pair(text, lp);
   };
-  const std::vector<int32_t> continuation = {100, 111, 103};  // "dog"
   json whole, chunked;
   {
     ServerProcess server(kBase);
     ASSERT_GT(server.port(), 0) << server.log();
     HttpClient cli("127.0.0.1", server.port());
+    context = tokenize(cli, "The cat ");
+    continuation = tokenize(cli, "dog");
+    ASSERT_FALSE(context.empty() || continuation.empty());
     auto [text1, lp1] = score(cli, 1, false, continuation);
     const size_t n = context.size() + continuation.size();
     ASSERT_EQ(lp1["tokens"].size(), n + 1) << "the prompt's tokens and the one generated";
     EXPECT_TRUE(lp1["token_logprobs"][0].is_null());
     EXPECT_TRUE(lp1["top_logprobs"][0].is_null());
-    EXPECT_EQ(text1.substr(0, n), "The cat dog");
+    EXPECT_EQ(text1.rfind("The cat dog", 0), 0u) << text1;
     for (size_t k = 1; k < n; ++k) {
       ASSERT_TRUE(lp1["token_logprobs"][k].is_number()) << k;
       EXPECT_LE(lp1["token_logprobs"][k].get<double>(), 0.0);
@@ -636,7 +655,10 @@ TEST(Server, CorsMethodsModelsHealthAndTokenize) {
   ASSERT_TRUE(cont);
   ASSERT_EQ(cont->status, 200) << cont->body;
   const json ct = json::parse(cont->body)["tokens"];
-  EXPECT_EQ(ct.back(), 108) << "the final assistant message is left open, ending in its own text";
+  auto hel = cli.post("/tokenize", R"({"prompt": "Hel", "add_special_tokens": false})", "application/json");
+  ASSERT_TRUE(hel);
+  EXPECT_EQ(ct.back(), json::parse(hel->body)["tokens"].back())
+      << "the final assistant message is left open, ending in its own text";
   auto bad_model = cli.post("/tokenize", R"({"model": "x", "prompt": "a"})", "application/json");
   ASSERT_TRUE(bad_model);
   EXPECT_EQ(bad_model->status, 404);
@@ -743,7 +765,7 @@ TEST(Server, TensorAndDataParallelRanksServeLikeOneRank) {
       clients.emplace_back([&, i] {
         HttpClient cli("127.0.0.1", server.port());
         cli.set_read_timeout_ms(120000);
-        json body = {{"model", "dsv4-default"}, {"prompt", prompts[i]}, {"max_tokens", 12}, {"temperature", 0}};
+        json body = {{"model", "dsv4-default"}, {"prompt", prompts[i]}, {"max_tokens", 12}, {"temperature", 0}, {"ignore_eos", true}};
         auto r = cli.post("/v1/completions", body.dump(), "application/json");
         if (r && r->status == 200) texts[i] = json::parse(r->body)["choices"][0]["text"];
         else texts[i] = "<failed>";
