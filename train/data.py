@@ -144,6 +144,24 @@ CITIES_TRAIN = ["Paris", "London", "Tokyo", "Berlin", "Madrid", "Rome", "Cairo",
 CITIES_HELDOUT = ["Stockholm", "Brussels", "Budapest", "Istanbul", "Jakarta", "Bogota", "Quito", "Osaka", "Hanoi",
                   "Lagos", "Accra", "Montreal", "Seattle", "Houston", "Phoenix", "Geneva"]
 
+SYLLABLES = ["ka", "lo", "mi", "ra", "ven", "dor", "sa", "tu", "bel", "no", "gar", "is", "pe", "zan", "or", "wi",
+             "ham", "el", "cor", "ta", "rin", "ba", "sol", "fe", "gun", "ly", "mar", "ox", "que", "dra"]
+
+
+def invented_city(rng):
+    """A made-up place name: training sees many names it must copy into the call, not a few it
+    could memorise (the held-out cities are real ones it never saw)."""
+    return "".join(rng.choice(SYLLABLES) for _ in range(rng.choice([2, 2, 3]))).capitalize()
+
+
+def training_city(rng):
+    if rng.random() < 0.3:
+        return rng.choice(CITIES_TRAIN)
+    while (name := invented_city(rng)) in CITIES_HELDOUT:
+        pass
+    return name
+
+
 ASK_TRAIN = {
     "get_weather": ["What's the weather in {c}?", "How is the weather in {c} today?", "Is it warm in {c} right now?",
                     "Tell me the weather in {c}."],
@@ -197,7 +215,7 @@ def tool_use(rng, split, thinking):
     else:
         tool = rng.choice(LOOKUPS)
         name = tool["function"]["name"]
-        city = rng.choice(CITIES_HELDOUT if heldout else CITIES_TRAIN)
+        city = rng.choice(CITIES_HELDOUT) if heldout else training_city(rng)
         question = rng.choice((ASK_HELDOUT if heldout else ASK_TRAIN)[name]).format(c=city)
         arguments = {"city": city}
         result, final, value = tool_result(rng, name, city)

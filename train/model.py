@@ -93,15 +93,19 @@ def rope_frequencies(cfg, ratio, length):
     return torch.cos(angles), torch.sin(angles)
 
 
-def rotate(x, cos, sin, inverse=False):
-    """RoPE on the last dim of x (interleaved pairs), positions along dim 1; cos/sin [S, r/2]."""
-    shape = (1, x.size(1)) + (1,) * (x.dim() - 3) + (cos.size(-1),)
-    cos, sin = cos.view(shape), sin.view(shape)
+def rotate_pairs(x, cos, sin, inverse=False):
+    """RoPE on the last dim of x (interleaved pairs); cos/sin broadcast over x's pairs."""
     if inverse:
         sin = -sin
     pairs = x.float().unflatten(-1, (-1, 2))
     re, im = pairs[..., 0], pairs[..., 1]
     return torch.stack((re * cos - im * sin, re * sin + im * cos), dim=-1).flatten(-2)
+
+
+def rotate(x, cos, sin, inverse=False):
+    """RoPE on the last dim of x, positions along dim 1; cos/sin [S, r/2]."""
+    shape = (1, x.size(1)) + (1,) * (x.dim() - 3) + (cos.size(-1),)
+    return rotate_pairs(x, cos.view(shape), sin.view(shape), inverse)
 
 
 def rope_tail(x, cos, sin, rope_dim, inverse=False):

@@ -17,6 +17,7 @@ import ctypes
 import math
 import os
 import random
+import shutil
 import sys
 import time
 
@@ -26,6 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bpe  # noqa: E402
 import data  # noqa: E402
+import dspark  # noqa: E402
 import export  # noqa: E402
 import render  # noqa: E402
 from model import Config, Stats, Transformer  # noqa: E402
@@ -33,7 +35,8 @@ from model import Config, Stats, Transformer  # noqa: E402
 MTP_WEIGHT = 0.3  # the MTP block's loss, added to the main loss
 INDEXER_WEIGHT = 0.1
 BALANCE_STEP = 1e-3
-GOLDEN_PROMPT = 160  # how far a step moves a score-routed expert's bias toward balance
+GOLDEN_PROMPT = 160
+DSPARK_CALLS = 8  # draft calls per sequence in a drafter step  # how far a step moves a score-routed expert's bias toward balance
 
 
 def keep_freed_memory():
@@ -130,6 +133,7 @@ def main():
     ap.add_argument("--tokens-per-batch", type=int, default=3072)
     ap.add_argument("--max-len", type=int, default=640)
     ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--dspark-steps", type=int, default=400, help="steps of the DSpark drafter (0: none)")
     ap.add_argument("--mix", default=",".join(str(v) for v in data.MIX),
                     help="shares of arithmetic, tool use, chats, greetings")
     args = ap.parse_args()
@@ -209,7 +213,48 @@ def main():
                         {"layer_out.0": 1e-3, "prefill_logits": 0.05, "decode_logits": 0.1, "mtp_logits": 0.1,
                          "decode_argmax_min": 0.9},
                         "dsv4 train/model.py (the trainer's forward), float32, on the exported checkpoint")
+    if args.dspark_steps:
+        train_dspark(model, examples, rng, args, pad_id, tokens)
     print(f"done: {step} steps, {seen} tokens, {(time.time() - t0) / 60:.1f} minutes in all", flush=True)
+
+
+def train_dspark(target, examples, rng, args, pad_id, tokens):
+    """The DSpark drafter against the trained target (frozen), written as the DSpark variant of
+    the model (model-dspark/: the trunk, the drafter's stages in place of the MTP block)."""
+    for p in target.parameters():
+        p.requires_grad_(False)
+    drafter = dspark.DSpark(target.cfg, noise_token_id=pad_id)
+    opt = torch.optim.AdamW(drafter.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    generator = torch.Generator().manual_seed(args.seed)
+    log, step, start = [], 0, time.time()
+    while step < args.dspark_steps:
+        for batch in batches(examples, rng, args.tokens_per_batch, args.max_len):
+            if step >= args.dspark_steps:
+                break
+            ids, main_t, _ = collate(examples, batch, args.max_len, pad_id)
+            learned = main_t != -100  # position t: token t + 1 is one the model writes
+            length = (ids != pad_id).sum(1)
+            for g in opt.param_groups:
+                g["lr"] = learning_rate(step, args.dspark_steps, args.lr)
+            loss, ce, bce, accepted, stats = dspark.loss(drafter, target, ids, learned, length, DSPARK_CALLS, generator)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(drafter.parameters(), 1.0)
+            opt.step()
+            balance(stats)
+            step += 1
+            if step % 10 == 0 or step == 1:
+                row = (step, time.time() - start, ce.item(), bce.item(), accepted.item())
+                log.append(row)
+                print("dspark step %d  %.0fs  draft %.4f  confidence %.4f  greedy drafts kept %.2f of 5" % row, flush=True)
+    out = os.path.join(args.out, "model-dspark")
+    dspark.write_checkpoint(target, drafter.eval(), out, {"trainer": "dsv4 train/train.py (DSpark)", "seed": str(args.seed)})
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(args.out, "model", name), out)
+    with open(os.path.join(args.out, "dspark-loss.tsv"), "w") as f:
+        f.write("step\tseconds\tdraft\tconfidence\tkept\n")
+        for r in log:
+            f.write("\t".join(str(v) for v in r) + "\n")
 
 
 if __name__ == "__main__":
