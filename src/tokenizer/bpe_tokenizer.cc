@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <fstream>
 #include <limits>
+#include <queue>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -217,31 +218,54 @@ void BpeTokenizer::bpe(const std::string& piece, std::vector<int32_t>* out) cons
       return;
     }
   }
-  std::vector<int32_t> sym;
-  sym.reserve(piece.size());
-  for (unsigned char b : piece) sym.push_back(byte_token_[b]);
   // Merge the lowest-ranked adjacent pair (leftmost among equals) until
-  // none is left.
-  for (;;) {
-    int32_t best_rank = std::numeric_limits<int32_t>::max(), merged = -1;
-    size_t at = 0;
-    for (size_t i = 0; i + 1 < sym.size(); ++i) {
-      const uint64_t key = (static_cast<uint64_t>(sym[i]) << 32) | static_cast<uint32_t>(sym[i + 1]);
-      auto it = merges_.find(key);
-      if (it != merges_.end() && it->second.first < best_rank) {
-        best_rank = it->second.first;
-        merged = it->second.second;
-        at = i;
-      }
-    }
-    if (merged < 0) break;
-    sym[at] = merged;
-    sym.erase(sym.begin() + at + 1);
+  // none is left. The symbols are a linked list and the pairs wait in a
+  // heap by (rank, position), each checked when it comes out (a merge next
+  // to it may have changed it): n log n for a piece of n bytes, where
+  // rescanning after every merge took n^2 (a megabyte run of one letter is
+  // one piece).
+  const size_t n = piece.size();
+  std::vector<int32_t> sym(n);
+  std::vector<size_t> next(n), prev(n);
+  for (size_t i = 0; i < n; ++i) {
+    sym[i] = byte_token_[static_cast<unsigned char>(piece[i])];
+    next[i] = i + 1;
+    prev[i] = i - 1;  // wraps for the first: never read
   }
-  out->insert(out->end(), sym.begin(), sym.end());
+  struct Pair {
+    int32_t rank;
+    size_t left;
+    int32_t a, b;  // the symbols it was found with
+    bool operator>(const Pair& o) const { return rank != o.rank ? rank > o.rank : left > o.left; }
+  };
+  std::priority_queue<Pair, std::vector<Pair>, std::greater<Pair>> heap;
+  auto consider = [&](size_t left) {
+    if (left >= n || next[left] >= n) return;
+    const uint64_t key = (static_cast<uint64_t>(sym[left]) << 32) | static_cast<uint32_t>(sym[next[left]]);
+    if (auto it = merges_.find(key); it != merges_.end()) heap.push({it->second.first, left, sym[left], sym[next[left]]});
+  };
+  for (size_t i = 0; i + 1 < n; ++i) consider(i);
+  std::vector<bool> gone(n, false);
+  while (!heap.empty()) {
+    const Pair p = heap.top();
+    heap.pop();
+    if (gone[p.left] || sym[p.left] != p.a || next[p.left] >= n || sym[next[p.left]] != p.b) continue;  // stale
+    const uint64_t key = (static_cast<uint64_t>(p.a) << 32) | static_cast<uint32_t>(p.b);
+    const size_t right = next[p.left];
+    sym[p.left] = merges_.at(key).second;
+    gone[right] = true;
+    next[p.left] = next[right];
+    if (next[right] < n) prev[next[right]] = p.left;
+    if (p.left > 0 && prev[p.left] < n) consider(prev[p.left]);
+    consider(p.left);
+  }
+  std::vector<int32_t> merged;
+  for (size_t i = 0; i < n; i = next[i]) merged.push_back(sym[i]);
+  out->insert(out->end(), merged.begin(), merged.end());
+  if (n > 256) return;  // long pieces are rare: the cache keeps the common ones
   std::lock_guard<std::mutex> lock(cache_mu_);
   if (cache_.size() > 200000) cache_.clear();
-  cache_.emplace(piece, std::move(sym));
+  cache_.emplace(piece, std::move(merged));
 }
 
 void BpeTokenizer::encode_plain(const std::string& text, std::vector<int32_t>* out) const {
