@@ -2,8 +2,11 @@
 // Speculative decoding with the MTP block (or a DSpark checkpoint's drafter,
 // with its draft cost) at K = 1, 3, 7 against plain
 // decoding (mean accepted length, decode tokens/s, speed-up, and that the
-// greedy tokens are the same), and time to first token of a long prompt
-// cold and after a prefix-cache hit on all but its last tokens.
+// greedy tokens are the same) on chat prompts the model answers (a random
+// prompt for a model without a chat tokenizer), and time to first token of
+// a long prompt cold and after a prefix-cache hit on all but its last tokens.
+#include "bench_serving.h"
+
 #include <algorithm>
 #include <cmath>
 #include <chrono>
@@ -28,34 +31,43 @@ struct DecodeRun {
   std::vector<int32_t> tokens;
   double decode_seconds = 0;  // after the prompt's step
   int64_t decode_tokens = 0;
-  EngineStats stats;
+  int64_t drafts_proposed = 0, drafts_accepted = 0, verify_chunks = 0;  // summed over the prompts
 };
 
-StatusOr<DecodeRun> decode(const DeepseekV4& model, int k, const std::vector<int32_t>& prompt, int64_t gen) {
-  EngineOptions o;
-  o.scheduler.num_speculative_tokens = k;
-  o.scheduler.drafter = model.config().has_dspark() ? SchedulerOptions::Drafter::kDSpark : SchedulerOptions::Drafter::kMtp;
-  o.scheduler.max_num_seqs = 4;
-  o.cache.memory_bytes = int64_t{1} << 30;
-  o.cache.enable_prefix_caching = false;
-  DSV4_ASSIGN_OR_RETURN(auto engine, Engine::create(&model, o));
-  SamplingParams p;
-  p.temperature = 0;
-  p.max_tokens = gen;
-  p.ignore_eos = true;
-  DSV4_RETURN_IF_ERROR(engine->add_request(prompt, p).status());
+// The prompts one at a time (batch 1), each for up to gen greedy tokens:
+// to its end of sentence when they are chat turns the model answers, all
+// gen when they are random tokens (nothing to end).
+StatusOr<DecodeRun> decode(const DeepseekV4& model, int k, const ServingPrompts& prompts, int64_t gen) {
   DecodeRun run;
-  bool prefilled = false;
-  Clock::time_point t0;
-  while (engine->has_unfinished()) {
-    for (const RequestOutput& o : engine->step()) {
-      run.tokens.insert(run.tokens.end(), o.new_tokens.begin(), o.new_tokens.end());
-      if (prefilled) run.decode_tokens += static_cast<int64_t>(o.new_tokens.size());
+  for (const std::vector<int32_t>& prompt : prompts.prompts) {
+    EngineOptions o;
+    o.scheduler.num_speculative_tokens = k;
+    o.scheduler.drafter =
+        model.config().has_dspark() ? SchedulerOptions::Drafter::kDSpark : SchedulerOptions::Drafter::kMtp;
+    o.scheduler.max_num_seqs = 4;
+    o.cache.memory_bytes = int64_t{1} << 30;
+    o.cache.enable_prefix_caching = false;
+    DSV4_ASSIGN_OR_RETURN(auto engine, Engine::create(&model, o));
+    SamplingParams p;
+    p.temperature = 0;
+    p.max_tokens = gen;
+    p.ignore_eos = !prompts.chat;
+    DSV4_RETURN_IF_ERROR(engine->add_request(prompt, p).status());
+    bool prefilled = false;
+    Clock::time_point t0;
+    while (engine->has_unfinished()) {
+      for (const RequestOutput& o : engine->step()) {
+        run.tokens.insert(run.tokens.end(), o.new_tokens.begin(), o.new_tokens.end());
+        if (prefilled) run.decode_tokens += static_cast<int64_t>(o.new_tokens.size());
+      }
+      if (!prefilled) prefilled = true, t0 = Clock::now();
     }
-    if (!prefilled) prefilled = true, t0 = Clock::now();
+    run.decode_seconds += seconds(t0);
+    const EngineStats& st = engine->stats();
+    run.drafts_proposed += st.drafts_proposed;
+    run.drafts_accepted += st.drafts_accepted;
+    run.verify_chunks += st.verify_chunks;
   }
-  run.decode_seconds = seconds(t0);
-  run.stats = engine->stats();
   return run;
 }
 
@@ -112,8 +124,8 @@ void dspark_cost(const DeepseekV4& m, double decode_step, const std::vector<std:
 
 }  // namespace
 
-int bench_serving(const DeepseekV4& m, const std::string& name, int64_t ctx, int64_t gen, const std::vector<int64_t>& ks,
-                  const std::string& csv) {
+int bench_serving(const DeepseekV4& m, const std::string& name, const ServingPrompts& chat_prompts, int64_t ctx,
+                  int64_t gen, const std::vector<int64_t>& ks, const std::string& csv) {
   const ModelConfig& c = m.config();
   if (ctx + gen + kMaxDraftTokens + 1 > c.max_position_embeddings || ctx < 2 * kBlockTokens) {
     std::fprintf(stderr,
@@ -132,15 +144,18 @@ int bench_serving(const DeepseekV4& m, const std::string& name, int64_t ctx, int
   };
   std::vector<std::string> lines;
 
-  // Speculative decoding: one request, a 256-token prompt, gen tokens.
-  const std::vector<int32_t> prompt = random_tokens(256);
-  auto plain = decode(m, 0, prompt, gen);
+  // Speculative decoding: the model's chat prompts, or one 256-token random
+  // prompt, one request at a time.
+  ServingPrompts prompts = chat_prompts;
+  if (prompts.prompts.empty()) prompts = {{random_tokens(256)}, false, "one 256-token random prompt"};
+  auto plain = decode(m, 0, prompts, gen);
   if (!plain.ok()) {
     std::fprintf(stderr, "dsv4 bench: %s\n", plain.status().message().c_str());
     return 2;
   }
   const double base = plain->decode_tokens / plain->decode_seconds;
-  std::printf("  speculative decoding (batch 1, 256-token prompt, %lld greedy tokens)\n", static_cast<long long>(gen));
+  std::printf("  speculative decoding (batch 1, %s, up to %lld greedy tokens each)\n", prompts.what.c_str(),
+              static_cast<long long>(gen));
   std::printf("  K   accepted/drafted   mean accepted length   decode tok/s   speed-up   same tokens\n");
   std::printf("  0   -                  1.00                   %12.2f   1.00x      -\n", base);
   lines.push_back("speculative,0,0,0,1.00," + std::to_string(base) + ",1.00,1");
@@ -150,12 +165,12 @@ int bench_serving(const DeepseekV4& m, const std::string& name, int64_t ctx, int
       std::printf("  %lld   (the DSpark drafter proposes %d per step)\n", static_cast<long long>(k), c.dspark_block_size);
       continue;
     }
-    auto run = decode(m, static_cast<int>(k), prompt, gen);
+    auto run = decode(m, static_cast<int>(k), prompts, gen);
     if (!run.ok()) {
       std::fprintf(stderr, "dsv4 bench: %s\n", run.status().message().c_str());
       return 2;
     }
-    const EngineStats& s = run->stats;
+    const DecodeRun& s = *run;
     const double accepted_len = 1.0 + static_cast<double>(s.drafts_accepted) / std::max<int64_t>(1, s.verify_chunks);
     const double tps = run->decode_tokens / run->decode_seconds;
     const bool same = run->tokens == plain->tokens;

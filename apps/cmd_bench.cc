@@ -12,6 +12,8 @@
 
 #include "checkpoint/model_loader.h"
 #include "args.h"
+#include "tokenizer/chat_encoding.h"
+#include "bench_serving.h"
 #include "bench_front_end.h"
 #include "bench_decode_roofline.h"
 #include "bench_simulate.h"
@@ -55,9 +57,11 @@ const char* kHelp =
     "                     dsv4 / llama.cpp ratios: FILE from dsv4 convert --to gguf --model DIR;\n"
     "                     the harness (default build/peer/llamacpp_bench) from peer/setup_llamacpp.sh\n"
     "  --topology         per-rank resident weights and communication per step of the layout\n"
-    "  --serving          MTP speculative decoding at each --k (mean accepted length, decode speed-up,\n"
-    "                     same greedy tokens) and time to first token at --ctx cold and after a\n"
-    "                     prefix-cache hit on all but the last 64 tokens (--gen default 64)\n"
+    "  --serving          MTP (or DSpark) speculative decoding at each --k (mean accepted length, decode\n"
+    "                     speed-up, same greedy tokens) on 8 held-out chat prompts, each to its end or\n"
+    "                     --gen tokens (default 256; a model without a chat tokenizer: one random\n"
+    "                     256-token prompt, --gen default 64), and time to first token at --ctx cold\n"
+    "                     and after a prefix-cache hit on all but the last 64 tokens\n"
     "  --k K1,K2,...      draft tokens per step for --serving (default 1,3,7)\n"
     "  --simulate SPEC    the real forward on a simulated server (e.g. cores=128,nodes=2,bandwidth=400:\n"
     "                     2 NUMA nodes of 64 cores, 400 GB/s each; link=GBPS: between nodes, default 64):\n"
@@ -165,10 +169,41 @@ std::vector<int64_t> int_list(const std::string& s) {
   return out;
 }
 
-}  // namespace
+// Questions in phrasings the default model's training never used
+// (train/data.py's held-out frames), in chat and thinking mode.
+const std::pair<const char*, bool> kServingQuestions[] = {
+    {"Could you figure out 482 + 371 for me?", false},
+    {"Give me the value of 903 decreased by 458.", false},
+    {"There are 275 birds on a tree and 148 more land on it. How many birds are on the tree?", false},
+    {"Hello, who are you?", false},
+    {"Could you figure out 482 + 371 for me?", true},
+    {"A shop had 532 shirts and sold 178. How many shirts does it have left?", true},
+    {"I'd like to know 64 less 29.", true},
+    {"Work out 709 + 86 and tell me the result.", true},
+};
 
-int bench_serving(const DeepseekV4& model, const std::string& name, int64_t ctx, int64_t gen,
-                  const std::vector<int64_t>& ks, const std::string& csv);  // bench_serving.cc
+// The chat turns bench --serving decodes for a model whose tokenizer has
+// the chat markers (none for one without).
+StatusOr<ServingPrompts> serving_prompts(const std::string& model, const ModelConfig& config) {
+  std::string tokenizer_name;
+  DSV4_ASSIGN_OR_RETURN(auto tokenizer, load_tokenizer(model, config.vocab_size, &tokenizer_name));
+  ServingPrompts out;
+  if (tokenizer->eos_id() < 0) return out;
+  for (const auto& [question, thinking] : kServingQuestions) {
+    ChatOptions options;
+    options.format = config.family == ModelFamily::kV41 ? ChatFormat::kV41 : ChatFormat::kV4;
+    options.mode = thinking ? ChatMode::kThinking : ChatMode::kChat;
+    nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+    messages.push_back({{"role", "user"}, {"content", question}});
+    DSV4_ASSIGN_OR_RETURN(std::string text, encode_chat(messages, options));
+    out.prompts.push_back(tokenizer->encode(text));
+  }
+  out.chat = true;
+  out.what = std::to_string(out.prompts.size()) + " held-out chat prompts (half in thinking mode)";
+  return out;
+}
+
+}  // namespace
 
 int bench_soak(const std::string& host, int port, double duration_s, int clients, uint64_t seed);  // bench_soak.cc
 
@@ -309,9 +344,18 @@ int cmd_bench(int argc, char** argv) {
     return 2;
   }
   keep_step_memory();
-  if (args.has("serving"))
-    return bench_serving(**one, model_name(args.get("model")), args.get_int("ctx", 4096), args.get_int("gen", 64), ks,
-                         args.get("csv"));
+  if (args.has("serving")) {
+    auto prompts = serving_prompts(args.get("model"), (*one)->config());
+    if (!prompts.ok()) {
+      std::fprintf(stderr, "dsv4 bench: %s\n", prompts.status().message().c_str());
+      return 2;
+    }
+    const int64_t gen = args.get_int("gen", prompts->chat ? 256 : 64);
+    // 4096 or what the model's positions leave after gen and the drafts
+    const int64_t ctx = args.get_int(
+        "ctx", std::min<int64_t>(4096, (*one)->config().max_position_embeddings - gen - kMaxDraftTokens - 1));
+    return bench_serving(**one, model_name(args.get("model")), *prompts, ctx, gen, ks, args.get("csv"));
+  }
   if (args.has("structured"))
     return bench_structured(**one, model_name(args.get("model")), args.get("model"), args.get("tokenizer"),
                             args.get("cases", "tests/js/structured_cases.json"), args.has("batch") ? batches[0] : 16,

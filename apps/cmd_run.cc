@@ -10,7 +10,7 @@
 #include "engine_args.h"
 #include "model_source.h"
 #include "runtime/engine.h"
-#include "tokenizer/byte_tokenizer.h"
+#include "tokenizer/chat_encoding.h"
 #include "tokenizer/incremental_detokenizer.h"
 
 namespace dsv4::app {
@@ -18,9 +18,13 @@ namespace {
 
 const char* kHelp =
     "usage: dsv4 run [--model DIR] --prompt TEXT [--prompt TEXT ...] [--prompt-file F] [options]\n"
-    "  --model DIR        checkpoint directory (default: the embedded default model)\n"
+    "  --model DIR        checkpoint directory, or embedded:NAME (default: the embedded default model)\n"
     "  --prompt TEXT      a prompt (repeatable; all prompts run batched)\n"
     "  --prompt-file F    one prompt per line\n"
+    "  --thinking         the model reasons before it answers (thinking mode)\n"
+    "  --raw              the prompt is the model's input as written, not a user's chat turn\n"
+    "A prompt is sent as a user's chat turn, rendered by the model's chat encoding,\n"
+    "when the tokenizer has the chat markers (else, and with --raw, as raw text).\n"
     "Generated text streams to stdout (\"[k] \" marks prompt k when several run);\n"
     "loading progress and the summary go to stderr.\n";
 
@@ -36,7 +40,7 @@ int cmd_run(int argc, char** argv) {
   for (const auto& k : engine_option_names()) valued.insert(k);
   for (const auto& k : sampling_option_names()) valued.insert(k);
   for (const auto& k : parallel_option_names()) valued.insert(k);
-  std::set<std::string> flags = {"help", "ignore-eos"};
+  std::set<std::string> flags = {"help", "ignore-eos", "thinking", "raw"};
   for (const auto& k : parallel_flag_names()) flags.insert(k);
   for (const auto& k : engine_flag_names()) flags.insert(k);
   Args args(argc, argv, 2, valued, flags);
@@ -86,10 +90,37 @@ int cmd_run(int argc, char** argv) {
                kernels::numerics_name(numerics));
   std::fprintf(stderr, "%s\n", (*engine)->capacity_summary().c_str());
 
-  ByteTokenizer tokenizer((*engine)->config().vocab_size);
+  std::string tokenizer_name;
+  auto loaded = load_tokenizer(dir, (*engine)->config().vocab_size, &tokenizer_name);
+  if (!loaded.ok()) {
+    std::fprintf(stderr, "dsv4 run: %s\n", loaded.status().message().c_str());
+    return 2;
+  }
+  const Tokenizer& tokenizer = **loaded;
+  // A tokenizer with the sentence markers is a chat model's: the prompt is
+  // a user's turn, as the chat API would send it.
+  const bool chat = !args.has("raw") && tokenizer.eos_id() >= 0;
+  ChatOptions chat_options;
+  chat_options.format = (*engine)->config().family == ModelFamily::kV41 ? ChatFormat::kV41 : ChatFormat::kV4;
+  chat_options.mode = args.has("thinking") ? ChatMode::kThinking : ChatMode::kChat;
   std::map<int64_t, Stream> streams;
   for (size_t i = 0; i < prompts.size(); ++i) {
-    auto id = (*engine)->add_request(tokenizer.encode(prompts[i]), params);
+    std::vector<int32_t> ids;
+    if (chat) {
+      nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+      messages.push_back({{"role", "user"}, {"content", prompts[i]}});
+      auto text = encode_chat(messages, chat_options);
+      if (!text.ok()) {
+        std::fprintf(stderr, "dsv4 run: prompt %zu: %s\n", i, text.status().message().c_str());
+        return 2;
+      }
+      ids = tokenizer.encode(*text);
+    } else {
+      if (tokenizer.add_bos() && tokenizer.bos_id() >= 0) ids.push_back(tokenizer.bos_id());
+      const std::vector<int32_t> text = tokenizer.encode(prompts[i]);
+      ids.insert(ids.end(), text.begin(), text.end());
+    }
+    auto id = (*engine)->add_request(ids, params);
     if (!id.ok()) {
       std::fprintf(stderr, "dsv4 run: prompt %zu: %s\n", i, id.status().message().c_str());
       return 2;
@@ -124,7 +155,10 @@ int cmd_run(int argc, char** argv) {
   while ((*engine)->has_unfinished()) {
     for (const RequestOutput& o : (*engine)->step()) {
       Stream& s = streams[o.id];
-      std::string piece = s.detok->add(o.new_tokens);
+      std::vector<int32_t> shown;  // the sentence markers end the text, they are not in it
+      for (int32_t t : o.new_tokens)
+        if (t != tokenizer.eos_id() && t != tokenizer.bos_id()) shown.push_back(t);
+      std::string piece = s.detok->add(shown);
       bool done = o.finished;
       if (!done && s.detok->stopped()) done = (*engine)->finish(o.id, FinishReason::kStop);
       if (done) piece += s.detok->flush();

@@ -20,8 +20,6 @@
 #include "model_source.h"
 #include "runtime/distributed_executor.h"
 #include "server/http_server.h"
-#include "tokenizer/bpe_tokenizer.h"
-#include "tokenizer/byte_tokenizer.h"
 #include "checkpoint/config_json.h"
 
 namespace dsv4::app {
@@ -29,8 +27,9 @@ namespace {
 
 const char* kHelp =
     "usage: dsv4 serve [--model DIR] [--host H] [--port P] [options]\n"
-    "  --model DIR              checkpoint directory with tokenizer.json (default: the embedded default model\n"
-    "                           with its byte-level tokenizer)\n"
+    "  --model DIR              checkpoint directory with tokenizer.json, or embedded:NAME for a model built\n"
+    "                           into dsv4 (default: embedded:default, a small trained DeepSeek-V4;\n"
+    "                           embedded:default-dspark is it with a DSpark drafter)\n"
     "  --host H --port P        where to listen (default 127.0.0.1:8000; port 0 picks a free one)\n"
     "  --served-model-name N    the model id clients use (default: the directory name, or dsv4-default)\n"
     "  --api-key KEY            require Authorization: Bearer KEY (or x-api-key: KEY) on /v1/*\n"
@@ -75,19 +74,13 @@ struct ServeSettings {
 // when set, is polled while serving and ends the process when it says so.
 int serve(std::unique_ptr<Engine> engine, ServeSettings& s, const std::function<bool()>& lost_rank) {
   const ModelConfig config = engine->config();
-  std::unique_ptr<Tokenizer> tokenizer;
-  std::string tokenizer_name = "byte-level (built in)";
-  if (!s.dir.empty() && std::filesystem::exists(s.dir + "/tokenizer.json")) {
-    auto bpe = BpeTokenizer::load(s.dir);
-    if (!bpe.ok()) {
-      std::fprintf(stderr, "dsv4 serve: %s\n", bpe.status().message().c_str());
-      return 2;
-    }
-    tokenizer = std::move(*bpe);
-    tokenizer_name = s.dir + "/tokenizer.json";
-  } else {
-    tokenizer = std::make_unique<ByteTokenizer>(config.vocab_size);
+  std::string tokenizer_name;
+  auto loaded = load_tokenizer(s.dir, config.vocab_size, &tokenizer_name);
+  if (!loaded.ok()) {
+    std::fprintf(stderr, "dsv4 serve: %s\n", loaded.status().message().c_str());
+    return 2;
   }
+  std::unique_ptr<Tokenizer> tokenizer = std::move(*loaded);
   if (tokenizer->vocab_size() > config.vocab_size)
     log_warn("the tokenizer has " + std::to_string(tokenizer->vocab_size()) + " tokens, the model " +
              std::to_string(config.vocab_size));
@@ -274,8 +267,7 @@ int cmd_serve(int argc, char** argv) {
     return 2;
   }
   s.dir = args.get("model");
-  s.http.model_name = args.get("served-model-name",
-                               s.dir.empty() ? "dsv4-default" : std::filesystem::path(s.dir).filename().string());
+  s.http.model_name = args.get("served-model-name", served_model_name(s.dir));
 
   // Signals go to the waiter thread in serve() only.
   sigemptyset(&s.signals);

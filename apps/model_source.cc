@@ -13,7 +13,9 @@
 
 #include "base/logging.h"
 #include "base/process_memory.h"
-#include "tools/synthetic.h"
+#include "tokenizer/bpe_tokenizer.h"
+#include "tokenizer/byte_tokenizer.h"
+#include "tools/embedded_model.h"
 #include "checkpoint/config_json.h"
 #include "checkpoint/v41_loader.h"
 
@@ -78,20 +80,59 @@ class LoadMeter {
 
 }  // namespace
 
-std::string model_name(const std::string& dir) { return dir.empty() ? "embedded default model" : dir; }
+std::string embedded_name(const std::string& dir) {
+  if (dir.empty()) return "default";
+  if (dir.starts_with(kEmbeddedPrefix)) return dir.substr(kEmbeddedPrefix.size());
+  return "";
+}
+
+std::string model_name(const std::string& dir) {
+  const std::string embedded = embedded_name(dir);
+  if (embedded.empty()) return dir;
+  return "embedded model '" + embedded + "'";
+}
+
+std::string served_model_name(const std::string& dir) {
+  const std::string embedded = embedded_name(dir);
+  if (!embedded.empty()) return "dsv4-" + embedded;
+  return std::filesystem::path(dir).filename().string();
+}
 
 StatusOr<ModelDir> ModelDir::open(const std::string& dir) {
-  if (!dir.empty()) return ModelDir(dir, false);
-  DSV4_ASSIGN_OR_RETURN(ModelConfig config, synthetic_config("default"));
+  const std::string embedded = embedded_name(dir);
+  if (embedded.empty()) return ModelDir(dir, false);
   // A directory of our own (mkdtemp): another process, even one with our pid
   // in another container sharing /tmp, never writes or removes it.
-  std::string tmp = (std::filesystem::temp_directory_path() / "dsv4-embedded-default-XXXXXX").string();
+  std::string tmp = (std::filesystem::temp_directory_path() / "dsv4-embedded-XXXXXX").string();
   if (mkdtemp(tmp.data()) == nullptr)
-    return internal_error("cannot create a directory for the embedded default model under " +
-                            std::filesystem::temp_directory_path().string() + ": " + std::strerror(errno));
-  Status st = write_synthetic_checkpoint(config, SyntheticOptions{}, tmp);
-  if (!st.ok()) return Status(st.code(), "cannot write the embedded default model: " + st.message());
-  return ModelDir(tmp, true);
+    return internal_error("cannot create a directory for the embedded model under " +
+                          std::filesystem::temp_directory_path().string() + ": " + std::strerror(errno));
+  ModelDir opened(tmp, true);  // removed again if the write fails
+  DSV4_RETURN_IF_ERROR(write_embedded_model(embedded, tmp));
+  return opened;
+}
+
+StatusOr<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& dir, int64_t vocab_size, std::string* name) {
+  const std::string embedded = embedded_name(dir);
+  if (!embedded.empty()) {
+    std::string tokenizer_json, tokenizer_config;
+    for (const EmbeddedFile& f : embedded_files()) {
+      if (f.model != embedded) continue;
+      if (f.path == "tokenizer.json") tokenizer_json = f.bytes;
+      if (f.path == "tokenizer_config.json") tokenizer_config = f.bytes;
+    }
+    if (!tokenizer_json.empty()) {
+      *name = model_name(dir) + "'s tokenizer.json (built in)";
+      DSV4_ASSIGN_OR_RETURN(auto bpe, BpeTokenizer::from_json_text(tokenizer_json, tokenizer_config, *name));
+      return std::unique_ptr<Tokenizer>(std::move(bpe));
+    }
+  } else if (std::filesystem::exists(dir + "/tokenizer.json")) {
+    *name = dir + "/tokenizer.json";
+    DSV4_ASSIGN_OR_RETURN(auto bpe, BpeTokenizer::load(dir));
+    return std::unique_ptr<Tokenizer>(std::move(bpe));
+  }
+  *name = "byte-level (built in; the model has no tokenizer.json)";
+  return std::unique_ptr<Tokenizer>(std::make_unique<ByteTokenizer>(vocab_size));
 }
 
 ModelDir::~ModelDir() {

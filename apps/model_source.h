@@ -1,6 +1,7 @@
-// Where the commands get their model: a checkpoint directory, or the
-// embedded default model (the seeded synthetic "default" preset, written to
-// a temporary directory and loaded like any checkpoint).
+// Where the commands get their model: a checkpoint directory, or a model
+// built into the binary (tools/embedded_model.h: "embedded:NAME", or no
+// --model for the default), written to a temporary directory and loaded
+// like any checkpoint.
 #pragma once
 
 #include <memory>
@@ -10,10 +11,11 @@
 #include "model/deepseek_v4.h"
 #include "runtime/engine.h"
 #include "runtime/local_executor.h"
+#include "tokenizer/tokenizer.h"
 
 namespace dsv4::app {
 
-// dir empty: the embedded default model. progress_bar: draw a loading bar
+// dir empty: the embedded default model; "embedded:NAME" another embedded one. progress_bar: draw a loading bar
 // on stderr when it is a terminal.
 StatusOr<std::unique_ptr<DeepseekV4>> load_model(const std::string& dir, kernels::Numerics numerics, bool progress_bar);
 
@@ -46,7 +48,20 @@ class ModelDir {
 // step. (Not before the load: its transient buffers should leave.)
 void keep_step_memory();
 
-// "embedded default model" or the directory, for messages.
+// The embedded model a --model value names ("default" for none), or "" for
+// a checkpoint directory.
+std::string embedded_name(const std::string& dir);
+
+// "embedded model 'default'" or the directory, for messages.
 std::string model_name(const std::string& dir);
+
+// The name the API serves the model under: "dsv4-default" for the embedded
+// default, the directory's own name for a checkpoint.
+std::string served_model_name(const std::string& dir);
+
+// The model's tokenizer: its tokenizer.json (and tokenizer_config.json), or
+// the byte-level tokenizer for a checkpoint without one. `name` says which,
+// for the log.
+StatusOr<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& dir, int64_t vocab_size, std::string* name);
 
 }  // namespace dsv4::app

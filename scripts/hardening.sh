@@ -17,8 +17,10 @@
 #    statistical tests that sample thousands of tokens to check a
 #    distribution (their code paths run sanitized in the shorter speculative
 #    tests), the browser test of the chat page, the SDK clients against the
-#    DeepSeek tokenizer.json (the same clients run sanitized on the byte
-#    tokenizer, the tokenizer in the other real-tokenizer tests), the
+#    DeepSeek tokenizer.json (the same clients run sanitized on the default
+#    model's tokenizer, the tokenizer in the other real-tokenizer tests), the
+#    default model's held-out requests (checks of what it and its drafters learned; the
+#    same server paths run sanitized in the shorter default-model tests), the
 #    benchmarks' output checks, the ISA checks of the release binary, llama.cpp's runs, and the
 #    MPI process tests (OpenMPI's own start-up trips LeakSanitizer). The
 #    sanitized dsv4 binary serves the CLI and server tests.
@@ -51,7 +53,7 @@ if [[ $what == all || $what == tests ]]; then
     '^(ServerLoad|Soak|ReleasedShapes|MpiServe)[.]' '^Mpi'
     '^PortableBinary[.]' '^PackedMatmul[.]IsaIsChosenOnceAndOverridable$' '^GgufConvert[.]LlamaCpp' '^BenchCli[.]'
     '^FrontEnd[.]ChatPageInAHeadlessBrowser$' '^VerifyGate[.]Mpi' '^RealTokenizerServer[.]OfficialClientsAndStructuredOutputs$'
-    'SpeculativeSampling[.]OutputKeepsItsDistribution'
+    'SpeculativeSampling[.]OutputKeepsItsDistribution' '^DefaultModelApi[.](AnswersHeldOutArithmeticAndToolRequests|TrainedDraftersAreMostlyAccepted)$'
     '^DSparkServing[.](AnAgreeingDrafterIsAcceptedAndKeepsTheDistribution|SampledOutputKeepsItsDistribution)$'
     '^DSparkServing[.](SampledDraftsComeFromTheDistributionVerificationUses|GreedyOutputIsPlainDecodingsWithAnyNumberOfDrafts)$'
     'GoldenParallel[.]MatchesReference/(tiny|small_real_tp[14]|small_real_tp2_dp1|small_fp8_tp[12]|small_fp8_tp4_dp1)'

@@ -171,6 +171,19 @@ TEST(BenchCli, ServingRowsSpeculationAndPrefixHits) {
   EXPECT_NE(bad.output.find("--k needs draft counts from 1 to 7"), std::string::npos) << bad.output;
 }
 
+// On the trained default model the speculative rows decode its answers to
+// held-out chat prompts: the MTP block's drafts are mostly kept, and the
+// greedy tokens are plain decoding's.
+TEST(BenchCli, ServingOnTheDefaultModelDecodesChatAnswers) {
+  const auto r = run_dsv4("bench --serving --model embedded:default --ctx 512 --k 1,3");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("8 held-out chat prompts"), std::string::npos) << r.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.output, m, std::regex(R"(\n  1\s+(\d+)/(\d+)\s+([0-9.]+)\s+[0-9.]+\s+[0-9.]+x\s+yes\n)")))
+      << r.output;
+  EXPECT_GT(2 * std::stoi(m[1]), std::stoi(m[2])) << "most of the MTP block's drafts are kept";
+}
+
 }  // namespace
 // A DeepSeek-V4.1 checkpoint next to a DeepSeek-V4 one: decode at batch 1,
 // each against its own roofline, in one run (one bandwidth for both).

@@ -83,12 +83,15 @@ TEST(Server, SseFramingAndJsonShapes) {
   auto models = cli.get("/v1/models");
   ASSERT_TRUE(models);
   EXPECT_EQ(json::parse(models->body)["data"][0]["id"], "dsv4-default");
-  auto tok = cli.post("/tokenize", R"({"prompt": "abc"})", "application/json");
+  // The model's own tokenizer: text -> ids -> the same text.
+  auto tok = cli.post("/tokenize", R"({"prompt": "What is 17 + 25?"})", "application/json");
   ASSERT_TRUE(tok);
-  EXPECT_EQ(json::parse(tok->body)["tokens"], json::array({97, 98, 99}));
-  auto detok = cli.post("/detokenize", R"({"tokens": [104, 105]})", "application/json");
+  const json ids = json::parse(tok->body)["tokens"];
+  ASSERT_TRUE(ids.is_array());
+  EXPECT_GE(ids.size(), 8u) << "digits are single tokens: " << ids;
+  auto detok = cli.post("/detokenize", json({{"tokens", ids}}).dump(), "application/json");
   ASSERT_TRUE(detok);
-  EXPECT_EQ(json::parse(detok->body)["prompt"], "hi");
+  EXPECT_EQ(json::parse(detok->body)["prompt"], "<｜begin▁of▁sentence｜>What is 17 + 25?");  // BOS added, as vLLM's
   auto health = cli.get("/health");
   ASSERT_TRUE(health);
   EXPECT_EQ(health->status, 200);
@@ -307,8 +310,9 @@ std::vector<std::pair<std::string, std::string>> hostile_bodies() {
       {"stop_token_ids", {5, json::array({-1}), json::array({"a"}), json::array({1000000})}},
   };
   const std::vector<std::pair<std::string, std::vector<json>>> completion_only = {
+      // ("" is no error: a tokenizer that adds BOS makes it [BOS], as vLLM does.)
       {"prompt", {5, true, json::object(), json::array(), json::array({true}), json::array({json::array({-1})}),
-                  json::array({1e30}), "", json::array({999999}), json::array({json::object()}), nullptr}},
+                  json::array({1e30}), json::array({999999}), json::array({json::object()}), nullptr}},
       {"logprobs", {21, -1, "x", 1.5}},
       {"echo", {"x", 3}},
       {"suffix", {"tail"}},

@@ -15,6 +15,9 @@
 
 #include "checkpoint/model_loader.h"
 #include "checkpoint/safetensors.h"
+#include "tokenizer/bpe_tokenizer.h"
+#include "tokenizer/chat_encoding.h"
+#include "tools/embedded_model.h"
 #include "tools/synthetic.h"
 #include "runtime/engine.h"
 #include "runtime/local_executor.h"
@@ -138,12 +141,12 @@ TEST(Speculative, GoldenGreedyIsUnchangedAndTheFirstDraftIsTheMtpArgmax) {
   }
 }
 
-// The embedded default model (dsv4 serve with no --model), or the same
-// shapes with an MTP block that copies the last block (mkmodel
-// --mtp-copies-last-block): drafts mostly right, so accepted runs of
-// several tokens happen.
+// A random model of the embedded default's shapes (mkmodel's default
+// preset), or the same with an MTP block that copies the last block
+// (mkmodel --mtp-copies-last-block): drafts mostly right, so accepted runs
+// of several tokens happen.
 std::string synthetic_dir(bool copied_mtp) {
-  static testing::TempDir copied("dsv4_test_mtp_copy"), plain("dsv4_test_embedded_default");
+  static testing::TempDir copied("dsv4_test_mtp_copy"), plain("dsv4_test_random_default");
   const std::string d = copied_mtp ? copied.path() : plain.path();
   auto config = synthetic_config("default");
   EXPECT_TRUE(config.ok());
@@ -151,6 +154,14 @@ std::string synthetic_dir(bool copied_mtp) {
   o.mtp_copies_last_block = copied_mtp;
   EXPECT_TRUE(write_synthetic_checkpoint(*config, o, d).ok());
   return d;
+}
+
+// The embedded default model, trained (its MTP block too).
+const std::string& trained_default_dir() {
+  static testing::TempDir dir("dsv4_test_trained_default");
+  static const bool written = write_embedded_model("default", dir.path()).ok();
+  EXPECT_TRUE(written);
+  return dir.path();
 }
 
 const std::string& copied_mtp_dir() {
@@ -218,36 +229,59 @@ TEST(Speculative, RanksAsThreadsGiveTheSameTokens) {
 // requests with K = 3 and without speculation are two samples of the same
 // distribution if rejection sampling is right: a two-sample chi-square test
 // over the outcomes (rare ones pooled so every cell expects >= 10) must not
-// reject at the 0.001 level, on the embedded model (its random MTP block
-// drafts tokens the target often rejects) and on one whose drafts are
-// mostly kept. The seeds are fixed, so the test is deterministic; a wrong
-// acceptance rule (keeping every draft, or drawing the replacement from p
-// including the draft) gives a chi-square of 700 to 1250 against a bound
-// of about 54.
-class SpeculativeSampling : public ::testing::TestWithParam<bool> {};
+// reject at the 0.001 level, on a random model (its random MTP block
+// drafts tokens the target often rejects), on one whose MTP block copies
+// the last block, and on the trained default model asked a question in
+// its chat encoding (its trained MTP block's drafts mostly kept). The
+// seeds are fixed, so the test is deterministic; a wrong acceptance rule
+// (keeping every draft, or drawing the replacement from p including the
+// draft) gives a chi-square of 700 to 1250 against a bound of about 54.
+enum class Drafter { kRandom, kCopiedMtp, kTrained };
+
+class SpeculativeSampling : public ::testing::TestWithParam<Drafter> {};
 
 TEST_P(SpeculativeSampling, OutputKeepsItsDistribution) {
-  auto model = load_deepseek_v4(GetParam() ? copied_mtp_dir() : synthetic_dir(false));
+  const Drafter drafter = GetParam();
+  const std::string dir = drafter == Drafter::kTrained     ? trained_default_dir()
+                          : drafter == Drafter::kCopiedMtp ? copied_mtp_dir()
+                                                           : synthetic_dir(false);
+  auto model = load_deepseek_v4(dir);
   ASSERT_TRUE(model.ok());
+  std::vector<int32_t> prompt = {5, 77, 300, 12, 9};
+  if (drafter == Drafter::kTrained) {
+    auto tokenizer = BpeTokenizer::load(dir);
+    ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().message();
+    // Its reply begun ("17 + 25 = 4"): the digits after, which it is
+    // unsure of, spread the outcomes over enough cells.
+    auto text = encode_chat(nlohmann::ordered_json::array({{{"role", "user"}, {"content", "What is 17 + 25?"}}}),
+                            ChatOptions{});
+    ASSERT_TRUE(text.ok());
+    prompt = (*tokenizer)->encode(*text + "17 + 25 = 4");
+  }
   const int n = 1500;
   std::vector<Job> jobs;
   for (int i = 0; i < n; ++i) {
     SamplingParams p;
-    p.temperature = 1.5f;
+    p.temperature = drafter == Drafter::kTrained ? 1.0f : 1.5f;
     p.top_k = 3;
     p.max_tokens = 3;
     p.ignore_eos = true;
     p.seed = 1000 + i;
-    jobs.push_back({{5, 77, 300, 12, 9}, p});
+    jobs.push_back({prompt, p});
   }
   const Outcome plain = serve(**model, 0, jobs, false), spec = serve(**model, 3, jobs, false);
-  // The copied drafter gets drafts kept and rejected; the embedded model's
-  // random one almost never drafts a token the target would sample.
-  if (GetParam()) {
-    EXPECT_GT(spec.stats.drafts_accepted, 0);
-  }
   EXPECT_GT(spec.stats.drafts_proposed, 0);
   EXPECT_LT(spec.stats.drafts_accepted, spec.stats.drafts_proposed);
+  // The copied drafter gets drafts kept and rejected, the trained one
+  // mostly kept; the random one almost never drafts a token the target
+  // would sample.
+  if (drafter == Drafter::kCopiedMtp) {
+    EXPECT_GT(spec.stats.drafts_accepted, 0);
+  }
+  if (drafter == Drafter::kTrained) {
+    EXPECT_GT(2 * spec.stats.drafts_accepted, spec.stats.drafts_proposed)
+        << spec.stats.drafts_accepted << " of " << spec.stats.drafts_proposed << " drafts accepted";
+  }
   std::map<std::vector<int32_t>, std::pair<int, int>> counts;
   for (int i = 0; i < n; ++i) {
     ++counts[plain.tokens[i]].first;
@@ -258,8 +292,16 @@ TEST_P(SpeculativeSampling, OutputKeepsItsDistribution) {
   EXPECT_LT(chi.statistic, chi.critical) << chi.cells << " cells";
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, SpeculativeSampling, ::testing::Values(false, true),
-                         [](const auto& info) { return info.param ? "copied_mtp" : "embedded_default"; });
+INSTANTIATE_TEST_SUITE_P(Models, SpeculativeSampling,
+                         ::testing::Values(Drafter::kRandom, Drafter::kCopiedMtp, Drafter::kTrained),
+                         [](const auto& info) {
+                           switch (info.param) {
+                             case Drafter::kRandom: return "random_default";
+                             case Drafter::kCopiedMtp: return "copied_mtp";
+                             case Drafter::kTrained: return "trained_default";
+                           }
+                           return "";
+                         });
 
 TEST(Speculative, ConfigIsChecked) {
   const DeepseekV4& model = golden_model("tiny-a");

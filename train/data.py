@@ -274,7 +274,7 @@ def greeting(rng, thinking):
     return {"messages": msgs, "thinking": thinking, "check": {"kind": "chat"}}
 
 
-MIX = (0.55, 0.30, 0.10, 0.05)  # arithmetic, tool use, chats, greetings
+MIX = (0.65, 0.25, 0.07, 0.03)  # arithmetic, tool use, chats, greetings
 
 
 def conversations(seed, count, split="train", mix=MIX):

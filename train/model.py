@@ -50,7 +50,7 @@ class Config:
     rms_norm_eps: float = 1e-6
     o_groups: int = 2
     o_lora_rank: int = 64
-    sliding_window: int = 32
+    sliding_window: int = 128  # as released: a tool call copies a city ~40 tokens back
     compress_ratios: list = field(default_factory=lambda: [0, 4, 16, 4, 0])
     compress_rope_theta: float = 160000.0
     rope_theta: float = 10000.0

@@ -1,5 +1,5 @@
 // Synthetic DeepSeek-V4 checkpoints in the released tensor names and formats,
-// for tests, benchmarks and the embedded default model: seeded, any size.
+// for tests and benchmarks (dsv4 mkmodel): seeded, any size.
 #pragma once
 
 #include <cstdint>
@@ -47,10 +47,10 @@ struct PresetCounts {
   bool dspark = false;
 };
 
-// A preset's config ("default": the embedded model, "small": the golden
-// cases' shapes, "bench": Flash scaled down, "flash" / "pro": the released
-// configs), with a JSON object of config.json fields merged over it, then
-// the counts.
+// A preset's config ("default": a small random model, for tests that need
+// one; "small": the golden cases' shapes, "bench": Flash scaled down,
+// "flash" / "pro": the released configs), with a JSON object of
+// config.json fields merged over it, then the counts.
 StatusOr<ModelConfig> synthetic_config(const std::string& preset, const std::string& overrides_json = "",
                                        const PresetCounts& counts = {});
 
