@@ -5,6 +5,7 @@
 
 #include "checkpoint/model_loader.h"
 #include "args.h"
+#include "model_source.h"
 #include "engine_args.h"
 #include "kernels/dispatch.h"
 #include "model/deepseek_v4.h"
@@ -172,7 +173,13 @@ int cmd_verify(int argc, char** argv) {
   if (dist == "mpi") return verify_over_mpi(argc, argv, args.get("model"), args.get("golden"), static_cast<int>(chunk), par);
   const bool parallel = par.topology.tp * par.topology.dp > 1 || par.topology.ep > 1;
 
-  const std::string dir = args.get("model");
+  // A checkpoint directory, or an embedded model written out for the run.
+  auto source = ModelDir::open(args.get("model"));
+  if (!source.ok()) {
+    std::fprintf(stderr, "dsv4 verify: %s\n", source.status().message().c_str());
+    return 2;
+  }
+  const std::string dir = source->path();
   if (auto config = load_any_model_config(dir + "/config.json"); config.ok() && config->family == ModelFamily::kV41)
     return verify_v41_case(dir, args.get("golden", dir + "/golden.safetensors"), chunk, parallel ? &par : nullptr,
                            par.numerics);

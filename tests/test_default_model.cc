@@ -16,6 +16,7 @@
 #include "checkpoint/model_loader.h"
 #include "model/deepseek_v4.h"
 #include "temp_dir.h"
+#include "test_util.h"
 #include "tools/embedded_model.h"
 #include "tools/golden_verify.h"
 
@@ -98,6 +99,17 @@ TEST_P(DefaultModelGolden, AgreesWithTheTrainersForward) {
     ASSERT_NE(t, nullptr) << name << "\n" << report->format();
     EXPECT_GE(t->bound, 0.0) << name << " is not bounded";
   }
+}
+
+// The same through the command a user runs: verify takes the embedded
+// model by name like a directory, and an unknown name is a clear error.
+TEST(EmbeddedModel, VerifyCommandTakesItByName) {
+  const auto r = testing::run_dsv4("verify --model embedded:default --golden " + kGolden);
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("PASS"), std::string::npos) << r.output;
+  const auto bad = testing::run_dsv4("verify --model embedded:nonesuch --golden " + kGolden);
+  EXPECT_EQ(bad.code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("no embedded model 'nonesuch'"), std::string::npos) << bad.output;
 }
 
 INSTANTIATE_TEST_SUITE_P(Runs, DefaultModelGolden,
