@@ -12,7 +12,6 @@
 
 #include "checkpoint/model_loader.h"
 #include "args.h"
-#include "tokenizer/chat_encoding.h"
 #include "bench_serving.h"
 #include "bench_front_end.h"
 #include "bench_decode_roofline.h"
@@ -190,13 +189,8 @@ StatusOr<ServingPrompts> serving_prompts(const std::string& model, const ModelCo
   ServingPrompts out;
   if (tokenizer->eos_id() < 0) return out;
   for (const auto& [question, thinking] : kServingQuestions) {
-    ChatOptions options;
-    options.format = config.family == ModelFamily::kV41 ? ChatFormat::kV41 : ChatFormat::kV4;
-    options.mode = thinking ? ChatMode::kThinking : ChatMode::kChat;
-    nlohmann::ordered_json messages = nlohmann::ordered_json::array();
-    messages.push_back({{"role", "user"}, {"content", question}});
-    DSV4_ASSIGN_OR_RETURN(std::string text, encode_chat(messages, options));
-    out.prompts.push_back(tokenizer->encode(text));
+    DSV4_ASSIGN_OR_RETURN(std::vector<int32_t> ids, chat_turn_tokens(*tokenizer, config, question, thinking));
+    out.prompts.push_back(std::move(ids));
   }
   out.chat = true;
   out.what = std::to_string(out.prompts.size()) + " held-out chat prompts (half in thinking mode)";

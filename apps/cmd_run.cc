@@ -10,7 +10,6 @@
 #include "engine_args.h"
 #include "model_source.h"
 #include "runtime/engine.h"
-#include "tokenizer/chat_encoding.h"
 #include "tokenizer/incremental_detokenizer.h"
 
 namespace dsv4::app {
@@ -100,21 +99,16 @@ int cmd_run(int argc, char** argv) {
   // A tokenizer with the sentence markers is a chat model's: the prompt is
   // a user's turn, as the chat API would send it.
   const bool chat = !args.has("raw") && tokenizer.eos_id() >= 0;
-  ChatOptions chat_options;
-  chat_options.format = (*engine)->config().family == ModelFamily::kV41 ? ChatFormat::kV41 : ChatFormat::kV4;
-  chat_options.mode = args.has("thinking") ? ChatMode::kThinking : ChatMode::kChat;
   std::map<int64_t, Stream> streams;
   for (size_t i = 0; i < prompts.size(); ++i) {
     std::vector<int32_t> ids;
     if (chat) {
-      nlohmann::ordered_json messages = nlohmann::ordered_json::array();
-      messages.push_back({{"role", "user"}, {"content", prompts[i]}});
-      auto text = encode_chat(messages, chat_options);
-      if (!text.ok()) {
-        std::fprintf(stderr, "dsv4 run: prompt %zu: %s\n", i, text.status().message().c_str());
+      auto turn = chat_turn_tokens(tokenizer, (*engine)->config(), prompts[i], args.has("thinking"));
+      if (!turn.ok()) {
+        std::fprintf(stderr, "dsv4 run: prompt %zu: %s\n", i, turn.status().message().c_str());
         return 2;
       }
-      ids = tokenizer.encode(*text);
+      ids = std::move(*turn);
     } else {
       if (tokenizer.add_bos() && tokenizer.bos_id() >= 0) ids.push_back(tokenizer.bos_id());
       const std::vector<int32_t> text = tokenizer.encode(prompts[i]);

@@ -15,6 +15,7 @@
 #include "base/process_memory.h"
 #include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/byte_tokenizer.h"
+#include "tokenizer/chat_encoding.h"
 #include "tools/embedded_model.h"
 #include "checkpoint/config_json.h"
 #include "checkpoint/v41_loader.h"
@@ -138,6 +139,17 @@ StatusOr<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& dir, int6
 ModelDir::~ModelDir() {
   std::error_code ec;
   if (temporary_) std::filesystem::remove_all(path_, ec);
+}
+
+StatusOr<std::vector<int32_t>> chat_turn_tokens(const Tokenizer& tokenizer, const ModelConfig& config,
+                                                const std::string& question, bool thinking) {
+  ChatOptions options;
+  options.format = config.family == ModelFamily::kV41 ? ChatFormat::kV41 : ChatFormat::kV4;
+  options.mode = thinking ? ChatMode::kThinking : ChatMode::kChat;
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  messages.push_back({{"role", "user"}, {"content", question}});
+  DSV4_ASSIGN_OR_RETURN(std::string text, encode_chat(messages, options));
+  return tokenizer.encode(text);
 }
 
 StatusOr<std::unique_ptr<DeepseekV4>> load_model(const std::string& dir, kernels::Numerics numerics, bool progress_bar) {

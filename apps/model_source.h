@@ -64,4 +64,9 @@ std::string served_model_name(const std::string& dir);
 // for the log.
 StatusOr<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& dir, int64_t vocab_size, std::string* name);
 
+// `question` as a user's chat turn in the model's chat encoding (V4 or
+// V4.1, thinking mode or not), as the chat API renders it, in tokens.
+StatusOr<std::vector<int32_t>> chat_turn_tokens(const Tokenizer& tokenizer, const ModelConfig& config,
+                                                const std::string& question, bool thinking);
+
 }  // namespace dsv4::app
